@@ -1,0 +1,21 @@
+//! cuda-shim: the simulated CUDA driver that itermem is developed and tested on.
+//!
+//! No machine of the project has a GPU, so this crate stands in for `libcuda.so.1`: device
+//! memory in its own address range with a capacity, streams as worker threads with real ordering
+//! semantics, events, kernels as registered host functions, a timing and jitter model, and
+//! statistics. It exports the CUDA 12 driver API under NVIDIA's names and prototypes; the runtime
+//! (`libcudart.so.12`) is the sibling crate `cuda-shim-runtime`, built on these exports exactly as
+//! NVIDIA's runtime is built on the driver. `tools/build-shim` links both into shared libraries.
+//!
+//! Module map: `config` (environment), `memory` (device and pinned memory), `stream` (ordering),
+//! `kernel` (function registry and parameter layout), `device` (the context and every
+//! operation's semantics), `stats` (counters), `exports` (the C ABI), `result` (error codes).
+
+pub mod config;
+pub mod device;
+pub mod exports;
+pub mod kernel;
+pub mod memory;
+pub mod result;
+pub mod stats;
+pub mod stream;

@@ -1,0 +1,310 @@
+//! Device and pinned host memory of the simulated GPU.
+//!
+//! Device memory is one virtual range reserved with `mmap` at start-up, so device addresses can
+//! never coincide with host heap addresses; pages are committed lazily by the kernel when first
+//! touched. Blocks are placed address-ordered first-fit at 256-byte granularity (the alignment
+//! `cudaMalloc` guarantees) inside that range, and the capacity is enforced on the sum of the
+//! granule-rounded sizes, which is what `peak_device_bytes` reports:
+//!
+//!   used = Σ round_up(size, 256) over live blocks ≤ capacity
+//!
+//! The range is twice the capacity (at least capacity + 1 GiB) so that fragmentation alone rarely
+//! fails an allocation the capacity allows. Freed blocks are filled with 0xFF bytes (a NaN for
+//! every float format) so that a use after free shows in results. Backing the range with a
+//! `memfd` later gives the page-remapping calls (cuMemCreate/cuMemMap) something to map.
+
+use crate::result::{CuResult, INVALID_VALUE, OUT_OF_MEMORY};
+use crate::stats::Stats;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+
+/// Alignment and granularity of device allocations.
+pub const GRANULE: usize = 256;
+/// What freed device memory is overwritten with.
+pub const POISON: u8 = 0xFF;
+
+/// How a device block was allocated (what `cuPointerGetAttribute` reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Device,
+    Managed,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub start: usize,
+    pub size: usize,
+    reserved: usize,
+    pub kind: DeviceKind,
+}
+
+struct Heap {
+    /// Free ranges of the reserved span: start address → length. Adjacent ranges are merged.
+    free: BTreeMap<usize, usize>,
+    /// Live blocks by start address.
+    live: BTreeMap<usize, Block>,
+    used: usize,
+}
+
+pub struct DeviceMemory {
+    base: usize,
+    span: usize,
+    capacity: usize,
+    heap: Mutex<Heap>,
+}
+
+impl DeviceMemory {
+    /// Reserves the address range for a device of `capacity` bytes.
+    pub fn new(capacity: u64) -> CuResult<DeviceMemory> {
+        let capacity = usize::try_from(capacity).map_err(|_| INVALID_VALUE)?;
+        let span = round_up(
+            capacity.saturating_mul(2).max(capacity + (1 << 30)),
+            2 << 20,
+        );
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+        // existing memory; MAP_NORESERVE commits pages only when they are first written.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(OUT_OF_MEMORY);
+        }
+        let base = base as usize;
+        Ok(DeviceMemory {
+            base,
+            span,
+            capacity,
+            heap: Mutex::new(Heap {
+                free: BTreeMap::from([(base, span)]),
+                live: BTreeMap::new(),
+                used: 0,
+            }),
+        })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes still allocatable under the capacity.
+    pub fn free_bytes(&self) -> usize {
+        self.capacity - self.heap.lock().used
+    }
+
+    /// Allocates `size` (> 0) bytes, 256-byte aligned.
+    pub fn alloc(&self, size: usize, kind: DeviceKind, stats: &Stats) -> CuResult<usize> {
+        if size == 0 {
+            return Err(INVALID_VALUE);
+        }
+        let reserved = size.checked_add(GRANULE - 1).ok_or(OUT_OF_MEMORY)? & !(GRANULE - 1);
+        let mut heap = self.heap.lock();
+        if heap.used + reserved > self.capacity {
+            return Err(OUT_OF_MEMORY);
+        }
+        let (&start, &len) = heap
+            .free
+            .iter()
+            .find(|&(_, &len)| len >= reserved)
+            .ok_or(OUT_OF_MEMORY)?;
+        heap.free.remove(&start);
+        if len > reserved {
+            heap.free.insert(start + reserved, len - reserved);
+        }
+        let block = Block {
+            start,
+            size,
+            reserved,
+            kind,
+        };
+        heap.live.insert(start, block);
+        heap.used += reserved;
+        stats.device_allocated(reserved as u64);
+        Ok(start)
+    }
+
+    /// Frees the block starting at `addr` and poisons its bytes. The caller has made sure no
+    /// queued work still uses it. An address that is not the start of a live block is
+    /// `CUDA_ERROR_INVALID_VALUE`, as on real CUDA.
+    pub fn free(&self, addr: usize, stats: &Stats) -> CuResult<Block> {
+        let mut heap = self.heap.lock();
+        let block = heap.live.remove(&addr).ok_or(INVALID_VALUE)?;
+        // SAFETY: [start, start + reserved) lies inside the span mapped read-write in `new`, and
+        // it was just removed from `live`, so no other allocation owns it.
+        unsafe { std::ptr::write_bytes(block.start as *mut u8, POISON, block.reserved) };
+        let mut start = block.start;
+        let mut len = block.reserved;
+        if let Some((&prev, &prev_len)) = heap.free.range(..start).next_back() {
+            if prev + prev_len == start {
+                heap.free.remove(&prev);
+                start = prev;
+                len += prev_len;
+            }
+        }
+        if let Some(next_len) = heap.free.remove(&(start + len)) {
+            len += next_len;
+        }
+        heap.free.insert(start, len);
+        heap.used -= block.reserved;
+        stats.device_freed(block.reserved as u64);
+        Ok(block)
+    }
+
+    /// The live block containing `addr` (interior pointers included).
+    pub fn find(&self, addr: usize) -> Option<Block> {
+        if addr < self.base || addr >= self.base + self.span {
+            return None;
+        }
+        let heap = self.heap.lock();
+        let (_, block) = heap.live.range(..=addr).next_back()?;
+        (addr < block.start + block.size).then_some(*block)
+    }
+
+    /// Whether `addr` lies in the device address range at all (live or not).
+    pub fn in_span(&self, addr: usize) -> bool {
+        addr >= self.base && addr < self.base + self.span
+    }
+
+    /// Checks that `[addr, addr + len)` lies inside one live block.
+    pub fn check_range(&self, addr: usize, len: usize) -> CuResult<Block> {
+        let block = self.find(addr).ok_or(INVALID_VALUE)?;
+        let end = addr.checked_add(len).ok_or(INVALID_VALUE)?;
+        if end > block.start + block.size {
+            return Err(INVALID_VALUE);
+        }
+        Ok(block)
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // SAFETY: [base, base + span) is the mapping made in `new`; no block outlives `self`.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.span) };
+    }
+}
+
+/// Page-locked host allocations (`cuMemAllocHost`, `cuMemHostAlloc`): ordinary host memory on the
+/// shim, tracked so copies can tell pinned from pageable memory and frees can be checked.
+#[derive(Default)]
+pub struct PinnedMemory {
+    live: Mutex<BTreeMap<usize, usize>>,
+}
+
+impl PinnedMemory {
+    pub fn alloc(&self, size: usize, stats: &Stats) -> CuResult<usize> {
+        if size == 0 {
+            return Err(INVALID_VALUE);
+        }
+        let mut ptr: *mut libc::c_void = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer; 4096 is a power of two multiple of the pointer size.
+        if unsafe { libc::posix_memalign(&mut ptr, 4096, size) } != 0 {
+            return Err(OUT_OF_MEMORY);
+        }
+        self.live.lock().insert(ptr as usize, size);
+        stats.pinned_allocated(size as u64);
+        Ok(ptr as usize)
+    }
+
+    pub fn free(&self, addr: usize, stats: &Stats) -> CuResult<()> {
+        let size = self.live.lock().remove(&addr).ok_or(INVALID_VALUE)?;
+        // SAFETY: `addr` came from posix_memalign in `alloc` and was just removed from `live`, so
+        // it is freed exactly once.
+        unsafe { libc::free(addr as *mut libc::c_void) };
+        stats.pinned_freed(size as u64);
+        Ok(())
+    }
+
+    /// The pinned allocation containing `addr`: (start, size).
+    pub fn find(&self, addr: usize) -> Option<(usize, usize)> {
+        let live = self.live.lock();
+        let (&start, &size) = live.range(..=addr).next_back()?;
+        (addr < start + size).then_some((start, size))
+    }
+}
+
+fn round_up(value: usize, to: usize) -> usize {
+    value.div_ceil(to) * to
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(capacity: u64) -> (DeviceMemory, Stats) {
+        (DeviceMemory::new(capacity).unwrap(), Stats::default())
+    }
+
+    #[test]
+    fn blocks_are_aligned_disjoint_and_counted_in_granules() {
+        let (mem, stats) = device(1 << 20);
+        let a = mem.alloc(100, DeviceKind::Device, &stats).unwrap();
+        let b = mem.alloc(300, DeviceKind::Device, &stats).unwrap();
+        assert_eq!(a % GRANULE, 0);
+        assert_eq!(b % GRANULE, 0);
+        assert!(b >= a + 256, "blocks overlap");
+        assert_eq!(stats.snapshot().current_device_bytes, 256 + 512);
+        assert_eq!(mem.find(a + 99).unwrap().start, a, "interior pointer");
+        assert!(mem.find(a + 100).is_none(), "past the requested size");
+    }
+
+    #[test]
+    fn capacity_is_enforced_and_freed_space_is_reused() {
+        let (mem, stats) = device(4096);
+        let a = mem.alloc(4096, DeviceKind::Device, &stats).unwrap();
+        assert_eq!(mem.alloc(1, DeviceKind::Device, &stats), Err(OUT_OF_MEMORY));
+        mem.free(a, &stats).unwrap();
+        assert_eq!(mem.alloc(2048, DeviceKind::Device, &stats), Ok(a));
+        assert_eq!(stats.snapshot().peak_device_bytes, 4096);
+    }
+
+    #[test]
+    fn free_poisons_and_rejects_unknown_or_interior_pointers() {
+        let (mem, stats) = device(1 << 20);
+        let a = mem.alloc(64, DeviceKind::Device, &stats).unwrap();
+        // SAFETY: `a` is a live 64-byte block of the mapped span.
+        unsafe { std::ptr::write_bytes(a as *mut u8, 0, 64) };
+        assert_eq!(mem.free(a + 8, &stats).unwrap_err(), INVALID_VALUE);
+        mem.free(a, &stats).unwrap();
+        // SAFETY: the span stays mapped; reading freed device memory is what the poison is for.
+        let byte = unsafe { *(a as *const u8) };
+        assert_eq!(byte, POISON);
+        assert_eq!(
+            mem.free(a, &stats).unwrap_err(),
+            INVALID_VALUE,
+            "double free"
+        );
+    }
+
+    #[test]
+    fn free_ranges_coalesce() {
+        let (mem, stats) = device(3 * 256);
+        let blocks: Vec<usize> = (0..3)
+            .map(|_| mem.alloc(256, DeviceKind::Device, &stats).unwrap())
+            .collect();
+        mem.free(blocks[0], &stats).unwrap();
+        mem.free(blocks[2], &stats).unwrap();
+        mem.free(blocks[1], &stats).unwrap();
+        assert_eq!(
+            mem.alloc(3 * 256, DeviceKind::Device, &stats),
+            Ok(blocks[0])
+        );
+    }
+
+    #[test]
+    fn pinned_memory_is_tracked() {
+        let stats = Stats::default();
+        let pinned = PinnedMemory::default();
+        let p = pinned.alloc(10_000, &stats).unwrap();
+        assert_eq!(pinned.find(p + 9_999), Some((p, 10_000)));
+        assert_eq!(stats.snapshot().current_pinned_bytes, 10_000);
+        pinned.free(p, &stats).unwrap();
+        assert_eq!(pinned.free(p, &stats), Err(INVALID_VALUE));
+        assert_eq!(stats.snapshot().peak_pinned_bytes, 10_000);
+    }
+}

@@ -1,0 +1,92 @@
+//! `CUresult` codes and the typed `Result` the driver is written with.
+//!
+//! Values are those of NVIDIA's `cuda.h` (CUDA 12.9). Inside the crate every fallible operation
+//! returns `CuResult<T>`, so `?` works; the exported functions turn it back into the raw `u32`.
+
+use std::fmt;
+
+/// A non-success `CUresult`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CuError(pub u32);
+
+/// What every internal driver operation returns.
+pub type CuResult<T> = Result<T, CuError>;
+
+pub const CUDA_SUCCESS: u32 = 0;
+pub const INVALID_VALUE: CuError = CuError(1);
+pub const OUT_OF_MEMORY: CuError = CuError(2);
+pub const NOT_INITIALIZED: CuError = CuError(3);
+pub const INVALID_DEVICE: CuError = CuError(101);
+pub const INVALID_CONTEXT: CuError = CuError(201);
+pub const INVALID_HANDLE: CuError = CuError(400);
+pub const NOT_FOUND: CuError = CuError(500);
+pub const NOT_READY: CuError = CuError(600);
+pub const LAUNCH_FAILED: CuError = CuError(719);
+pub const UNKNOWN: CuError = CuError(999);
+
+/// Errors that leave the context unusable: once a kernel raised one, every later call returns it
+/// (CUDA's "sticky" errors).
+pub fn is_sticky(code: u32) -> bool {
+    matches!(code, 700 | 710 | 714..=719)
+}
+
+/// Name and description of a `CUresult`, as `cuGetErrorName`/`cuGetErrorString` report them.
+/// NUL-terminated so they can be handed to C as they are.
+pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
+    Some(match code {
+        0 => ("CUDA_SUCCESS\0", "no error\0"),
+        1 => ("CUDA_ERROR_INVALID_VALUE\0", "invalid argument\0"),
+        2 => ("CUDA_ERROR_OUT_OF_MEMORY\0", "out of memory\0"),
+        3 => ("CUDA_ERROR_NOT_INITIALIZED\0", "initialization error\0"),
+        4 => ("CUDA_ERROR_DEINITIALIZED\0", "driver shutting down\0"),
+        100 => (
+            "CUDA_ERROR_NO_DEVICE\0",
+            "no CUDA-capable device is detected\0",
+        ),
+        101 => ("CUDA_ERROR_INVALID_DEVICE\0", "invalid device ordinal\0"),
+        201 => ("CUDA_ERROR_INVALID_CONTEXT\0", "invalid device context\0"),
+        400 => ("CUDA_ERROR_INVALID_HANDLE\0", "invalid resource handle\0"),
+        500 => ("CUDA_ERROR_NOT_FOUND\0", "named symbol not found\0"),
+        600 => ("CUDA_ERROR_NOT_READY\0", "device not ready\0"),
+        700 => (
+            "CUDA_ERROR_ILLEGAL_ADDRESS\0",
+            "an illegal memory access was encountered\0",
+        ),
+        710 => ("CUDA_ERROR_ASSERT\0", "device-side assert triggered\0"),
+        714 => (
+            "CUDA_ERROR_HARDWARE_STACK_ERROR\0",
+            "hardware stack error\0",
+        ),
+        715 => (
+            "CUDA_ERROR_ILLEGAL_INSTRUCTION\0",
+            "an illegal instruction was encountered\0",
+        ),
+        716 => ("CUDA_ERROR_MISALIGNED_ADDRESS\0", "misaligned address\0"),
+        717 => (
+            "CUDA_ERROR_INVALID_ADDRESS_SPACE\0",
+            "operation not supported on global/shared address space\0",
+        ),
+        718 => ("CUDA_ERROR_INVALID_PC\0", "invalid program counter\0"),
+        719 => ("CUDA_ERROR_LAUNCH_FAILED\0", "unspecified launch failure\0"),
+        801 => ("CUDA_ERROR_NOT_SUPPORTED\0", "operation not supported\0"),
+        999 => ("CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
+        _ => return None,
+    })
+}
+
+impl fmt::Display for CuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match describe(self.0) {
+            Some((name, _)) => f.write_str(name.trim_end_matches('\0')),
+            None => write!(f, "CUresult {}", self.0),
+        }
+    }
+}
+
+/// Converts an internal result into the raw code an exported function returns.
+pub fn code(result: CuResult<()>) -> u32 {
+    match result {
+        Ok(()) => CUDA_SUCCESS,
+        Err(CuError(code)) => code,
+    }
+}

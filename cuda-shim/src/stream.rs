@@ -1,0 +1,415 @@
+//! Streams: each one a worker thread that runs its operations in submission order.
+//!
+//! Ordering is expressed with [`Marker`]s, one per operation, completed when the operation has
+//! run. An operation may list markers of other streams it must wait for; that single mechanism
+//! gives events (`cuStreamWaitEvent` adds the event's marker), and the legacy default stream:
+//!
+//! - an operation on the legacy stream (handle 0 or `CU_STREAM_LEGACY`) waits for the last
+//!   operation of every blocking stream submitted before it;
+//! - an operation on a blocking stream waits for the last operation submitted to the legacy
+//!   stream before it;
+//! - streams created with `CU_STREAM_NON_BLOCKING` take part in neither rule.
+//!
+//! Every submission holds the registry lock while it reads those tails and appends its own
+//! marker, so "submitted before" is one total order, as it is for a real context. Destroying a
+//! stream drops its sender: the worker drains what was queued, then exits (CUDA semantics: the
+//! call returns at once, queued work still completes).
+//!
+//! With `CUDA_SHIM_JITTER_US` set, every worker sleeps a random time before each operation,
+//! drawn from a generator seeded by `CUDA_SHIM_SEED` and the stream's ordinal (creation order),
+//! so an interleaving that exposes a missing wait can be replayed.
+
+use crate::result::{CuResult, INVALID_HANDLE, UNKNOWN};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+/// Completion of one operation, with the time it completed (what events time).
+pub struct Marker {
+    done: Mutex<Option<Instant>>,
+    cond: Condvar,
+}
+
+impl Marker {
+    pub fn new() -> Arc<Marker> {
+        Arc::new(Marker {
+            done: Mutex::new(None),
+            cond: Condvar::new(),
+        })
+    }
+
+    pub fn complete(&self) {
+        *self.done.lock() = Some(Instant::now());
+        self.cond.notify_all();
+    }
+
+    pub fn completed_at(&self) -> Option<Instant> {
+        *self.done.lock()
+    }
+
+    pub fn wait(&self) -> Instant {
+        let mut done = self.done.lock();
+        loop {
+            if let Some(at) = *done {
+                return at;
+            }
+            self.cond.wait(&mut done);
+        }
+    }
+}
+
+/// What a stream's worker does with each operation; implemented by the device.
+pub trait Executor: Send + Sync + 'static {
+    type Work: Send + 'static;
+    fn execute(&self, work: Self::Work);
+    /// Records the delay drawn for one operation (for the reproducibility digest).
+    fn jittered(&self, stream_ordinal: u64, delay: Duration);
+}
+
+struct Op<W> {
+    work: W,
+    deps: Vec<Arc<Marker>>,
+    done: Arc<Marker>,
+}
+
+pub struct Stream<W> {
+    pub ordinal: u64,
+    blocking: bool,
+    sender: Sender<Op<W>>,
+    tail: Mutex<Arc<Marker>>,
+}
+
+struct Registry<W> {
+    legacy: Arc<Stream<W>>,
+    created: HashMap<usize, Arc<Stream<W>>>,
+    per_thread: HashMap<ThreadId, Arc<Stream<W>>>,
+    next_ordinal: u64,
+}
+
+/// All streams of the context.
+pub struct Streams<E: Executor> {
+    executor: &'static E,
+    jitter: Duration,
+    seed: u64,
+    registry: Mutex<Registry<E::Work>>,
+}
+
+/// Handle values with a fixed meaning, as in `cuda.h`.
+pub const LEGACY: usize = 0x1;
+pub const PER_THREAD: usize = 0x2;
+
+impl<E: Executor> Streams<E> {
+    pub fn new(executor: &'static E, jitter: Duration, seed: u64) -> Streams<E> {
+        let legacy = spawn(executor, 0, true, jitter, seed);
+        Streams {
+            executor,
+            jitter,
+            seed,
+            registry: Mutex::new(Registry {
+                legacy,
+                created: HashMap::new(),
+                per_thread: HashMap::new(),
+                next_ordinal: 1,
+            }),
+        }
+    }
+
+    /// Creates a stream and returns its handle.
+    pub fn create(&self, non_blocking: bool) -> usize {
+        let mut registry = self.registry.lock();
+        let ordinal = registry.take_ordinal();
+        let stream = spawn(
+            self.executor,
+            ordinal,
+            !non_blocking,
+            self.jitter,
+            self.seed,
+        );
+        let handle = Arc::as_ptr(&stream) as usize;
+        registry.created.insert(handle, stream);
+        handle
+    }
+
+    pub fn destroy(&self, handle: usize) -> CuResult<()> {
+        self.registry
+            .lock()
+            .created
+            .remove(&handle)
+            .map(drop)
+            .ok_or(INVALID_HANDLE)
+    }
+
+    /// Whether `handle` names a stream (0, the two special handles, or a live created stream).
+    pub fn check(&self, handle: usize) -> CuResult<()> {
+        match handle {
+            0 | LEGACY | PER_THREAD => Ok(()),
+            _ if self.registry.lock().created.contains_key(&handle) => Ok(()),
+            _ => Err(INVALID_HANDLE),
+        }
+    }
+
+    /// Queues `work` on stream `handle` after `wait_for` (if any) and returns the marker that
+    /// completes when it has run.
+    pub fn submit(
+        &self,
+        handle: usize,
+        work: E::Work,
+        wait_for: Option<Arc<Marker>>,
+    ) -> CuResult<Arc<Marker>> {
+        let mut registry = self.registry.lock();
+        let stream = registry.resolve(handle, self)?;
+        let mut deps: Vec<Arc<Marker>> = wait_for.into_iter().collect();
+        if Arc::ptr_eq(&stream, &registry.legacy) {
+            deps.extend(registry.blocking().map(|s| s.tail.lock().clone()));
+        } else if stream.blocking {
+            deps.push(registry.legacy.tail.lock().clone());
+        }
+        deps.retain(|m| m.completed_at().is_none());
+        let done = Marker::new();
+        *stream.tail.lock() = done.clone();
+        stream
+            .sender
+            .send(Op {
+                work,
+                deps,
+                done: done.clone(),
+            })
+            .map_err(|_| UNKNOWN)?;
+        Ok(done)
+    }
+
+    /// The marker of the last operation submitted to `handle`.
+    pub fn tail(&self, handle: usize) -> CuResult<Arc<Marker>> {
+        let mut registry = self.registry.lock();
+        let stream = registry.resolve(handle, self)?;
+        let tail = stream.tail.lock().clone();
+        Ok(tail)
+    }
+
+    /// Markers of the last operation of every stream: waiting for all of them is a device-wide
+    /// synchronisation.
+    pub fn all_tails(&self) -> Vec<Arc<Marker>> {
+        let registry = self.registry.lock();
+        std::iter::once(&registry.legacy)
+            .chain(registry.created.values())
+            .chain(registry.per_thread.values())
+            .map(|s| s.tail.lock().clone())
+            .collect()
+    }
+}
+
+impl<W: Send + 'static> Registry<W> {
+    fn take_ordinal(&mut self) -> u64 {
+        self.next_ordinal += 1;
+        self.next_ordinal - 1
+    }
+
+    fn blocking(&self) -> impl Iterator<Item = &Arc<Stream<W>>> {
+        self.created
+            .values()
+            .chain(self.per_thread.values())
+            .filter(|s| s.blocking)
+    }
+
+    fn resolve<E: Executor<Work = W>>(
+        &mut self,
+        handle: usize,
+        streams: &Streams<E>,
+    ) -> CuResult<Arc<Stream<W>>> {
+        match handle {
+            0 | LEGACY => Ok(self.legacy.clone()),
+            PER_THREAD => {
+                let thread = std::thread::current().id();
+                if let Some(stream) = self.per_thread.get(&thread) {
+                    return Ok(stream.clone());
+                }
+                let ordinal = self.take_ordinal();
+                let stream = spawn(
+                    streams.executor,
+                    ordinal,
+                    true,
+                    streams.jitter,
+                    streams.seed,
+                );
+                self.per_thread.insert(thread, stream.clone());
+                Ok(stream)
+            }
+            _ => self.created.get(&handle).cloned().ok_or(INVALID_HANDLE),
+        }
+    }
+}
+
+fn spawn<E: Executor>(
+    executor: &'static E,
+    ordinal: u64,
+    blocking: bool,
+    jitter: Duration,
+    seed: u64,
+) -> Arc<Stream<E::Work>> {
+    let (sender, receiver) = crossbeam_channel::unbounded();
+    let first = Marker::new();
+    first.complete();
+    std::thread::Builder::new()
+        .name(format!("cuda-shim-stream-{ordinal}"))
+        .spawn(move || run(executor, receiver, ordinal, jitter, seed))
+        .expect("cuda-shim: cannot start a stream thread");
+    Arc::new(Stream {
+        ordinal,
+        blocking,
+        sender,
+        tail: Mutex::new(first),
+    })
+}
+
+fn run<E: Executor>(
+    executor: &'static E,
+    receiver: Receiver<Op<E::Work>>,
+    ordinal: u64,
+    jitter: Duration,
+    seed: u64,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed ^ ordinal.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for op in receiver {
+        for dep in &op.deps {
+            dep.wait();
+        }
+        if !jitter.is_zero() {
+            let delay = Duration::from_nanos(rng.u64(0..=jitter.as_nanos() as u64));
+            executor.jittered(ordinal, delay);
+            std::thread::sleep(delay);
+        }
+        executor.execute(op.work);
+        op.done.complete();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    /// Appends (stream tag, value) to a log, sleeping first to make ordering bugs visible.
+    #[derive(Default)]
+    struct Log {
+        entries: Mutex<Vec<u32>>,
+        delays: AtomicU64,
+    }
+
+    impl Executor for Log {
+        type Work = (u32, Duration);
+        fn execute(&self, (value, sleep): (u32, Duration)) {
+            std::thread::sleep(sleep);
+            self.entries.lock().push(value);
+        }
+        fn jittered(&self, _: u64, delay: Duration) {
+            self.delays.fetch_add(delay.as_nanos() as u64, SeqCst);
+        }
+    }
+
+    fn setup(jitter_us: u64) -> (&'static Log, Streams<Log>) {
+        let log: &'static Log = Box::leak(Box::default());
+        (log, Streams::new(log, Duration::from_micros(jitter_us), 1))
+    }
+
+    const SLOW: Duration = Duration::from_millis(20);
+
+    #[test]
+    fn one_stream_runs_in_submission_order() {
+        let (log, streams) = setup(200);
+        let s = streams.create(false);
+        let mut last = None;
+        for i in 0..50 {
+            last = Some(streams.submit(s, (i, Duration::ZERO), None).unwrap());
+        }
+        last.unwrap().wait();
+        assert_eq!(*log.entries.lock(), (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn waiting_on_a_marker_orders_two_streams() {
+        let (log, streams) = setup(0);
+        let a = streams.create(true);
+        let b = streams.create(true);
+        let first = streams.submit(a, (1, SLOW), None).unwrap();
+        streams
+            .submit(b, (2, Duration::ZERO), Some(first))
+            .unwrap()
+            .wait();
+        assert_eq!(*log.entries.lock(), vec![1, 2]);
+    }
+
+    #[test]
+    fn legacy_stream_waits_for_blocking_streams_but_not_non_blocking_ones() {
+        let (log, streams) = setup(0);
+        let blocking = streams.create(false);
+        let non_blocking = streams.create(true);
+        streams.submit(non_blocking, (9, SLOW * 5), None).unwrap();
+        streams.submit(blocking, (1, SLOW), None).unwrap();
+        streams.submit(0, (2, Duration::ZERO), None).unwrap().wait();
+        assert_eq!(
+            *log.entries.lock(),
+            vec![1, 2],
+            "legacy ran before the blocking stream"
+        );
+        streams.all_tails().iter().for_each(|m| {
+            m.wait();
+        });
+        assert_eq!(*log.entries.lock(), vec![1, 2, 9]);
+    }
+
+    #[test]
+    fn blocking_stream_waits_for_earlier_legacy_work() {
+        let (log, streams) = setup(0);
+        let blocking = streams.create(false);
+        let non_blocking = streams.create(true);
+        streams.submit(0, (1, SLOW), None).unwrap();
+        let nb = streams
+            .submit(non_blocking, (3, Duration::ZERO), None)
+            .unwrap();
+        streams
+            .submit(blocking, (2, Duration::ZERO), None)
+            .unwrap()
+            .wait();
+        nb.wait();
+        let entries = log.entries.lock().clone();
+        assert_eq!(
+            entries[0], 3,
+            "a non-blocking stream does not wait for legacy work"
+        );
+        assert_eq!(&entries[1..], &[1, 2]);
+    }
+
+    #[test]
+    fn destroyed_stream_finishes_queued_work_and_its_handle_dies() {
+        let (log, streams) = setup(0);
+        let s = streams.create(false);
+        let done = streams.submit(s, (5, SLOW), None).unwrap();
+        streams.destroy(s).unwrap();
+        done.wait();
+        assert_eq!(*log.entries.lock(), vec![5]);
+        assert_eq!(
+            streams.submit(s, (6, SLOW), None).err(),
+            Some(INVALID_HANDLE)
+        );
+        assert_eq!(streams.destroy(s), Err(INVALID_HANDLE));
+    }
+
+    #[test]
+    fn jitter_is_a_function_of_the_seed() {
+        let draw = |seed| {
+            let log: &'static Log = Box::leak(Box::default());
+            let streams = Streams::new(log, Duration::from_micros(100), seed);
+            let s = streams.create(false);
+            for i in 0..20 {
+                streams.submit(s, (i, Duration::ZERO), None).unwrap();
+            }
+            streams.tail(s).unwrap().wait();
+            log.delays.load(SeqCst)
+        };
+        assert_eq!(draw(42), draw(42));
+        assert_ne!(draw(42), draw(43));
+    }
+}

@@ -1,0 +1,4 @@
+//! itermem: iteration-aware GPU memory management for unmodified training programs.
+//!
+//! The library grows issue by issue (see `docs/ARCHITECTURE.md`); the simulated CUDA platform it
+//! is developed on lives in the `cuda-shim` workspace member.
