@@ -394,7 +394,8 @@ impl Context {
     }
 
     /// Submits a copy of `len` bytes on `stream`; `kind` is a `cudaMemcpyKind` (4 = infer from
-    /// the addresses). With `synchronous`, waits for it to complete.
+    /// the addresses). With `synchronous`, waits for it to complete, except device-to-device
+    /// copies, which CUDA never makes the host wait for.
     pub fn copy(
         &self,
         dst: usize,
@@ -441,7 +442,7 @@ impl Context {
             direction,
         };
         let done = self.streams.submit(stream, work, None)?;
-        if synchronous {
+        if synchronous && direction != Direction::DeviceToDevice {
             done.wait();
             self.device.sticky()?;
         }

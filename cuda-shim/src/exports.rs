@@ -324,6 +324,14 @@ driver_api! {
         current()?.copy(dst as usize, src as usize, count, 4, stream, false)
     }
 
+    /// Shim-only: a copy with an explicit `cudaMemcpyKind`, for the runtime's cudaMemcpy*.
+    fn cuShimMemcpy(dst: u64, src: u64, count: usize, kind: u32, stream: usize, synchronous: u32) {
+        if kind > 4 {
+            return Err(INVALID_VALUE);
+        }
+        current()?.copy(dst as usize, src as usize, count, kind, stream, synchronous != 0)
+    }
+
     fn cuMemsetD8_v2(dst: u64, value: u8, count: usize) {
         current()?.memset(dst as usize, value, count, 0)
     }

@@ -1,1 +1,665 @@
-//! placeholder
+//! cuda-shim's CUDA runtime (`libcudart.so.12`), built on the simulated driver's exports exactly
+//! as NVIDIA's runtime is built on `libcuda.so.1`.
+//!
+//! What the runtime adds to the driver: implicit initialisation (the first call initialises the
+//! driver and makes the primary context current on each calling thread), the per-thread "last
+//! error" (`cudaGetLastError` returns and clears it; a sticky device fault is returned and never
+//! cleared), runtime-level argument rules (`cudaMalloc` of 0 bytes, `cudaFree(NULL)`, launch
+//! configuration checks, copy directions) and the registration entry points of nvcc-generated
+//! code. Every export is listed once in `runtime_api!`, which wraps its body in one guard: a
+//! panic becomes `cudaErrorUnknown` and is never unwound into C.
+
+mod driver;
+mod errors;
+mod props;
+
+use driver::*;
+use props::{DeviceProp, Dim3, FuncAttributes, PointerAttributes};
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::ffi::{c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// CUDA runtime version implemented (12.9).
+const RUNTIME_VERSION: i32 = 12090;
+
+const SUCCESS: u32 = 0;
+const INVALID_VALUE: u32 = 1;
+const INITIALIZATION_ERROR: u32 = 3;
+const INVALID_CONFIGURATION: u32 = 9;
+const INVALID_MEMCPY_DIRECTION: u32 = 21;
+const MISSING_CONFIGURATION: u32 = 52;
+const INVALID_DEVICE_FUNCTION: u32 = 98;
+const INVALID_DEVICE: u32 = 101;
+const INVALID_RESOURCE_HANDLE: u32 = 400;
+const SYMBOL_NOT_FOUND: u32 = 500;
+const UNKNOWN: u32 = 999;
+
+/// A failed call: the `cudaError_t` to return. Driver codes share the runtime's numbering for
+/// every error the shim's driver produces, so they pass through unchanged.
+type RtResult = Result<(), u32>;
+
+fn check(code: u32) -> RtResult {
+    if code == SUCCESS { Ok(()) } else { Err(code) }
+}
+
+thread_local! {
+    static LAST_ERROR: Cell<u32> = const { Cell::new(SUCCESS) };
+    static CONTEXT_BOUND: Cell<bool> = const { Cell::new(false) };
+    /// Launch configurations pushed by nvcc-generated stubs (`<<<…>>>`), innermost last.
+    static CALL_CONFIGURATIONS: RefCell<Vec<(Dim3, Dim3, usize, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs an export's body: records a failure as the thread's last error, turns a panic into
+/// `cudaErrorUnknown` (reported once on stderr).
+fn call(name: &str, body: impl FnOnce() -> RtResult) -> u32 {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    let code = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(result) => result.err().unwrap_or(SUCCESS),
+        Err(_) => {
+            if !REPORTED.swap(true, Ordering::Relaxed) {
+                eprintln!("cuda-shim: internal error in {name}; returning cudaErrorUnknown");
+            }
+            UNKNOWN
+        }
+    };
+    if code != SUCCESS {
+        // Ignored when the thread is being torn down: the code is still returned.
+        let _ = LAST_ERROR.try_with(|last| last.set(code));
+    }
+    code
+}
+
+/// Initialises the driver once per process and binds the primary context once per thread.
+fn context() -> RtResult {
+    static PRIMARY: OnceLock<Result<usize, u32>> = OnceLock::new();
+    let primary = *PRIMARY.get_or_init(|| {
+        // SAFETY: plain driver calls; `handle` is a valid out-parameter.
+        unsafe {
+            check(cuInit(0))?;
+            let mut handle = 0usize;
+            check(cuDevicePrimaryCtxRetain(&mut handle, 0))?;
+            Ok(handle)
+        }
+    });
+    let primary = primary.map_err(|_| INITIALIZATION_ERROR)?;
+    if !CONTEXT_BOUND.with(|bound| bound.get()) {
+        // SAFETY: `primary` is the handle the driver returned.
+        check(unsafe { cuCtxSetCurrent(primary) })?;
+        CONTEXT_BOUND.with(|bound| bound.set(true));
+    }
+    Ok(())
+}
+
+/// Writes `value` through an out-parameter.
+///
+/// # Safety
+/// `out` is null (rejected with `cudaErrorInvalidValue`) or valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, value: T) -> RtResult {
+    if out.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: non-null and valid by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+fn launch_configuration_valid(grid: Dim3, block: Dim3) -> bool {
+    let threads = u64::from(block.x) * u64::from(block.y) * u64::from(block.z);
+    grid.x > 0 && grid.y > 0 && grid.z > 0 && threads > 0 && threads <= 1024
+}
+
+/// The driver function registered for host function `func`.
+fn function_of(func: *const c_void) -> Result<usize, u32> {
+    let mut function = 0usize;
+    // SAFETY: `function` is a valid out-parameter; `func` is only used as a lookup key.
+    match unsafe { cuShimFunctionFromHost(func, &mut function) } {
+        SUCCESS => Ok(function),
+        SYMBOL_NOT_FOUND | INVALID_RESOURCE_HANDLE => Err(INVALID_DEVICE_FUNCTION),
+        code => Err(code),
+    }
+}
+
+fn attribute(attr: i32) -> Result<i32, u32> {
+    let mut value = 0;
+    // SAFETY: `value` is a valid out-parameter.
+    check(unsafe { cuDeviceGetAttribute(&mut value, attr, 0) })?;
+    Ok(value)
+}
+
+macro_rules! runtime_api {
+    ($( $(#[$doc:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// Called from C with the arguments NVIDIA's prototype describes: every pointer is
+            /// null (rejected where CUDA rejects it) or valid for what the documentation says.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
+                call(stringify!($name), || $body)
+            }
+        )*
+    };
+}
+
+runtime_api! {
+    /// Allocating 0 bytes succeeds with a NULL pointer, as on CUDA.
+    fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) {
+        context()?;
+        if dev_ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        if size == 0 {
+            // SAFETY: checked non-null.
+            return unsafe { put(dev_ptr, std::ptr::null_mut()) };
+        }
+        let mut addr = 0u64;
+        // SAFETY: valid out-parameters.
+        unsafe {
+            check(cuMemAlloc_v2(&mut addr, size))?;
+            put(dev_ptr, addr as *mut c_void)
+        }
+    }
+
+    fn cudaFree(dev_ptr: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the address.
+        check(unsafe { cuMemFree_v2(dev_ptr as u64) })
+    }
+
+    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter for null.
+        check(unsafe { cuMemAllocHost_v2(ptr, size) })
+    }
+
+    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the flags.
+        check(unsafe { cuMemHostAlloc(ptr, size, flags) })
+    }
+
+    fn cudaFreeHost(ptr: *mut c_void) {
+        context()?;
+        if ptr.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the driver validates the address.
+        check(unsafe { cuMemFreeHost(ptr) })
+    }
+
+    fn cudaMallocManaged(dev_ptr: *mut *mut c_void, size: usize, flags: u32) {
+        context()?;
+        let mut addr = 0u64;
+        // SAFETY: valid out-parameters; the driver checks size and flags.
+        unsafe {
+            check(cuMemAllocManaged(&mut addr, size, flags))?;
+            put(dev_ptr, addr as *mut c_void)
+        }
+    }
+
+    fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: usize) {
+        context()?;
+        if dev_ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let mut addr = 0u64;
+        // SAFETY: valid out-parameters; the driver checks the stream.
+        unsafe {
+            check(cuMemAllocAsync(&mut addr, size, stream))?;
+            put(dev_ptr, addr as *mut c_void)
+        }
+    }
+
+    fn cudaFreeAsync(dev_ptr: *mut c_void, stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the address and the stream.
+        check(unsafe { cuMemFreeAsync(dev_ptr as u64, stream) })
+    }
+
+    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
+        context()?;
+        if kind > 4 {
+            return Err(INVALID_MEMCPY_DIRECTION);
+        }
+        // SAFETY: the driver validates device ranges; host ranges are the caller's contract.
+        check(unsafe { cuShimMemcpy(dst as u64, src as u64, count, kind, 0, 1) })
+    }
+
+    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) {
+        context()?;
+        if kind > 4 {
+            return Err(INVALID_MEMCPY_DIRECTION);
+        }
+        // SAFETY: as for cudaMemcpy.
+        check(unsafe { cuShimMemcpy(dst as u64, src as u64, count, kind, stream, 0) })
+    }
+
+    /// Asynchronous with respect to the host, as documented for device memory.
+    fn cudaMemset(dev_ptr: *mut c_void, value: i32, count: usize) {
+        context()?;
+        // SAFETY: the driver validates the device range.
+        check(unsafe { cuMemsetD8_v2(dev_ptr as u64, value as u8, count) })
+    }
+
+    fn cudaMemsetAsync(dev_ptr: *mut c_void, value: i32, count: usize, stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the device range and the stream.
+        check(unsafe { cuMemsetD8Async(dev_ptr as u64, value as u8, count, stream) })
+    }
+
+    fn cudaMemGetInfo(free: *mut usize, total: *mut usize) {
+        context()?;
+        // SAFETY: the driver checks both out-parameters.
+        check(unsafe { cuMemGetInfo_v2(free, total) })
+    }
+
+    /// Memory the runtime does not know is reported as `cudaMemoryTypeUnregistered`.
+    fn cudaPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) {
+        context()?;
+        const MEMORY_TYPE: i32 = 2;
+        const IS_MANAGED: i32 = 8;
+        let (mut memory_type, mut managed) = (0u32, 0u32);
+        // SAFETY: both attributes are written as unsigned int.
+        let known = unsafe {
+            cuPointerGetAttribute(&mut memory_type as *mut u32 as *mut c_void, MEMORY_TYPE, ptr as u64)
+                == SUCCESS
+                && cuPointerGetAttribute(&mut managed as *mut u32 as *mut c_void, IS_MANAGED, ptr as u64)
+                    == SUCCESS
+        };
+        let ptr = ptr as *mut c_void;
+        let value = match (known, managed != 0, memory_type) {
+            (false, _, _) => (0, std::ptr::null_mut(), std::ptr::null_mut()),
+            (true, true, _) => (3, ptr, ptr),
+            (true, false, 2) => (2, ptr, std::ptr::null_mut()),
+            (true, false, _) => (1, ptr, ptr),
+        };
+        // SAFETY: out-parameter contract of `put`.
+        unsafe {
+            put(
+                attributes,
+                PointerAttributes {
+                    memory_type: value.0,
+                    device: 0,
+                    device_pointer: value.1,
+                    host_pointer: value.2,
+                },
+            )
+        }
+    }
+
+    fn cudaStreamCreate(stream: *mut usize) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter.
+        check(unsafe { cuStreamCreate(stream, 0) })
+    }
+
+    fn cudaStreamCreateWithFlags(stream: *mut usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the flags.
+        check(unsafe { cuStreamCreate(stream, flags) })
+    }
+
+    fn cudaStreamDestroy(stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuStreamDestroy_v2(stream) })
+    }
+
+    fn cudaStreamSynchronize(stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuStreamSynchronize(stream) })
+    }
+
+    fn cudaStreamQuery(stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuStreamQuery(stream) })
+    }
+
+    fn cudaStreamWaitEvent(stream: usize, event: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates both handles and the flags.
+        check(unsafe { cuStreamWaitEvent(stream, event, flags) })
+    }
+
+    fn cudaEventCreate(event: *mut usize) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter.
+        check(unsafe { cuEventCreate(event, 0) })
+    }
+
+    fn cudaEventCreateWithFlags(event: *mut usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the flags.
+        check(unsafe { cuEventCreate(event, flags) })
+    }
+
+    fn cudaEventRecord(event: usize, stream: usize) {
+        context()?;
+        // SAFETY: the driver validates both handles.
+        check(unsafe { cuEventRecord(event, stream) })
+    }
+
+    fn cudaEventSynchronize(event: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuEventSynchronize(event) })
+    }
+
+    fn cudaEventQuery(event: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuEventQuery(event) })
+    }
+
+    fn cudaEventElapsedTime(ms: *mut f32, start: usize, end: usize) {
+        context()?;
+        // SAFETY: the driver validates the handles and the out-parameter.
+        check(unsafe { cuEventElapsedTime(ms, start, end) })
+    }
+
+    fn cudaEventDestroy(event: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuEventDestroy_v2(event) })
+    }
+
+    fn cudaDeviceSynchronize() {
+        context()?;
+        // SAFETY: no arguments.
+        check(unsafe { cuCtxSynchronize() })
+    }
+
+    fn cudaGetDevice(device: *mut i32) {
+        context()?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(device, 0) }
+    }
+
+    fn cudaSetDevice(device: i32) {
+        if device != 0 {
+            return Err(INVALID_DEVICE);
+        }
+        context()
+    }
+
+    fn cudaGetDeviceCount(count: *mut i32) {
+        context()?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(count, 1) }
+    }
+
+    fn cudaGetDeviceProperties_v2(prop: *mut DeviceProp, device: i32) {
+        context()?;
+        if prop.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        if device != 0 {
+            return Err(INVALID_DEVICE);
+        }
+        // SAFETY: all-zero bytes are a valid DeviceProp (integers and arrays of them).
+        let mut p: DeviceProp = unsafe { std::mem::zeroed() };
+        // SAFETY: the name buffer holds 256 bytes; the memory size is a valid out-parameter.
+        unsafe {
+            check(cuDeviceGetName(p.name.as_mut_ptr() as *mut c_char, 256, 0))?;
+            check(cuDeviceTotalMem_v2(&mut p.total_global_mem, 0))?;
+        }
+        p.shared_mem_per_block = attribute(8)? as usize;
+        p.regs_per_block = attribute(12)?;
+        p.warp_size = attribute(10)?;
+        p.mem_pitch = attribute(11)? as usize;
+        p.max_threads_per_block = attribute(1)?;
+        p.max_threads_dim = [attribute(2)?, attribute(3)?, attribute(4)?];
+        p.max_grid_size = [attribute(5)?, attribute(6)?, attribute(7)?];
+        p.clock_rate = attribute(13)?;
+        p.total_const_mem = attribute(9)? as usize;
+        p.major = attribute(75)?;
+        p.minor = attribute(76)?;
+        p.texture_alignment = attribute(14)? as usize;
+        p.device_overlap = attribute(15)?;
+        p.multi_processor_count = attribute(16)?;
+        p.can_map_host_memory = attribute(19)?;
+        p.surface_alignment = attribute(30)? as usize;
+        p.concurrent_kernels = attribute(31)?;
+        p.ecc_and_pci[1] = attribute(33)?;
+        p.async_engine_count = attribute(40)?;
+        p.unified_addressing = attribute(41)?;
+        p.memory_clock_rate = attribute(36)?;
+        p.memory_bus_width = attribute(37)?;
+        p.l2_cache_size = attribute(38)?;
+        p.max_threads_per_multi_processor = attribute(39)?;
+        p.shared_mem_per_multiprocessor = attribute(81)? as usize;
+        p.regs_per_multiprocessor = attribute(82)?;
+        p.managed_memory = attribute(83)?;
+        p.shared_mem_per_block_optin = attribute(97)? as usize;
+        p.reserved_shared_mem_per_block = attribute(111)? as usize;
+        p.features[4] = attribute(115)?;
+        // SAFETY: checked non-null; the caller's struct has this layout.
+        unsafe { put(prop, p) }
+    }
+
+    fn cudaDeviceGetAttribute(value: *mut i32, attr: i32, device: i32) {
+        context()?;
+        if device != 0 {
+            return Err(INVALID_DEVICE);
+        }
+        // SAFETY: the driver checks the out-parameter and the attribute.
+        check(unsafe { cuDeviceGetAttribute(value, attr, device) })
+    }
+
+    fn cudaRuntimeGetVersion(version: *mut i32) {
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(version, RUNTIME_VERSION) }
+    }
+
+    fn cudaDriverGetVersion(version: *mut i32) {
+        // SAFETY: the driver checks the out-parameter.
+        check(unsafe { cuDriverGetVersion(version) })
+    }
+
+    fn cudaLaunchKernel(
+        func: *const c_void,
+        grid: Dim3,
+        block: Dim3,
+        args: *mut *mut c_void,
+        shared_mem: usize,
+        stream: usize,
+    ) {
+        context()?;
+        if !launch_configuration_valid(grid, block) {
+            return Err(INVALID_CONFIGURATION);
+        }
+        let function = function_of(func)?;
+        let shared_mem = u32::try_from(shared_mem).map_err(|_| INVALID_VALUE)?;
+        // SAFETY: `args` holds one pointer per parameter (the cudaLaunchKernel contract).
+        let code = unsafe {
+            cuLaunchKernel(
+                function, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_mem, stream,
+                args, std::ptr::null_mut(),
+            )
+        };
+        match code {
+            SYMBOL_NOT_FOUND => Err(INVALID_DEVICE_FUNCTION),
+            code => check(code),
+        }
+    }
+
+    fn cudaGetFuncBySymbol(function: *mut usize, symbol: *const c_void) {
+        context()?;
+        let found = function_of(symbol)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(function, found) }
+    }
+
+    fn cudaFuncGetAttributes(attributes: *mut FuncAttributes, func: *const c_void) {
+        context()?;
+        function_of(func)?;
+        let value = FuncAttributes {
+            shared_size_bytes: 0,
+            const_size_bytes: 0,
+            local_size_bytes: 0,
+            max_threads_per_block: attribute(1)?,
+            num_regs: 32,
+            ptx_version: 80,
+            binary_version: 80,
+            cache_mode_ca: 0,
+            max_dynamic_shared_size_bytes: attribute(8)?,
+            rest: [0; 23],
+        };
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(attributes, value) }
+    }
+
+    fn __cudaPopCallConfiguration(grid: *mut Dim3, block: *mut Dim3, shared_mem: *mut usize, stream: *mut usize) {
+        let (g, b, s, st) = CALL_CONFIGURATIONS
+            .with(|stack| stack.borrow_mut().pop())
+            .ok_or(MISSING_CONFIGURATION)?;
+        // SAFETY: nvcc-generated stubs pass the addresses of their locals.
+        unsafe {
+            put(grid, g)?;
+            put(block, b)?;
+            put(shared_mem, s)?;
+            put(stream, st)
+        }
+    }
+
+    /// Shim-only: see cuda_shim.h.
+    fn cudaShimRegisterKernel(
+        func: *const c_void,
+        name: *const c_char,
+        nparams: i32,
+        sizes: *const usize,
+        simulated_ns: u64,
+    ) {
+        // SAFETY: the driver validates every argument.
+        check(unsafe { cuShimRegisterKernel(func, name, nparams, sizes, simulated_ns) })
+    }
+
+    /// Shim-only: see cuda_shim.h.
+    fn cudaShimGetStats(stats: *mut Stats) {
+        // SAFETY: the driver checks the out-parameter.
+        check(unsafe { cuShimGetStats(stats) })
+    }
+}
+
+/// Returns and clears the calling thread's last error; a sticky device fault is returned every
+/// time (the context stays unusable).
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaGetLastError() -> u32 {
+    // SAFETY: no arguments.
+    let sticky = unsafe { cuShimGetStickyError() };
+    let last = LAST_ERROR
+        .try_with(|last| last.replace(SUCCESS))
+        .unwrap_or(SUCCESS);
+    if sticky != SUCCESS { sticky } else { last }
+}
+
+/// Returns the calling thread's last error without clearing it.
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaPeekAtLastError() -> u32 {
+    // SAFETY: no arguments.
+    let sticky = unsafe { cuShimGetStickyError() };
+    let last = LAST_ERROR.try_with(|last| last.get()).unwrap_or(SUCCESS);
+    if sticky != SUCCESS { sticky } else { last }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaGetErrorName(error: u32) -> *const c_char {
+    errors::name(error)
+        .unwrap_or(errors::UNRECOGNIZED)
+        .as_ptr()
+        .cast()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaGetErrorString(error: u32) -> *const c_char {
+    errors::description(error)
+        .unwrap_or(errors::UNRECOGNIZED)
+        .as_ptr()
+        .cast()
+}
+
+/// Shim-only: see cuda_shim.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn cudaShimRaiseDeviceError(error: u32) {
+    // SAFETY: the driver validates the code and the calling thread.
+    unsafe { cuShimRaiseDeviceError(error) };
+}
+
+/// Handles returned by `__cudaRegisterFatBinary`, so unregistering checks what it frees.
+static FAT_BINARIES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+/// nvcc-generated constructors register each embedded fat binary; the shim has no device code
+/// to load, so the handle only identifies the registration.
+#[unsafe(no_mangle)]
+pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c_void {
+    let handle = Box::into_raw(Box::new(fat_cubin));
+    if let Ok(mut handles) = FAT_BINARIES.lock() {
+        handles
+            .get_or_insert_with(HashSet::new)
+            .insert(handle as usize);
+    }
+    handle
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __cudaRegisterFatBinaryEnd(_handle: *mut *mut c_void) {}
+
+/// # Safety
+/// `handle` is any value; only handles returned by `__cudaRegisterFatBinary` are freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __cudaUnregisterFatBinary(handle: *mut *mut c_void) {
+    let known = FAT_BINARIES
+        .lock()
+        .map(|mut handles| {
+            handles
+                .get_or_insert_with(HashSet::new)
+                .remove(&(handle as usize))
+        })
+        .unwrap_or(false);
+    if known {
+        // SAFETY: `handle` was created by Box::into_raw in __cudaRegisterFatBinary and was just
+        // removed from the set, so it is freed exactly once.
+        drop(unsafe { Box::from_raw(handle) });
+    }
+}
+
+/// Records the device-side name of a host stub. Kernel bodies and their parameter layout come
+/// from `cudaShimRegisterKernel`, which stands in for the fat binary's metadata.
+///
+/// # Safety
+/// `device_name` is null or NUL-terminated.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn __cudaRegisterFunction(
+    _handle: *mut *mut c_void,
+    host_fun: *const c_char,
+    _device_fun: *mut c_char,
+    device_name: *const c_char,
+    _thread_limit: i32,
+    _tid: *mut Dim3,
+    _bid: *mut Dim3,
+    _block_dim: *mut Dim3,
+    _grid_dim: *mut Dim3,
+    _warp_size: *mut i32,
+) {
+    // SAFETY: the driver validates both pointers; the name is NUL-terminated by contract.
+    unsafe { cuShimRegisterFunctionName(host_fun as *const c_void, device_name) };
+}
+
+/// Saves the `<<<grid, block, shared, stream>>>` of a launch for the stub to pop.
+#[unsafe(no_mangle)]
+pub extern "C" fn __cudaPushCallConfiguration(
+    grid: Dim3,
+    block: Dim3,
+    shared_mem: usize,
+    stream: usize,
+) -> u32 {
+    CALL_CONFIGURATIONS.with(|stack| stack.borrow_mut().push((grid, block, shared_mem, stream)));
+    SUCCESS
+}

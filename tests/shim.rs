@@ -1,0 +1,148 @@
+//! The simulated CUDA platform's semantics, checked through its C ABI by
+//! `tests/programs/shim_checks.c` (each case asserts its own expectations; see that file).
+
+mod support;
+
+use support::{program, run_ok, run_on_shim, value_of};
+
+fn check(case: &str, env: &[(&str, &str)]) -> String {
+    run_ok(&program("shim_checks"), &[case], env)
+}
+
+#[test]
+fn work_on_one_stream_runs_in_order_even_with_jitter() {
+    check("stream_order", &[]);
+    check(
+        "stream_order",
+        &[("CUDA_SHIM_JITTER_US", "300"), ("CUDA_SHIM_SEED", "5")],
+    );
+}
+
+#[test]
+fn a_stream_waiting_on_an_event_sees_the_work_before_the_record() {
+    for seed in ["1", "2", "3"] {
+        check(
+            "event_wait",
+            &[("CUDA_SHIM_JITTER_US", "2000"), ("CUDA_SHIM_SEED", seed)],
+        );
+    }
+}
+
+#[test]
+fn legacy_default_stream_synchronises_with_blocking_streams_only() {
+    check("default_stream", &[]);
+}
+
+#[test]
+fn allocation_beyond_capacity_fails_with_memory_allocation_error() {
+    check("capacity", &[("CUDA_SHIM_DEVICE_MEMORY", "1M")]);
+}
+
+#[test]
+fn invalid_frees_and_handles_get_cuda_error_codes() {
+    check("invalid_free", &[]);
+}
+
+#[test]
+fn use_after_free_reads_poison() {
+    check("use_after_free", &[]);
+}
+
+#[test]
+fn statistics_match_the_program_arithmetic_and_reach_the_json_file() {
+    let dir = std::env::temp_dir().join(format!("itermem-shim-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("stats.json");
+    check("stats", &[("CUDA_SHIM_STATS", path.to_str().unwrap())]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(json["peak_device_bytes"], (1 << 20) + 1024);
+    assert_eq!(json["h2d_bytes"], 6000);
+    assert_eq!(json["d2h_bytes"], 4000);
+    assert_eq!(json["kernel_launches"], 2);
+    assert_eq!(json["peak_pinned_bytes"], 3000);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn driver_and_runtime_views_of_one_allocation_agree() {
+    check("driver_runtime_views", &[]);
+    check("device_queries", &[]);
+    check("memory_kinds", &[]);
+}
+
+#[test]
+fn device_faults_are_sticky_and_launch_errors_are_not() {
+    check("sticky_error", &[]);
+    check("launch_errors", &[]);
+}
+
+#[test]
+fn events_time_simulated_kernel_durations() {
+    check("event_timing", &[]);
+}
+
+#[test]
+fn stream_ordered_allocation_returns_memory_in_stream_order() {
+    check("async_alloc", &[]);
+}
+
+#[test]
+fn copy_bandwidth_model_slows_copies() {
+    let fast = check("async_copies", &[]);
+    let slow = check("async_copies", &[("CUDA_SHIM_H2D_GBPS", "1")]);
+    let ms = |out: &str| value_of(out, "h2d_ms").unwrap().parse::<f64>().unwrap();
+    // 8 MiB at 1 GB/s is 8.4 ms at least.
+    assert!(ms(&slow) >= 8.0, "{slow}");
+    assert!(ms(&slow) > ms(&fast), "fast {fast} slow {slow}");
+}
+
+#[test]
+fn jitter_is_reproducible_by_seed() {
+    let digest = |seed: &str| {
+        let out = check(
+            "jitter",
+            &[("CUDA_SHIM_JITTER_US", "100"), ("CUDA_SHIM_SEED", seed)],
+        );
+        value_of(&out, "jitter_digest").unwrap().to_string()
+    };
+    assert_eq!(digest("7"), digest("7"));
+    assert_ne!(digest("7"), digest("8"));
+    let none = check("jitter", &[]);
+    assert_eq!(value_of(&none, "jitter_digest"), Some("0"));
+}
+
+#[test]
+fn jitter_exposes_a_missing_event_wait() {
+    let values: Vec<String> = (1..=10)
+        .map(|seed| {
+            let seed = seed.to_string();
+            let env = [
+                ("CUDA_SHIM_JITTER_US", "5000"),
+                ("CUDA_SHIM_SEED", seed.as_str()),
+            ];
+            value_of(&check("event_wait_missing", &env), "value")
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        values.iter().any(|v| v == "0"),
+        "race never exposed: {values:?}"
+    );
+}
+
+#[test]
+fn bad_configuration_is_reported_and_the_default_kept() {
+    let output = run_on_shim(
+        &program("shim_checks"),
+        &["device_queries"],
+        &[("CUDA_SHIM_DEVICE_MEMORY", "12Q")],
+    );
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("CUDA_SHIM_DEVICE_MEMORY=\"12Q\""),
+        "no clear message: {stderr}"
+    );
+}

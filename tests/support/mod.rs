@@ -1,0 +1,87 @@
+//! Shared by the integration tests: builds the simulated CUDA platform and the C programs of
+//! `tests/programs/` (through the same scripts a user runs), and runs programs on the shim.
+
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `tools/build-shim` and `tools/build-programs` once per test process.
+fn build() -> &'static Result<(), String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        for script in ["tools/build-shim", "tools/build-programs"] {
+            let output = Command::new(root().join(script))
+                .current_dir(root())
+                .output()
+                .map_err(|e| format!("cannot run {script}: {e}"))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "{script} failed:\n{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Path of a built program of `tests/programs/`.
+pub fn program(name: &str) -> PathBuf {
+    if let Err(message) = build() {
+        panic!("{message}");
+    }
+    root().join("target/programs").join(name)
+}
+
+pub fn shim_lib_dir() -> PathBuf {
+    root().join("target/shim/lib")
+}
+
+/// Runs `program args…` on the simulated GPU with the given extra environment.
+pub fn run_on_shim(program_path: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(program_path);
+    command.args(args).env("LD_LIBRARY_PATH", shim_lib_dir());
+    for var in [
+        "CUDA_SHIM_DEVICE_MEMORY",
+        "CUDA_SHIM_H2D_GBPS",
+        "CUDA_SHIM_D2H_GBPS",
+        "CUDA_SHIM_JITTER_US",
+        "CUDA_SHIM_SEED",
+        "CUDA_SHIM_STATS",
+    ] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program_path.display()))
+}
+
+/// Like `run_on_shim`, asserting success; returns stdout.
+pub fn run_ok(program_path: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let output = run_on_shim(program_path, args, env);
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        program_path.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("program output is UTF-8")
+}
+
+/// The value of a `key=value` or `key value` line of a program's output.
+pub fn value_of<'a>(output: &'a str, key: &str) -> Option<&'a str> {
+    output.lines().find_map(|line| {
+        let rest = line.strip_prefix(key)?;
+        rest.strip_prefix('=').or_else(|| rest.strip_prefix(' '))
+    })
+}
