@@ -78,6 +78,11 @@ fn device_faults_are_sticky_and_launch_errors_are_not() {
 }
 
 #[test]
+fn launch_ex_and_per_thread_default_stream_variants_work() {
+    check("per_thread_stream", &[("CUDA_SHIM_JITTER_US", "100")]);
+}
+
+#[test]
 fn events_time_simulated_kernel_durations() {
     check("event_timing", &[]);
 }

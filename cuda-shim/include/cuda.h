@@ -9,6 +9,7 @@
 #define ITERMEM_SHIM_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define CUDA_VERSION 12090
 
@@ -24,7 +25,7 @@ typedef unsigned long long CUdeviceptr_v2;
 typedef CUdeviceptr_v2 CUdeviceptr;
 typedef int CUdevice_v1;
 typedef CUdevice_v1 CUdevice;
-typedef unsigned long long cuuint64_t;
+typedef uint64_t cuuint64_t;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
@@ -355,6 +356,7 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev);
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx);
 CUresult CUDAAPI cuCtxSynchronize(void);
@@ -396,6 +398,7 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent);
 
 /* ---- kernels ---- */
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc);
 CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 
 #ifdef __cplusplus

@@ -477,6 +477,17 @@ struct cudaFuncAttributes {
     int reserved[16];
 };
 
+/* ---- launch configuration (cudaLaunchKernelExC) ---- */
+typedef struct cudaLaunchAttribute_st cudaLaunchAttribute; /* attributes: not modelled */
+typedef struct cudaLaunchConfig_st {
+    dim3 gridDim;
+    dim3 blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute *attrs;
+    unsigned int numAttrs;
+} cudaLaunchConfig_t;
+
 /* ---- memory ---- */
 extern cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size);
 extern cudaError_t CUDARTAPI cudaFree(void *devPtr);
@@ -527,8 +538,26 @@ extern cudaError_t CUDARTAPI cudaDriverGetVersion(int *driverVersion);
 
 /* ---- kernels ---- */
 extern cudaError_t CUDARTAPI cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args);
 extern cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr);
 extern cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func);
+
+/* ---- per-thread default stream variants ----
+ * What code compiled with nvcc --default-stream per-thread calls (NVIDIA's header maps the plain
+ * names to these when __CUDART_API_PER_THREAD_DEFAULT_STREAM is defined): stream 0 means the
+ * calling thread's default stream instead of the legacy one. */
+extern cudaError_t CUDARTAPI cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+extern cudaError_t CUDARTAPI cudaMemset_ptds(void *devPtr, int value, size_t count);
+extern cudaError_t CUDARTAPI cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);
+extern cudaError_t CUDARTAPI cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
+extern cudaError_t CUDARTAPI cudaStreamSynchronize_ptsz(cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaStreamQuery_ptsz(cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+extern cudaError_t CUDARTAPI cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args);
 
 /* ---- registration entry points called by nvcc-generated host code ---- */
 extern void **CUDARTAPI __cudaRegisterFatBinary(void *fatCubin);

@@ -457,6 +457,14 @@ driver_api! {
         }
     }
 
+    fn cuFuncGetName(name: *mut *const c_char, function: usize) {
+        let context = initialized()?;
+        let function = context.device.functions.by_handle(function)?;
+        // SAFETY: out-parameter contract of `put`; the name lives as long as the function,
+        // which is never freed.
+        unsafe { put(name, function.name().as_ptr()) }
+    }
+
     /// Shim-only: registers a host function as a kernel (see `cudaShimRegisterKernel`).
     fn cuShimRegisterKernel(
         host: *const c_void,

@@ -41,11 +41,28 @@ impl Layout {
 
 pub struct Function {
     layout: RwLock<Layout>,
+    /// NUL-terminated names this function has carried, newest last (`cuFuncGetName` hands out
+    /// pointers into them, so an old name is never freed).
+    names: Mutex<Vec<std::ffi::CString>>,
 }
 
 impl Function {
     pub fn layout(&self) -> Layout {
         self.layout.read().clone()
+    }
+
+    /// The current name, NUL-terminated, valid for the life of the process.
+    pub fn name(&self) -> &std::ffi::CStr {
+        let mut names = self.names.lock();
+        let current =
+            std::ffi::CString::new(self.layout.read().name.replace('\0', "")).unwrap_or_default();
+        if names.last() != Some(&current) {
+            names.push(current);
+        }
+        let name: *const std::ffi::CStr = names.last().map_or(c"", |n| n.as_c_str());
+        // SAFETY: the CString's heap buffer never moves or drops while `names` only grows, and
+        // `self` lives for the whole process (functions are leaked).
+        unsafe { &*name }
     }
 }
 
@@ -88,6 +105,7 @@ impl Functions {
         }
         let function: &'static Function = Box::leak(Box::new(Function {
             layout: RwLock::new(layout),
+            names: Mutex::new(Vec::new()),
         }));
         known.by_host.insert(host, function);
         known.handles.insert(function as *const Function as usize);

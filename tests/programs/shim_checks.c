@@ -460,6 +460,35 @@ static void memory_kinds(void) {
     printf("memory_kinds ok\n");
 }
 
+/* cudaLaunchKernelExC and the per-thread default stream variants (what code compiled with
+ * --default-stream per-thread calls): stream 0 there is the calling thread's own stream. */
+static void per_thread_stream(void) {
+    float *a, *b, value = 5.0f, back = 0.0f;
+    cudaLaunchConfig_t config = {{1, 1, 1}, {1, 1, 1}, 0, 0, NULL, 0};
+    float stored = 6.0f;
+    int sleep_us = 20000;
+    void *args[] = {&a, &stored, &sleep_us};
+    OK(cudaMalloc((void **)&a, sizeof(float)));
+    OK(cudaMalloc((void **)&b, sizeof(float)));
+    OK(cudaMemcpyAsync_ptsz(a, &value, sizeof value, cudaMemcpyHostToDevice, 0));
+    OK(cudaStreamSynchronize_ptsz(0));
+    OK(cudaMemcpy_ptds(&back, a, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(back == 5.0f);
+    OK(cudaStreamCreateWithFlags(&config.stream, cudaStreamNonBlocking));
+    OK(cudaLaunchKernelExC(&config, (const void *)k_slow_store, args));
+    EXPECT_CODE(cudaStreamQuery(config.stream), cudaErrorNotReady);
+    OK(cudaStreamSynchronize(config.stream));
+    EXPECT(read_float(a) == 6.0f);
+    config.stream = 0;
+    stored = 7.0f;
+    OK(cudaLaunchKernelExC_ptsz(&config, (const void *)k_slow_store, args));
+    OK(cudaMemsetAsync_ptsz(b, 0, sizeof(float), 0));
+    OK(cudaStreamSynchronize_ptsz(0));
+    EXPECT(read_float(a) == 7.0f && read_float(b) == 0.0f);
+    EXPECT_CODE(cudaLaunchKernelExC(NULL, (const void *)k_slow_store, args), cudaErrorInvalidValue);
+    printf("per_thread_stream ok\n");
+}
+
 /* Device queries agree between runtime and driver. */
 static void device_queries(void) {
     struct cudaDeviceProp prop;
@@ -503,6 +532,7 @@ static const struct {
     {"async_alloc", async_alloc},
     {"memory_kinds", memory_kinds},
     {"device_queries", device_queries},
+    {"per_thread_stream", per_thread_stream},
 };
 
 int main(int argc, char **argv) {

@@ -28,7 +28,6 @@ unsafe extern "C" {
     pub fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) -> u32;
     pub fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: usize) -> u32;
     pub fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32;
-    pub fn cuMemsetD8_v2(dst: u64, value: u8, count: usize) -> u32;
     pub fn cuMemsetD8Async(dst: u64, value: u8, count: usize, stream: usize) -> u32;
     pub fn cuPointerGetAttribute(data: *mut c_void, attr: i32, ptr: u64) -> u32;
     pub fn cuStreamCreate(stream: *mut usize, flags: u32) -> u32;

@@ -14,7 +14,7 @@ mod errors;
 mod props;
 
 use driver::*;
-use props::{DeviceProp, Dim3, FuncAttributes, PointerAttributes};
+use props::{DeviceProp, Dim3, FuncAttributes, LaunchConfig, PointerAttributes};
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_void};
@@ -106,9 +106,104 @@ unsafe fn put<T>(out: *mut T, value: T) -> RtResult {
     Ok(())
 }
 
+/// Handle of the calling thread's default stream (`cudaStreamPerThread`).
+const PER_THREAD_STREAM: usize = 0x2;
+
+/// What stream 0 means in a `_ptsz`/`_ptds` call: the calling thread's default stream.
+fn per_thread(stream: usize) -> usize {
+    if stream == 0 {
+        PER_THREAD_STREAM
+    } else {
+        stream
+    }
+}
+
 fn launch_configuration_valid(grid: Dim3, block: Dim3) -> bool {
     let threads = u64::from(block.x) * u64::from(block.y) * u64::from(block.z);
     grid.x > 0 && grid.y > 0 && grid.z > 0 && threads > 0 && threads <= 1024
+}
+
+/// Every kernel launch entry point ends here.
+fn launch(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: usize,
+) -> RtResult {
+    context()?;
+    if !launch_configuration_valid(grid, block) {
+        return Err(INVALID_CONFIGURATION);
+    }
+    let function = function_of(func)?;
+    let shared_mem = u32::try_from(shared_mem).map_err(|_| INVALID_VALUE)?;
+    // SAFETY: `args` holds one pointer per parameter (the cudaLaunchKernel contract).
+    let code = unsafe {
+        cuLaunchKernel(
+            function,
+            grid.x,
+            grid.y,
+            grid.z,
+            block.x,
+            block.y,
+            block.z,
+            shared_mem,
+            stream,
+            args,
+            std::ptr::null_mut(),
+        )
+    };
+    match code {
+        SYMBOL_NOT_FOUND => Err(INVALID_DEVICE_FUNCTION),
+        code => check(code),
+    }
+}
+
+/// Every copy entry point ends here (`synchronous`: cudaMemcpy's host-side wait).
+fn memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: u32,
+    stream: usize,
+    synchronous: bool,
+) -> RtResult {
+    context()?;
+    if kind > 4 {
+        return Err(INVALID_MEMCPY_DIRECTION);
+    }
+    // SAFETY: the driver validates device ranges; host ranges are the caller's contract.
+    check(unsafe {
+        cuShimMemcpy(
+            dst as u64,
+            src as u64,
+            count,
+            kind,
+            stream,
+            synchronous as u32,
+        )
+    })
+}
+
+/// Every memset entry point ends here; asynchronous with respect to the host.
+fn memset(dev_ptr: *mut c_void, value: i32, count: usize, stream: usize) -> RtResult {
+    context()?;
+    // SAFETY: the driver validates the device range and the stream.
+    check(unsafe { cuMemsetD8Async(dev_ptr as u64, value as u8, count, stream) })
+}
+
+fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: usize) -> RtResult {
+    context()?;
+    if dev_ptr.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let mut addr = 0u64;
+    // SAFETY: valid out-parameters; the driver checks the stream.
+    unsafe {
+        check(cuMemAllocAsync(&mut addr, size, stream))?;
+        put(dev_ptr, addr as *mut c_void)
+    }
 }
 
 /// The driver function registered for host function `func`.
@@ -202,16 +297,7 @@ runtime_api! {
     }
 
     fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: usize) {
-        context()?;
-        if dev_ptr.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        let mut addr = 0u64;
-        // SAFETY: valid out-parameters; the driver checks the stream.
-        unsafe {
-            check(cuMemAllocAsync(&mut addr, size, stream))?;
-            put(dev_ptr, addr as *mut c_void)
-        }
+        malloc_async(dev_ptr, size, stream)
     }
 
     fn cudaFreeAsync(dev_ptr: *mut c_void, stream: usize) {
@@ -221,34 +307,20 @@ runtime_api! {
     }
 
     fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
-        context()?;
-        if kind > 4 {
-            return Err(INVALID_MEMCPY_DIRECTION);
-        }
-        // SAFETY: the driver validates device ranges; host ranges are the caller's contract.
-        check(unsafe { cuShimMemcpy(dst as u64, src as u64, count, kind, 0, 1) })
+        memcpy(dst, src, count, kind, 0, true)
     }
 
     fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) {
-        context()?;
-        if kind > 4 {
-            return Err(INVALID_MEMCPY_DIRECTION);
-        }
-        // SAFETY: as for cudaMemcpy.
-        check(unsafe { cuShimMemcpy(dst as u64, src as u64, count, kind, stream, 0) })
+        memcpy(dst, src, count, kind, stream, false)
     }
 
     /// Asynchronous with respect to the host, as documented for device memory.
     fn cudaMemset(dev_ptr: *mut c_void, value: i32, count: usize) {
-        context()?;
-        // SAFETY: the driver validates the device range.
-        check(unsafe { cuMemsetD8_v2(dev_ptr as u64, value as u8, count) })
+        memset(dev_ptr, value, count, 0)
     }
 
     fn cudaMemsetAsync(dev_ptr: *mut c_void, value: i32, count: usize, stream: usize) {
-        context()?;
-        // SAFETY: the driver validates the device range and the stream.
-        check(unsafe { cuMemsetD8Async(dev_ptr as u64, value as u8, count, stream) })
+        memset(dev_ptr, value, count, stream)
     }
 
     fn cudaMemGetInfo(free: *mut usize, total: *mut usize) {
@@ -470,23 +542,82 @@ runtime_api! {
         shared_mem: usize,
         stream: usize,
     ) {
+        launch(func, grid, block, args, shared_mem, stream)
+    }
+
+    fn cudaLaunchKernel_ptsz(
+        func: *const c_void,
+        grid: Dim3,
+        block: Dim3,
+        args: *mut *mut c_void,
+        shared_mem: usize,
+        stream: usize,
+    ) {
+        launch(func, grid, block, args, shared_mem, per_thread(stream))
+    }
+
+    /// Launch attributes are not modelled: they are accepted and ignored.
+    fn cudaLaunchKernelExC(config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) {
+        // SAFETY: `config` is null (rejected) or points to a launch configuration.
+        let config = unsafe { config.as_ref() }.ok_or(INVALID_VALUE)?;
+        launch(func, config.grid_dim, config.block_dim, args, config.dynamic_smem_bytes, config.stream)
+    }
+
+    fn cudaLaunchKernelExC_ptsz(config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) {
+        // SAFETY: as for cudaLaunchKernelExC.
+        let config = unsafe { config.as_ref() }.ok_or(INVALID_VALUE)?;
+        let stream = per_thread(config.stream);
+        launch(func, config.grid_dim, config.block_dim, args, config.dynamic_smem_bytes, stream)
+    }
+
+    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) {
+        memcpy(dst, src, count, kind, PER_THREAD_STREAM, true)
+    }
+
+    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) {
+        memcpy(dst, src, count, kind, per_thread(stream), false)
+    }
+
+    fn cudaMemset_ptds(dev_ptr: *mut c_void, value: i32, count: usize) {
+        memset(dev_ptr, value, count, PER_THREAD_STREAM)
+    }
+
+    fn cudaMemsetAsync_ptsz(dev_ptr: *mut c_void, value: i32, count: usize, stream: usize) {
+        memset(dev_ptr, value, count, per_thread(stream))
+    }
+
+    fn cudaMallocAsync_ptsz(dev_ptr: *mut *mut c_void, size: usize, stream: usize) {
+        malloc_async(dev_ptr, size, per_thread(stream))
+    }
+
+    fn cudaFreeAsync_ptsz(dev_ptr: *mut c_void, stream: usize) {
         context()?;
-        if !launch_configuration_valid(grid, block) {
-            return Err(INVALID_CONFIGURATION);
-        }
-        let function = function_of(func)?;
-        let shared_mem = u32::try_from(shared_mem).map_err(|_| INVALID_VALUE)?;
-        // SAFETY: `args` holds one pointer per parameter (the cudaLaunchKernel contract).
-        let code = unsafe {
-            cuLaunchKernel(
-                function, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_mem, stream,
-                args, std::ptr::null_mut(),
-            )
-        };
-        match code {
-            SYMBOL_NOT_FOUND => Err(INVALID_DEVICE_FUNCTION),
-            code => check(code),
-        }
+        // SAFETY: the driver validates the address and the stream.
+        check(unsafe { cuMemFreeAsync(dev_ptr as u64, per_thread(stream)) })
+    }
+
+    fn cudaStreamSynchronize_ptsz(stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuStreamSynchronize(per_thread(stream)) })
+    }
+
+    fn cudaStreamQuery_ptsz(stream: usize) {
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuStreamQuery(per_thread(stream)) })
+    }
+
+    fn cudaStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates both handles and the flags.
+        check(unsafe { cuStreamWaitEvent(per_thread(stream), event, flags) })
+    }
+
+    fn cudaEventRecord_ptsz(event: usize, stream: usize) {
+        context()?;
+        // SAFETY: the driver validates both handles.
+        check(unsafe { cuEventRecord(event, per_thread(stream)) })
     }
 
     fn cudaGetFuncBySymbol(function: *mut usize, symbol: *const c_void) {

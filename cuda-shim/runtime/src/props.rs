@@ -108,3 +108,14 @@ pub struct Dim3 {
     pub y: u32,
     pub z: u32,
 }
+
+/// `cudaLaunchConfig_t` (attributes are not modelled).
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid_dim: Dim3,
+    pub block_dim: Dim3,
+    pub dynamic_smem_bytes: usize,
+    pub stream: usize,
+    pub attrs: *mut std::ffi::c_void,
+    pub num_attrs: u32,
+}

@@ -1,0 +1,21 @@
+//! The simulated platform's exports have NVIDIA's exact CUDA 12 ABI: `tools/abi-check` compares
+//! our headers and libraries with NVIDIA's official headers (fetched from PyPI into a cache
+//! outside the repository; see the script).
+
+mod support;
+
+#[test]
+fn exports_match_nvidia_cuda_12_headers() {
+    support::program("shim_checks"); // builds the shim
+    let output = std::process::Command::new(support::root().join("tools/abi-check"))
+        .current_dir(support::root())
+        .output()
+        .expect("cannot run tools/abi-check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "tools/abi-check failed:\n{stdout}{stderr}"
+    );
+    assert!(stdout.contains("abi-check: OK"), "{stdout}");
+}
