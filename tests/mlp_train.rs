@@ -50,7 +50,11 @@ fn results_are_bit_identical_whatever_the_stream_timing() {
             &args,
             &[("CUDA_SHIM_JITTER_US", "200"), ("CUDA_SHIM_SEED", seed)],
         );
-        assert_eq!(results(&jittered), reference, "seed {seed} changed the results");
+        assert_eq!(
+            results(&jittered),
+            reference,
+            "seed {seed} changed the results"
+        );
     }
 }
 
@@ -74,7 +78,13 @@ fn shim_peak_matches_the_program_arithmetic() {
     assert_eq!(number(&out, "mallocs_per_iteration"), 6 * layers + 1);
     assert_eq!(number(&out, "launches_per_iteration"), 8 * layers - 1);
     let per_iteration_allocs = 3 * number(&out, "mallocs_per_iteration");
-    assert_eq!(stats["device_alloc_calls"], 2 * layers + per_iteration_allocs);
-    assert_eq!(stats["kernel_launches"], 3 * number(&out, "launches_per_iteration"));
+    assert_eq!(
+        stats["device_alloc_calls"],
+        2 * layers + per_iteration_allocs
+    );
+    assert_eq!(
+        stats["kernel_launches"],
+        3 * number(&out, "launches_per_iteration")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
