@@ -1,0 +1,333 @@
+//! [`TraceWriter`]: records events from any number of threads into a trace file, encoding and
+//! writing on one background thread.
+//!
+//! Why a thread and a bounded channel: hooks run on the application's threads, inside CUDA
+//! calls; they must not do file I/O or hold a lock while encoding. A bounded channel caps the
+//! memory the trace can take (a few MB), and when the disk cannot keep up the recording thread
+//! waits for room instead of dropping events: a trace with holes would mislead every later
+//! analysis, a slow trace does not.
+//!
+//! Accounting (what [`TraceSummary`] reports): every recorded event ends up in exactly one of
+//! `events_written` (its bytes reached the OS in a successful `write`) or `events_lost` (it was
+//! buffered when a write failed, arrived after a write failed or after `close`, or the writer
+//! thread was gone): at `finish`, `recorded = events_written + events_lost`. The thread keeps its own buffer instead of a
+//! `BufWriter` so that this is exact: it knows which events each `write_all` carried.
+//!
+//! After the first write error the file is left as it is (possibly ending inside a record,
+//! which a reader reports as truncation at that record) and the thread only counts: one
+//! `itermem:` line on stderr says so. Nothing here panics or blocks the program forever: the
+//! thread always keeps draining the channel.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::format;
+use super::{EndRecord, TraceHeader};
+use crate::event::Event;
+
+/// What a finished writer did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceSummary {
+    /// Events whose records reached the file.
+    pub events_written: u64,
+    /// Events recorded but not in the file (after a write error).
+    pub events_lost: u64,
+    /// Bytes in the file (header and end record included).
+    pub bytes_written: u64,
+    /// The first write error, as reported on stderr (`None` when all went well).
+    pub error: Option<String>,
+}
+
+enum Msg {
+    Event(Event),
+    /// Write everything before this message, then answer.
+    Flush(Sender<()>),
+    /// Write everything and the end record, answer with the summary, and from then on count
+    /// every event as lost (the thread stays, so that no late event goes uncounted).
+    Close(Sender<TraceSummary>),
+    /// Close if not closed, then exit.
+    Finish,
+}
+
+/// Records [`Event`]s into a trace file from any thread (`&self`, `Send + Sync`).
+///
+/// Ending a recording: [`finish`](TraceWriter::finish) when the writer can be moved, or
+/// [`close`](TraceWriter::close) when it lives in a `static` (whose destructor never runs), e.g.
+/// from an `atexit` handler. Dropping a writer finishes it too, without telling the summary.
+pub struct TraceWriter {
+    tx: Sender<Msg>,
+    thread: Option<JoinHandle<TraceSummary>>,
+    path: PathBuf,
+    /// Events that could not even be handed over (the writer thread is gone). Relaxed: a counter
+    /// read only after the thread has been joined.
+    unsent: AtomicU64,
+}
+
+impl TraceWriter {
+    /// Channel capacity of [`create`](TraceWriter::create), in events (about 1–2 MB of events).
+    pub const DEFAULT_CAPACITY: usize = 16 * 1024;
+
+    /// Creates (truncates) `path`, writes the header, and starts the writer thread.
+    pub fn create(path: &Path, header: TraceHeader) -> io::Result<TraceWriter> {
+        TraceWriter::with_capacity(path, header, TraceWriter::DEFAULT_CAPACITY)
+    }
+
+    /// Like [`create`](TraceWriter::create) with a channel of `capacity` events (at least 1):
+    /// when that many are waiting, [`record`](TraceWriter::record) blocks.
+    pub fn with_capacity(
+        path: &Path,
+        header: TraceHeader,
+        capacity: usize,
+    ) -> io::Result<TraceWriter> {
+        let header_bytes = format::encode_header(&header)?;
+        let mut file = File::create(path)?;
+        file.write_all(&header_bytes)?;
+        TraceWriter::start(path, file, header_bytes.len() as u64, capacity)
+    }
+
+    /// Starts the writer thread on `file`, whose first `header_len` bytes are written.
+    fn start(path: &Path, file: File, header_len: u64, capacity: usize) -> io::Result<Self> {
+        let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        let sink = Sink {
+            path: path.to_path_buf(),
+            file,
+            buf: Vec::with_capacity(BUF_TARGET + 4096),
+            body: Vec::with_capacity(256),
+            prev_time: 0,
+            buffered: 0,
+            closed: false,
+            summary: TraceSummary {
+                bytes_written: header_len,
+                ..TraceSummary::default()
+            },
+        };
+        let thread = std::thread::Builder::new()
+            .name("itermem-trace".into())
+            .spawn(move || sink.run(rx))?;
+        Ok(TraceWriter {
+            tx,
+            thread: Some(thread),
+            path: path.to_path_buf(),
+            unsent: AtomicU64::new(0),
+        })
+    }
+
+    /// The trace file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Hands `event` to the writer thread; blocks while the channel is full.
+    pub fn record(&self, event: Event) {
+        if self.tx.send(Msg::Event(event)).is_err() {
+            // Only possible if the writer thread died, which it does not do while `self` lives.
+            self.unsent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Returns once every event recorded before the call (by any thread, in the happens-before
+    /// sense) has been written to the file, i.e. handed to the OS, or counted as lost. Safe from
+    /// any thread, e.g. one that watches for SIGTERM; not from a signal handler (it allocates
+    /// and waits).
+    pub fn flush(&self) {
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        if self.tx.send(Msg::Flush(ack_tx)).is_ok() {
+            // An error means the thread is gone: nothing more will be written anyway.
+            let _ = ack_rx.recv();
+        }
+    }
+
+    /// [`flush`](TraceWriter::flush), giving up after `timeout` (for a process that must exit).
+    /// Returns whether the flush completed.
+    pub fn flush_timeout(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        self.tx.send_deadline(Msg::Flush(ack_tx), deadline).is_ok()
+            && ack_rx.recv_deadline(deadline).is_ok()
+    }
+
+    /// Writes everything recorded before the call and the end record, and returns the summary;
+    /// events recorded afterwards are not written but counted as lost (in the summary of a later
+    /// `close` or `finish`). For a writer that cannot be moved into
+    /// [`finish`](TraceWriter::finish); calling it again is harmless. `None` if the writer
+    /// thread is gone (it panicked).
+    pub fn close(&self) -> Option<TraceSummary> {
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        self.tx.send(Msg::Close(ack_tx)).ok()?;
+        let mut summary = ack_rx.recv().ok()?;
+        summary.events_lost += self.unsent.load(Ordering::Relaxed);
+        Some(summary)
+    }
+
+    /// Writes everything recorded, appends the end record (unless [`close`](TraceWriter::close)
+    /// did), and stops the thread.
+    /// Write errors do not make this fail: they are in the summary (and were reported on
+    /// stderr). `Err` only if the writer thread itself failed.
+    pub fn finish(mut self) -> io::Result<TraceSummary> {
+        self.stop()
+            .ok_or_else(|| io::Error::other("itermem trace writer thread panicked"))
+    }
+
+    fn stop(&mut self) -> Option<TraceSummary> {
+        let thread = self.thread.take()?;
+        let _ = self.tx.send(Msg::Finish);
+        let mut summary = thread.join().ok()?;
+        summary.events_lost += self.unsent.load(Ordering::Relaxed);
+        Some(summary)
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Write to the file once this many bytes are buffered.
+const BUF_TARGET: usize = 64 * 1024;
+/// Write a partly filled buffer after the channel has been idle this long, so that a crash
+/// loses little and a reader of a running trace sees recent events.
+const IDLE_WRITE: Duration = Duration::from_millis(50);
+
+/// The writer thread's state.
+struct Sink {
+    path: PathBuf,
+    file: File,
+    /// Encoded records not yet written.
+    buf: Vec<u8>,
+    /// Scratch space for one record body.
+    body: Vec<u8>,
+    /// Time of the last encoded record (records carry time deltas).
+    prev_time: u64,
+    /// Events in `buf`.
+    buffered: u64,
+    /// The end record has been written: further events are lost.
+    closed: bool,
+    summary: TraceSummary,
+}
+
+impl Sink {
+    fn run(mut self, rx: Receiver<Msg>) -> TraceSummary {
+        loop {
+            let msg = if self.buf.is_empty() {
+                rx.recv().ok()
+            } else {
+                match rx.recv_timeout(IDLE_WRITE) {
+                    Ok(msg) => Some(msg),
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.write_out();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => None,
+                }
+            };
+            match msg {
+                Some(Msg::Event(event)) => self.push(&event),
+                Some(Msg::Flush(ack)) => {
+                    self.write_out();
+                    let _ = ack.send(());
+                }
+                Some(Msg::Close(ack)) => {
+                    self.close();
+                    let _ = ack.send(self.summary.clone());
+                }
+                // Disconnected cannot happen before `Finish` (the writer sends it on drop), but
+                // it means the same.
+                Some(Msg::Finish) | None => break,
+            }
+            if self.buf.len() >= BUF_TARGET {
+                self.write_out();
+            }
+        }
+        self.close();
+        self.summary
+    }
+
+    /// Writes the end record and everything before it, once; afterwards `push` only counts.
+    fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        if self.summary.error.is_none() {
+            let end = EndRecord {
+                events_written: self.summary.events_written + self.buffered,
+                events_lost: self.summary.events_lost,
+            };
+            format::encode_end(&end, &mut self.body, &mut self.buf);
+        }
+        self.write_out();
+    }
+
+    fn push(&mut self, event: &Event) {
+        if self.closed || self.summary.error.is_some() {
+            self.summary.events_lost += 1;
+            return;
+        }
+        format::encode_event(event, &mut self.prev_time, &mut self.body, &mut self.buf);
+        self.buffered += 1;
+    }
+
+    /// Writes the buffer; on failure reports once and switches to counting.
+    fn write_out(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        match self.file.write_all(&self.buf) {
+            Ok(()) => {
+                self.summary.events_written += self.buffered;
+                self.summary.bytes_written += self.buf.len() as u64;
+            }
+            Err(err) => {
+                self.summary.events_lost += self.buffered;
+                let message = format!(
+                    "cannot write trace file {}: {err}; recording goes on without it, lost \
+                     events are counted",
+                    self.path.display()
+                );
+                // Not `eprintln!`, which panics when stderr is unwritable.
+                let _ = writeln!(io::stderr(), "itermem: {message}");
+                self.summary.error = Some(message);
+            }
+        }
+        self.buffered = 0;
+        self.buf.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventKind;
+
+    /// `/dev/full` fails every write with ENOSPC: the disk fills up after the header.
+    #[test]
+    fn a_full_disk_is_reported_once_and_every_event_is_counted_as_lost() {
+        let path = Path::new("/dev/full");
+        let Ok(file) = std::fs::OpenOptions::new().write(true).open(path) else {
+            return; // no /dev/full on this system
+        };
+        let writer = TraceWriter::start(path, file, 42, 8).unwrap();
+        for i in 0..1_000 {
+            writer.record(Event {
+                time_ns: i,
+                kind: EventKind::Free { id: i, stream: 0 },
+            });
+            if i == 500 {
+                writer.flush(); // returns although the write failed
+            }
+        }
+        let summary = writer.finish().unwrap();
+        assert_eq!(summary.events_written, 0);
+        assert_eq!(summary.events_lost, 1_000);
+        let error = summary.error.unwrap();
+        assert!(error.contains("/dev/full"), "{error}");
+        assert!(error.contains("No space left"), "{error}");
+    }
+}
