@@ -2,3 +2,11 @@
 //!
 //! The library grows issue by issue (see `docs/ARCHITECTURE.md`); the simulated CUDA platform it
 //! is developed on lives in the `cuda-shim` workspace member.
+
+pub mod analysis;
+pub mod config;
+pub mod detect;
+pub mod event;
+pub mod export;
+pub mod interposer;
+pub mod trace;

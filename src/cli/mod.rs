@@ -1,0 +1,102 @@
+//! Command-line parsing and the one exit path of `itermem`.
+//!
+//! Each subcommand is one variant of [`Command`] and one module: adding a command means adding
+//! both and one arm in [`run`]. Errors travel as `anyhow::Error` with context and are printed
+//! once, here, as `itermem: <error>` (with its causes, `{:#}`).
+//!
+//! Exit codes (also in `--help`):
+//! - 0: success (and a closed stdout, e.g. `| head`, which is not an error);
+//! - 1: the command failed for another reason (e.g. the output cannot be written);
+//! - 2: bad usage or bad input: unknown flags, an unreadable or corrupt trace, a trace with no
+//!   detectable iteration where one is needed.
+
+mod bench_cmd;
+mod run_cmd;
+mod trace_cmd;
+
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use itermem::detect::DetectError;
+use itermem::trace::TraceError;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  failure (e.g. the output cannot be written)
+  2  bad usage or bad input (unreadable or corrupt trace, no iteration found where needed)";
+
+/// Iteration-aware GPU memory management: run programs under the interposer, inspect and
+/// convert recorded traces, measure the hooks.
+#[derive(Debug, Parser)]
+#[command(name = "itermem", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a program under itermem (LD_PRELOAD), e.g. `itermem run --trace t.itrace -- ./train`.
+    Run(run_cmd::RunArgs),
+    /// Summarise and export trace files written with ITERMEM_TRACE.
+    Trace(trace_cmd::TraceArgs),
+    /// Measure itermem itself.
+    Bench(bench_cmd::BenchArgs),
+}
+
+/// Bad input or usage found after parsing (exit code 2).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl fmt::Display for BadInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Runs the command; `itermem run` passes on the program's own exit code.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => run_cmd::run(args),
+        Command::Trace(args) => trace_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// 2 for bad input or usage, 0 for a closed output pipe, 1 otherwise.
+fn exit_code(err: &anyhow::Error) -> u8 {
+    let mut code = 1;
+    for cause in err.chain() {
+        if cause.is::<TraceError>() || cause.is::<BadInput>() || cause.is::<DetectError>() {
+            return 2;
+        }
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            if io.kind() == io::ErrorKind::BrokenPipe {
+                code = 0;
+            }
+        }
+    }
+    code
+}
+
+pub fn main() -> ExitCode {
+    // Usage errors exit with 2 and `--help`/`--version` with 0, printed by clap.
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            let code = exit_code(&err);
+            if code != 0 {
+                // Not `eprintln!`, which panics when stderr is closed.
+                let _ = writeln!(io::stderr(), "itermem: {err:#}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}

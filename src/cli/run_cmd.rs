@@ -1,0 +1,120 @@
+//! `itermem run`: runs a program under the interposer, with the environment set up for it.
+//!
+//! It only prepares the environment (`LD_PRELOAD`, `ITERMEM_*`, and with `--shim` the simulated
+//! CUDA libraries first on the library path) and waits: the program's output is its own, and
+//! its exit code is `itermem run`'s (128 + N when killed by signal N).
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, bail};
+use itermem::config::Mode;
+
+use super::BadInput;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// What itermem does: off, record, pool, swap or cnmem.
+    #[arg(long, default_value = "record", value_parser = parse_mode)]
+    mode: Mode,
+    /// Write the access trace to this file.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Write a JSON summary to this file when the program exits.
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
+    /// Run on the simulated CUDA platform (cuda-shim), building it first if needed.
+    #[arg(long)]
+    shim: bool,
+    /// The interposer library to preload (default: libitermem.so beside this executable).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+    /// The program to run and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    Mode::parse(text)
+        .ok_or_else(|| format!("'{text}' is not a mode: use off, record, pool, swap or cnmem"))
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let lib = match args.lib {
+        Some(lib) => lib,
+        None => default_library()?,
+    };
+    if !lib.is_file() {
+        bail!(BadInput(format!(
+            "{} does not exist (build it with `cargo build`)",
+            lib.display()
+        )));
+    }
+    let mut command = Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env(
+            "LD_PRELOAD",
+            prepend(lib.as_os_str(), std::env::var_os("LD_PRELOAD"), " "),
+        )
+        .env("ITERMEM_MODE", args.mode.to_string());
+    for (name, value) in [
+        ("ITERMEM_TRACE", &args.trace),
+        ("ITERMEM_STATS", &args.stats),
+    ] {
+        if let Some(path) = value {
+            command.env(name, path);
+        }
+    }
+    if args.shim {
+        let libs = shim_libraries()?;
+        command.env(
+            "LD_LIBRARY_PATH",
+            prepend(libs.as_os_str(), std::env::var_os("LD_LIBRARY_PATH"), ":"),
+        );
+    }
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    Ok(exit_code_of(status))
+}
+
+/// `libitermem.so` beside the running executable (cargo puts both in `target/<profile>/`).
+fn default_library() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the itermem executable")?;
+    Ok(exe.with_file_name("libitermem.so"))
+}
+
+/// The simulated CUDA libraries of the checkout this executable was built from, brought up to
+/// date by `tools/build-shim`.
+fn shim_libraries() -> anyhow::Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let build = root.join("tools/build-shim");
+    let status = Command::new(&build)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("cannot run {}", build.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", build.display());
+    }
+    Ok(root.join("target/shim/lib"))
+}
+
+fn prepend(first: &OsStr, rest: Option<OsString>, separator: &str) -> OsString {
+    let mut joined = first.to_os_string();
+    if let Some(rest) = rest.filter(|r| !r.is_empty()) {
+        joined.push(separator);
+        joined.push(rest);
+    }
+    joined
+}
+
+fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(signal)) => ExitCode::from(128u8.wrapping_add(signal as u8)),
+        (None, None) => ExitCode::FAILURE,
+    }
+}

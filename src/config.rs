@@ -1,0 +1,318 @@
+//! itermem's settings: `ITERMEM_*` environment variables, read once, like
+//! `PYTORCH_CUDA_ALLOC_CONF`.
+//!
+//! Reading goes in two steps (raw strings, then a validated [`Config`]) through one table of
+//! options ([`OPTIONS`]) that also documents them. A malformed value or an unknown `ITERMEM_*`
+//! variable gets one clear `itermem:` line on stderr naming the variable, the value and the
+//! accepted forms, and the default is kept: a typo must never crash or silently change the host
+//! program.
+
+use std::fmt;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// What the interposer does with the calls it sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Pass-through, exactly the real runtime's behaviour; nothing recorded.
+    Off,
+    /// Pass-through plus the access log (trace, iteration detection, statistics).
+    Record,
+    /// SmartPool (planned pool).
+    Pool,
+    /// AutoSwap.
+    Swap,
+    /// NVIDIA cnmem's policy, as a baseline.
+    Cnmem,
+}
+
+impl Mode {
+    pub fn parse(text: &str) -> Option<Mode> {
+        Some(match text.trim().to_ascii_lowercase().as_str() {
+            "off" => Mode::Off,
+            "record" => Mode::Record,
+            "pool" => Mode::Pool,
+            "swap" => Mode::Swap,
+            "cnmem" => Mode::Cnmem,
+            _ => return None,
+        })
+    }
+
+    /// Modes this version carries out; the others record only, and say so.
+    pub fn implemented(self) -> bool {
+        matches!(self, Mode::Off | Mode::Record)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Off => "off",
+            Mode::Record => "record",
+            Mode::Pool => "pool",
+            Mode::Swap => "swap",
+            Mode::Cnmem => "cnmem",
+        })
+    }
+}
+
+/// A memory limit: bytes, or a fraction of the device's memory.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Bytes(u64),
+    Fraction(f64),
+}
+
+/// The validated configuration the interposer runs with.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Config {
+    pub mode: Mode,
+    pub trace: Option<PathBuf>,
+    pub stats: Option<PathBuf>,
+    pub limit: Option<Limit>,
+    /// `env_logger` filter for itermem's own log lines.
+    pub log: Option<String>,
+    /// Fault injection for tests: the hook of this CUDA function panics inside itermem's code
+    /// (after the real call), to prove the host program survives any bug of ours.
+    pub inject_panic: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            mode: Mode::Record,
+            trace: None,
+            stats: None,
+            limit: None,
+            log: None,
+            inject_panic: None,
+        }
+    }
+}
+
+/// One `ITERMEM_*` variable: its name, accepted forms and how it sets the configuration.
+pub struct Opt {
+    pub name: &'static str,
+    pub forms: &'static str,
+    pub doc: &'static str,
+    apply: fn(&mut Config, &str) -> bool,
+}
+
+/// Every variable itermem reads.
+pub const OPTIONS: &[Opt] = &[
+    Opt {
+        name: "ITERMEM_MODE",
+        forms: "off, record, pool, swap or cnmem",
+        doc: "what the interposer does (default record)",
+        apply: |c, v| Mode::parse(v).map(|m| c.mode = m).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_TRACE",
+        forms: "a file path",
+        doc: "write the access trace to this file",
+        apply: |c, v| path(v).map(|p| c.trace = Some(p)).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_STATS",
+        forms: "a file path",
+        doc: "write a JSON summary to this file at exit",
+        apply: |c, v| path(v).map(|p| c.stats = Some(p)).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_LIMIT",
+        forms: "bytes with an optional K, M, G or T suffix (e.g. 6G), or a percentage of device memory (e.g. 75%)",
+        doc: "device memory limit for swap mode",
+        apply: |c, v| parse_limit(v).map(|l| c.limit = Some(l)).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_LOG",
+        forms: "an env_logger filter (e.g. info, itermem=debug)",
+        doc: "log filter for itermem's own messages",
+        apply: |c, v| {
+            c.log = Some(v.to_string());
+            true
+        },
+    },
+    Opt {
+        name: "ITERMEM_INJECT_PANIC",
+        forms: "the name of a hooked CUDA function (e.g. cudaFree)",
+        doc: "testing aid: itermem's code in that hook panics, to show the program survives",
+        apply: |c, v| {
+            let name = v.trim();
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+            valid
+                .then(|| c.inject_panic = Some(name.to_string()))
+                .is_some()
+        },
+    },
+];
+
+fn path(value: &str) -> Option<PathBuf> {
+    (!value.trim().is_empty()).then(|| PathBuf::from(value))
+}
+
+/// Parses `123`, `64K`, `6G`, `1.5T`-free binary sizes, or `75%` / `75 %`.
+pub fn parse_limit(text: &str) -> Option<Limit> {
+    let text = text.trim();
+    if let Some(percent) = text.strip_suffix('%') {
+        let value: f64 = percent.trim().parse().ok()?;
+        return (value > 0.0 && value <= 100.0).then_some(Limit::Fraction(value / 100.0));
+    }
+    parse_bytes(text).filter(|&b| b > 0).map(Limit::Bytes)
+}
+
+/// Parses a byte count with an optional binary suffix (K, M, G, T; `B`/`iB` accepted).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let upper = text.trim().to_ascii_uppercase();
+    let number = upper.trim_end_matches("IB").trim_end_matches('B');
+    let (digits, shift) = match number.chars().last()? {
+        'K' => (&number[..number.len() - 1], 10),
+        'M' => (&number[..number.len() - 1], 20),
+        'G' => (&number[..number.len() - 1], 30),
+        'T' => (&number[..number.len() - 1], 40),
+        _ => (number, 0),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// A problem found while reading the environment: reported, never fatal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem(pub String);
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "itermem: {}", self.0)
+    }
+}
+
+impl Config {
+    /// Builds the configuration from `(name, value)` pairs (the process environment, or a
+    /// test's), returning the problems found alongside it.
+    pub fn from_vars<I, K, V>(vars: I) -> (Config, Vec<Problem>)
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut config = Config::default();
+        let mut problems = Vec::new();
+        for (name, value) in vars {
+            let (name, value) = (name.as_ref(), value.as_ref());
+            if !name.starts_with("ITERMEM_") {
+                continue;
+            }
+            match OPTIONS.iter().find(|o| o.name == name) {
+                Some(option) if (option.apply)(&mut config, value) => {}
+                Some(option) => problems.push(Problem(format!(
+                    "ignoring {name}={value:?}: expected {}",
+                    option.forms
+                ))),
+                None => problems.push(Problem(format!(
+                    "ignoring unknown variable {name}; known: {}",
+                    OPTIONS
+                        .iter()
+                        .map(|o| o.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            }
+        }
+        if !config.mode.implemented() {
+            problems.push(Problem(format!(
+                "ITERMEM_MODE={} is not available in this version; recording only",
+                config.mode
+            )));
+        }
+        (config, problems)
+    }
+
+    /// Reads the process environment, printing each problem once on stderr.
+    pub fn from_env() -> Config {
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        let (config, problems) = Config::from_vars(vars);
+        for problem in problems {
+            // Not `eprintln!`: it panics when stderr is closed, and this runs inside a hook.
+            let _ = writeln!(std::io::stderr(), "{problem}");
+        }
+        config
+    }
+
+    /// Whether calls are observed at all (everything but `off`).
+    pub fn observes(&self) -> bool {
+        self.mode != Mode::Off
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> (Config, Vec<Problem>) {
+        Config::from_vars(vars.iter().copied())
+    }
+
+    #[test]
+    fn defaults_record_without_outputs() {
+        let (c, problems) = config(&[("PATH", "/bin")]);
+        assert_eq!(c, Config::default());
+        assert!(problems.is_empty());
+        assert!(c.observes());
+    }
+
+    #[test]
+    fn every_option_is_read() {
+        let (c, problems) = config(&[
+            ("ITERMEM_MODE", "OFF"),
+            ("ITERMEM_TRACE", "/tmp/t.itrace"),
+            ("ITERMEM_STATS", "/tmp/s.json"),
+            ("ITERMEM_LIMIT", "75%"),
+            ("ITERMEM_LOG", "debug"),
+        ]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(c.mode, Mode::Off);
+        assert!(!c.observes());
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/t.itrace")));
+        assert_eq!(c.stats, Some(PathBuf::from("/tmp/s.json")));
+        assert_eq!(c.limit, Some(Limit::Fraction(0.75)));
+        assert_eq!(c.log.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn bad_values_name_variable_value_and_forms_and_keep_defaults() {
+        let (c, problems) = config(&[("ITERMEM_LIMIT", "12Q"), ("ITERMEM_MODE", "fast")]);
+        assert_eq!(c, Config::default());
+        assert_eq!(problems.len(), 2);
+        assert!(problems[0].0.contains("ITERMEM_LIMIT=\"12Q\""));
+        assert!(problems[0].0.contains("K, M, G or T"));
+        assert!(problems[1].0.contains("ITERMEM_MODE=\"fast\""));
+        assert!(problems[1].to_string().starts_with("itermem: "));
+    }
+
+    #[test]
+    fn unknown_variables_and_unimplemented_modes_are_reported() {
+        let (c, problems) = config(&[("ITERMEM_TRACEFILE", "x"), ("ITERMEM_MODE", "pool")]);
+        assert_eq!(c.mode, Mode::Pool);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.0.contains("unknown variable ITERMEM_TRACEFILE"))
+        );
+        assert!(problems.iter().any(|p| p.0.contains("recording only")));
+    }
+
+    #[test]
+    fn limits_and_sizes() {
+        assert_eq!(parse_limit("6G"), Some(Limit::Bytes(6 << 30)));
+        assert_eq!(parse_limit("512MiB"), Some(Limit::Bytes(512 << 20)));
+        assert_eq!(parse_limit("0"), None);
+        assert_eq!(parse_limit("150%"), None);
+        assert_eq!(parse_limit("-5%"), None);
+        assert_eq!(parse_bytes("99999999999999T"), None);
+    }
+}

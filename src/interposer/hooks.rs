@@ -1,0 +1,236 @@
+//! The exported hooks: one table, one line per CUDA runtime function itermem intercepts.
+//!
+//! `hooks!` expands each line into an `extern "C"` function with the runtime's exact name and
+//! prototype that resolves the real function once (`dlsym(RTLD_NEXT)`), and runs it through
+//! [`intercept`] with the line's observer. Observers only decode arguments and report to the
+//! [`Recorder`]; all policy lives there. Handles (`cudaStream_t`) are pointer-sized and passed
+//! as `usize`; `cudaError_t` and `enum cudaMemcpyKind` are 32-bit. Exported only outside unit
+//! tests, so a test binary never interposes on anything.
+
+use super::real::RealFn;
+use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept};
+use crate::event::{CopyKind, MemKind};
+use std::ffi::{CStr, c_void};
+
+/// `dim3`, passed by value as in C.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+/// `cudaLaunchConfig_t` (CUDA 12): the launch configuration of `cudaLaunchKernelExC`.
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid_dim: Dim3,
+    pub block_dim: Dim3,
+    pub dynamic_smem_bytes: usize,
+    pub stream: usize,
+    pub attrs: *mut c_void,
+    pub num_attrs: u32,
+}
+
+/// Stream handle of the per-thread default stream (`cudaStreamPerThread`).
+const PER_THREAD_STREAM: usize = 0x2;
+
+/// The stream a `_ptsz`/`_ptds` call means by `stream`: 0 is the per-thread default stream.
+fn per_thread(stream: usize) -> u64 {
+    if stream == 0 {
+        PER_THREAD_STREAM as u64
+    } else {
+        stream as u64
+    }
+}
+
+type Run<'a> = &'a mut dyn FnMut() -> u32;
+
+const SUCCESS: u32 = 0;
+
+fn on_alloc(
+    rec: &Recorder,
+    run: Run,
+    ptr: *mut *mut c_void,
+    size: usize,
+    kind: MemKind,
+    stream: u64,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS && !ptr.is_null() {
+        // SAFETY: the call succeeded, so the runtime wrote the new address through `ptr`.
+        let addr = unsafe { *ptr } as u64;
+        if addr != 0 {
+            rec.on_malloc(addr, size as u64, kind, stream);
+        }
+    }
+    result
+}
+
+fn on_free(rec: &Recorder, run: Run, ptr: *mut c_void, stream: u64) -> u32 {
+    let taken = rec.begin_free(ptr as u64);
+    let result = run();
+    rec.end_free(taken, result == SUCCESS, stream);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn on_copy(
+    rec: &Recorder,
+    run: Run,
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: u32,
+    stream: u64,
+    asynchronous: bool,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        let kind = CopyKind::from_u8(kind as u8).unwrap_or(CopyKind::Default);
+        rec.on_memcpy(
+            dst as u64,
+            src as u64,
+            count as u64,
+            kind,
+            stream,
+            asynchronous,
+        );
+    }
+    result
+}
+
+fn on_set(
+    rec: &Recorder,
+    run: Run,
+    dst: *mut c_void,
+    count: usize,
+    stream: u64,
+    asynchronous: bool,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        rec.on_memset(dst as u64, count as u64, stream, asynchronous);
+    }
+    result
+}
+
+fn on_launch(
+    rec: &Recorder,
+    run: Run,
+    func: *const c_void,
+    args: *mut *mut c_void,
+    stream: u64,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        // SAFETY: a successful launch had one valid argument pointer per parameter, and the
+        // caller's argument array is still alive while its call is running.
+        unsafe { rec.on_launch(func, args as *const *const c_void, stream) };
+    }
+    result
+}
+
+/// `const` NUL-terminated name of a hook, for `dlsym`.
+const fn symbol(name_with_nul: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(name_with_nul.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("hook names contain no NUL"),
+    }
+}
+
+macro_rules! hooks {
+    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $observer:expr; )*) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// Called by the application with the arguments of the CUDA prototype.
+            #[cfg_attr(not(test), unsafe(no_mangle))]
+            #[allow(non_snake_case)] // CUDA's names
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
+                type Real = unsafe extern "C" fn($($ty),*) -> u32;
+                static REAL: RealFn = RealFn::new(symbol(concat!(stringify!($name), "\0")));
+                // SAFETY: `Real` is this hook's own prototype, which the real function shares.
+                let Some(real) = (unsafe { REAL.get::<Real>() }) else {
+                    return CUDA_ERROR_SYMBOL_NOT_FOUND;
+                };
+                // SAFETY: forwards the application's arguments unchanged.
+                let call = move || unsafe { real($($arg),*) };
+                intercept(stringify!($name), call, |rec, call| {
+                    let observe: fn(&'static Recorder, Run, $($ty),*) -> u32 = $observer;
+                    observe(rec, &mut || call.run(), $($arg),*)
+                })
+            }
+        )*
+    };
+}
+
+hooks! {
+    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) =>
+        |rec, run, ptr, size| on_alloc(rec, run, ptr, size, MemKind::Device, 0);
+    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) =>
+        |rec, run, ptr, size, _| on_alloc(rec, run, ptr, size, MemKind::Managed, 0);
+    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, ptr, size, MemKind::Async, stream as u64);
+    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, ptr, size, MemKind::Async, per_thread(stream));
+    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) =>
+        |rec, run, ptr, size| on_alloc(rec, run, ptr, size, MemKind::PinnedHost, 0);
+    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) =>
+        |rec, run, ptr, size, _| on_alloc(rec, run, ptr, size, MemKind::PinnedHost, 0);
+
+    fn cudaFree(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0);
+    fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0);
+    fn cudaFreeAsync(ptr: *mut c_void, stream: usize) =>
+        |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64);
+    fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) =>
+        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream));
+
+    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) =>
+        |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, 0, false);
+    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) =>
+        |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, per_thread(0), false);
+    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) =>
+        |rec, run, dst, src, count, kind, stream| on_copy(rec, run, dst, src, count, kind, stream as u64, true);
+    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) =>
+        |rec, run, dst, src, count, kind, stream| on_copy(rec, run, dst, src, count, kind, per_thread(stream), true);
+
+    fn cudaMemset(ptr: *mut c_void, value: i32, count: usize) =>
+        |rec, run, ptr, _, count| on_set(rec, run, ptr, count, 0, false);
+    fn cudaMemset_ptds(ptr: *mut c_void, value: i32, count: usize) =>
+        |rec, run, ptr, _, count| on_set(rec, run, ptr, count, per_thread(0), false);
+    fn cudaMemsetAsync(ptr: *mut c_void, value: i32, count: usize, stream: usize) =>
+        |rec, run, ptr, _, count, stream| on_set(rec, run, ptr, count, stream as u64, true);
+    fn cudaMemsetAsync_ptsz(ptr: *mut c_void, value: i32, count: usize, stream: usize) =>
+        |rec, run, ptr, _, count, stream| on_set(rec, run, ptr, count, per_thread(stream), true);
+
+    fn cudaLaunchKernel(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: usize) =>
+        |rec, run, func, _, _, args, _, stream| on_launch(rec, run, func, args, stream as u64);
+    fn cudaLaunchKernel_ptsz(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: usize) =>
+        |rec, run, func, _, _, args, _, stream| on_launch(rec, run, func, args, per_thread(stream));
+    fn cudaLaunchKernelExC(config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) =>
+        // SAFETY: the runtime rejects a NULL configuration before anything launches.
+        |rec, run, config, func, args| on_launch(rec, run, func, args, if config.is_null() { 0 } else { unsafe { (*config).stream as u64 } });
+    fn cudaLaunchKernelExC_ptsz(config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) =>
+        // SAFETY: as for cudaLaunchKernelExC.
+        |rec, run, config, func, args| on_launch(rec, run, func, args, per_thread(if config.is_null() { 0 } else { unsafe { (*config).stream } }));
+
+    // Stream, event and synchronisation calls pass through; the swap executor will act on them.
+    fn cudaStreamCreate(stream: *mut usize) => |_, run, _| run();
+    fn cudaStreamCreateWithFlags(stream: *mut usize, flags: u32) => |_, run, _, _| run();
+    fn cudaStreamDestroy(stream: usize) => |_, run, _| run();
+    fn cudaStreamSynchronize(stream: usize) => |_, run, _| run();
+    fn cudaStreamSynchronize_ptsz(stream: usize) => |_, run, _| run();
+    fn cudaStreamQuery(stream: usize) => |_, run, _| run();
+    fn cudaStreamQuery_ptsz(stream: usize) => |_, run, _| run();
+    fn cudaStreamWaitEvent(stream: usize, event: usize, flags: u32) => |_, run, _, _, _| run();
+    fn cudaStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) => |_, run, _, _, _| run();
+    fn cudaEventCreate(event: *mut usize) => |_, run, _| run();
+    fn cudaEventCreateWithFlags(event: *mut usize, flags: u32) => |_, run, _, _| run();
+    fn cudaEventRecord(event: usize, stream: usize) => |_, run, _, _| run();
+    fn cudaEventRecord_ptsz(event: usize, stream: usize) => |_, run, _, _| run();
+    fn cudaEventSynchronize(event: usize) => |_, run, _| run();
+    fn cudaEventDestroy(event: usize) => |_, run, _| run();
+    fn cudaDeviceSynchronize() => |_, run| run();
+}

@@ -1,0 +1,241 @@
+//! The LD_PRELOAD interposer: the hooks exported under the CUDA runtime's names, and the one
+//! process-wide state they report to.
+//!
+//! Every hook goes through [`intercept`]: it calls the real function exactly once and returns
+//! its result, whatever happens in itermem's own code. itermem's part (the observer) runs inside
+//! `catch_unwind`; a panic there is reported once, switches the whole process to pass-through
+//! and still returns the real call's result, so no bug of ours can crash or change the host
+//! program. A thread-local flag keeps calls made while a hook is running (itermem's own, or the
+//! runtime calling back into its exported names) out of the log.
+//!
+//! The state is created at the first hooked call from the `ITERMEM_*` environment. At process
+//! exit (atexit), and at SIGTERM/SIGINT, the trace is flushed and the statistics written.
+
+pub mod hooks;
+mod live;
+mod real;
+mod recorder;
+
+pub use recorder::{Recorder, Summary};
+
+use crate::config::{Config, Mode};
+use serde::Serialize;
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `cudaErrorUnknown`: what a hook returns when it could not even run the real function.
+pub const CUDA_ERROR_UNKNOWN: u32 = 999;
+/// `cudaErrorSharedObjectSymbolNotFound`: the real function does not exist.
+pub const CUDA_ERROR_SYMBOL_NOT_FOUND: u32 = 302;
+
+/// Cleared forever after an internal error: from then on every hook passes through.
+/// `Relaxed`: a flag with no data behind it; a hook seeing it late records one more event.
+static ACTIVE: AtomicBool = AtomicBool::new(true);
+
+static STATE: OnceLock<Option<Recorder>> = OnceLock::new();
+
+thread_local! {
+    /// Set while this thread runs itermem's observer code.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The recorder, if calls are being observed (mode not `off`, no internal error so far).
+fn recorder() -> Option<&'static Recorder> {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return None;
+    }
+    STATE.get_or_init(start).as_ref()
+}
+
+fn start() -> Option<Recorder> {
+    let config = Config::from_env();
+    init_logging(&config);
+    log::debug!("configuration: {config:?}");
+    if config.mode == Mode::Off {
+        return None;
+    }
+    // SAFETY: registering a plain `extern "C" fn()` with atexit has no preconditions.
+    unsafe { libc::atexit(at_exit) };
+    if config.trace.is_some() || config.stats.is_some() {
+        install_signal_flush();
+    }
+    Some(Recorder::new(config))
+}
+
+fn init_logging(config: &Config) {
+    if let Some(filter) = &config.log {
+        // A host program with a logger of its own keeps it: then ours is simply not installed.
+        let _ = env_logger::Builder::new()
+            .parse_filters(filter)
+            .format(|out, record| {
+                use std::io::Write;
+                writeln!(out, "itermem: {}: {}", record.level(), record.args())
+            })
+            .try_init();
+    }
+}
+
+/// The real call of one hook, run at most once; its result is kept so a panic in the observer
+/// after the call still returns it.
+pub struct Call<F: FnOnce() -> u32> {
+    real: Option<F>,
+    result: u32,
+}
+
+impl<F: FnOnce() -> u32> Call<F> {
+    /// Runs the real function (the first time) and returns its result.
+    pub fn run(&mut self) -> u32 {
+        if let Some(real) = self.real.take() {
+            self.result = real();
+        }
+        self.result
+    }
+}
+
+/// Runs one hooked call: `real` exactly once, `observe` around it when recording.
+pub fn intercept<F: FnOnce() -> u32>(
+    name: &'static str,
+    real: F,
+    observe: impl FnOnce(&'static Recorder, &mut Call<F>) -> u32,
+) -> u32 {
+    let entered = IN_HOOK
+        .try_with(|flag| !flag.replace(true))
+        .unwrap_or(false);
+    let recorder = if entered { recorder() } else { None };
+    let Some(recorder) = recorder else {
+        if entered {
+            IN_HOOK.with(|flag| flag.set(false));
+        }
+        return real();
+    };
+    let mut call = Call {
+        real: Some(real),
+        result: CUDA_ERROR_UNKNOWN,
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let result = observe(recorder, &mut call);
+        if recorder.config.inject_panic.as_deref() == Some(name) {
+            panic!("ITERMEM_INJECT_PANIC={name}: injected failure");
+        }
+        result
+    }));
+    IN_HOOK.with(|flag| flag.set(false));
+    match outcome {
+        Ok(result) => result,
+        Err(_) => {
+            if ACTIVE.swap(false, Ordering::Relaxed) {
+                report(format_args!(
+                    "internal error in the {name} hook; passing every call through from now on \
+                     (the program is unaffected)"
+                ));
+            }
+            call.run()
+        }
+    }
+}
+
+/// SIGTERM and SIGINT flush the trace and write the statistics. If the program left the signal
+/// at its default action, that action (termination) is carried out afterwards; a handler of the
+/// program's own runs as before (signal-hook chains it) and decides.
+fn install_signal_flush() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let defaults: Vec<i32> = [SIGTERM, SIGINT]
+        .into_iter()
+        .filter(|&signal| has_default_action(signal))
+        .collect();
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+        Ok(signals) => signals,
+        Err(err) => {
+            report(format_args!(
+                "cannot watch SIGTERM/SIGINT ({err}); the trace is flushed at exit only"
+            ));
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("itermem-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let terminating = defaults.contains(&signal);
+                let _ = catch_unwind(|| finish(terminating));
+                if terminating {
+                    let _ = signal_hook::low_level::emulate_default_handler(signal);
+                }
+            }
+        });
+    if let Err(err) = spawned {
+        report(format_args!(
+            "cannot start the signal thread ({err}); the trace is flushed at exit only"
+        ));
+    }
+}
+
+fn has_default_action(signal: i32) -> bool {
+    // SAFETY: querying (act = NULL) the current action into a zeroed sigaction.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_DFL
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = catch_unwind(|| finish(true));
+}
+
+/// Flushes the trace and writes the statistics file; at the end of the process (`closing`) the
+/// trace gets its end record. Runs at exit and at SIGTERM/SIGINT; safe to run more than once
+/// (the statistics are simply rewritten).
+fn finish(closing: bool) {
+    let Some(Some(recorder)) = STATE.get() else {
+        return;
+    };
+    recorder.flush(closing);
+    if let Some(path) = &recorder.config.stats {
+        write_stats(
+            path,
+            &Stats {
+                mode: recorder.config.mode,
+                trace: recorder
+                    .config
+                    .trace
+                    .as_deref()
+                    .map(|p| p.display().to_string()),
+                internal_error: !ACTIVE.load(Ordering::Relaxed),
+                summary: recorder.summary(),
+            },
+        );
+    }
+}
+
+/// The statistics file (`ITERMEM_STATS`): stable keys, documented in the README.
+#[derive(Serialize)]
+struct Stats {
+    mode: Mode,
+    trace: Option<String>,
+    /// Whether itermem hit an internal error and went pass-through.
+    internal_error: bool,
+    #[serde(flatten)]
+    summary: Summary,
+}
+
+fn write_stats(path: &Path, stats: &Stats) {
+    let result = serde_json::to_string_pretty(stats)
+        .map_err(std::io::Error::other)
+        .and_then(|text| std::fs::write(path, text + "\n"));
+    if let Err(err) = result {
+        report(format_args!(
+            "cannot write statistics to {}: {err}",
+            path.display()
+        ));
+    }
+}
+
+/// One `itermem:` line on stderr; never panics (a closed stderr is ignored).
+pub fn report(message: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "itermem: {message}");
+}

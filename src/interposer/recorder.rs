@@ -1,0 +1,479 @@
+//! The access log: turns observed CUDA calls into [`Event`]s, keeps the live-allocation index
+//! that names what each launch and copy touches, feeds the online iteration detector and the
+//! trace writer, and counts everything for the statistics.
+//!
+//! Ordering: every event passes through one short critical section ([`Sequencer`]) that assigns
+//! its index and time, updates the live bytes, pushes its token to the detector and hands it to
+//! the trace writer, so the trace, the indices and the detector see one total order even when
+//! many host threads call CUDA at once. Frees leave the live index *before* the real free runs,
+//! so an address the runtime reuses at once for another thread's malloc is never confused with
+//! the block being freed.
+
+use super::live::{Block, LiveIndex};
+use super::real::{KernelLayout, kernel_layout};
+use crate::analysis;
+use crate::config::Config;
+use crate::detect::{Change, Detector, DetectorConfig, Period};
+use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle};
+use crate::trace::{TraceHeader, TraceWriter};
+use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// What the recorder knows about one kernel (by host function address).
+struct Kernel {
+    id: KernelId,
+    /// 8-byte words of the argument buffer to test as pointers: (parameter index, byte offset
+    /// inside that parameter's value). None when the layout is unknown.
+    pointer_words: Option<Vec<(usize, usize)>>,
+}
+
+/// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
+#[derive(Default)]
+pub struct Counters {
+    pub malloc: AtomicU64,
+    pub free: AtomicU64,
+    pub host_malloc: AtomicU64,
+    pub host_free: AtomicU64,
+    pub launch: AtomicU64,
+    pub memcpy: AtomicU64,
+    pub memset: AtomicU64,
+    pub launches_without_layout: AtomicU64,
+    pub pointer_words_scanned: AtomicU64,
+}
+
+/// State behind the single ordering lock.
+struct Sequencer {
+    next_index: u64,
+    live_bytes: u64,
+    peak_live_bytes: u64,
+    detector: Detector,
+    /// How many times a period was found (more than once: the pattern changed).
+    changes: u64,
+    /// The period that has covered the most events so far, with that count: what the training
+    /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
+    dominant: Option<(Period, u64)>,
+}
+
+impl Sequencer {
+    /// Accounts for `period` having held over `[period.start, end)`.
+    fn covered(&mut self, period: Period, end: u64) {
+        let events = end.saturating_sub(period.start);
+        if self.dominant.is_none_or(|(_, best)| events >= best) {
+            self.dominant = Some((period, events));
+        }
+    }
+
+    /// The dominant period, counting the one in force up to now.
+    fn dominant_period(&self) -> Option<Period> {
+        let current = self
+            .detector
+            .period()
+            .map(|p| (p, self.next_index.saturating_sub(p.start)));
+        match (self.dominant, current) {
+            (Some((best, covered)), Some((now, now_covered))) => {
+                Some(if now_covered >= covered { now } else { best })
+            }
+            (best, now) => best.or(now).map(|(p, _)| p),
+        }
+    }
+}
+
+pub struct Recorder {
+    pub config: Config,
+    start: Instant,
+    next_id: AtomicU64,
+    live: RwLock<LiveIndex>,
+    kernels: RwLock<FxHashMap<usize, Arc<Kernel>>>,
+    sequencer: Mutex<Sequencer>,
+    /// Created with the first event, when the runtime has initialised the device and can name it.
+    trace: OnceLock<Option<TraceWriter>>,
+    pub counters: Counters,
+}
+
+impl Recorder {
+    pub fn new(config: Config) -> Recorder {
+        let detector = Detector::new(DetectorConfig::for_cuda_events())
+            .expect("the detector configuration for CUDA events is valid");
+        Recorder {
+            config,
+            start: Instant::now(),
+            next_id: AtomicU64::new(1),
+            live: RwLock::new(LiveIndex::default()),
+            kernels: RwLock::new(FxHashMap::default()),
+            sequencer: Mutex::new(Sequencer {
+                next_index: 0,
+                live_bytes: 0,
+                peak_live_bytes: 0,
+                detector,
+                changes: 0,
+                dominant: None,
+            }),
+            trace: OnceLock::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    // ---- observations (called after the real call succeeded, unless noted) ----
+
+    pub fn on_malloc(&self, addr: u64, size: u64, kind: MemKind, stream: StreamHandle) {
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let index = self.emit(
+            EventKind::Malloc {
+                id,
+                addr,
+                size,
+                kind,
+                stream,
+            },
+            None,
+            if kind.is_device() { size as i64 } else { 0 },
+        );
+        let block = Block {
+            id,
+            size,
+            kind,
+            event_index: index,
+        };
+        self.live.write().insert(addr, block);
+        let counter = if kind.is_device() {
+            &self.counters.malloc
+        } else {
+            &self.counters.host_malloc
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// Before the real free: takes the block out of the live index (see the module doc).
+    pub fn begin_free(&self, addr: u64) -> Option<(u64, Block)> {
+        self.live.write().remove(addr).map(|block| (addr, block))
+    }
+
+    /// After the real free: records it, or puts the block back if the free failed.
+    pub fn end_free(&self, taken: Option<(u64, Block)>, succeeded: bool, stream: StreamHandle) {
+        let Some((addr, block)) = taken else { return };
+        if !succeeded {
+            self.live.write().insert(addr, block);
+            return;
+        }
+        let freed = if block.kind.is_device() {
+            block.size as i64
+        } else {
+            0
+        };
+        self.emit(
+            EventKind::Free {
+                id: block.id,
+                stream,
+            },
+            Some(block.event_index),
+            -freed,
+        );
+        let counter = if block.kind.is_device() {
+            &self.counters.free
+        } else {
+            &self.counters.host_free
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    pub fn on_memcpy(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: CopyKind,
+        stream: StreamHandle,
+        asynchronous: bool,
+    ) {
+        let (dst, src) = {
+            let live = self.live.read();
+            (live.find(dst).map(|b| b.id), live.find(src).map(|b| b.id))
+        };
+        let event = EventKind::Memcpy {
+            dst,
+            src,
+            bytes,
+            kind,
+            stream,
+            asynchronous,
+        };
+        self.emit(event, None, 0);
+        self.counters.memcpy.fetch_add(1, Relaxed);
+    }
+
+    pub fn on_memset(&self, dst: u64, bytes: u64, stream: StreamHandle, asynchronous: bool) {
+        let dst = self.live.read().find(dst).map(|b| b.id);
+        let event = EventKind::Memset {
+            dst,
+            bytes,
+            stream,
+            asynchronous,
+        };
+        self.emit(event, None, 0);
+        self.counters.memset.fetch_add(1, Relaxed);
+    }
+
+    /// A launch of `func` with the argument array `args` (valid for the duration of the hook).
+    ///
+    /// # Safety
+    /// `args` holds one valid pointer per parameter of `func`, as cudaLaunchKernel requires.
+    pub unsafe fn on_launch(
+        &self,
+        func: *const c_void,
+        args: *const *const c_void,
+        stream: StreamHandle,
+    ) {
+        let kernel = self.kernel(func);
+        let mut touched: Vec<AllocId> = Vec::new();
+        if let (Some(words), false) = (&kernel.pointer_words, args.is_null()) {
+            let live = self.live.read();
+            for &(param, offset) in words {
+                // SAFETY: `param` < the kernel's parameter count, so args[param] exists and
+                // points to that parameter's value, which is at least offset + 8 bytes long.
+                let word = unsafe {
+                    ((*args.add(param)) as *const u8)
+                        .add(offset)
+                        .cast::<u64>()
+                        .read_unaligned()
+                };
+                if let Some(block) = live.find(word) {
+                    if !touched.contains(&block.id) {
+                        touched.push(block.id);
+                    }
+                }
+            }
+            self.counters
+                .pointer_words_scanned
+                .fetch_add(words.len() as u64, Relaxed);
+        } else {
+            self.counters.launches_without_layout.fetch_add(1, Relaxed);
+        }
+        let event = EventKind::Launch {
+            kernel: kernel.id,
+            stream,
+            layout_known: kernel.pointer_words.is_some(),
+            touched,
+        };
+        self.emit(event, None, 0);
+        self.counters.launch.fetch_add(1, Relaxed);
+    }
+
+    /// The kernel record of `func`, learning its layout (and logging its name) the first time.
+    fn kernel(&self, func: *const c_void) -> Arc<Kernel> {
+        if let Some(kernel) = self.kernels.read().get(&(func as usize)) {
+            return kernel.clone();
+        }
+        let KernelLayout { name, params } = kernel_layout(func);
+        let mut kernels = self.kernels.write();
+        if let Some(kernel) = kernels.get(&(func as usize)) {
+            return kernel.clone();
+        }
+        let kernel = Arc::new(Kernel {
+            id: kernels.len() as KernelId,
+            pointer_words: params.map(|params| pointer_words(&params)),
+        });
+        kernels.insert(func as usize, kernel.clone());
+        // Named under the kernels lock, so the name precedes every launch of the kernel.
+        self.emit_metadata(EventKind::KernelName {
+            kernel: kernel.id,
+            name,
+        });
+        kernel
+    }
+
+    // ---- sequencing ----
+
+    /// Assigns the event its index and time, updates live bytes, feeds the detector (with the
+    /// same tokens `itermem trace info` computes offline) and the trace; returns the index.
+    /// `malloc_index` is the index of the Malloc event of a Free's block.
+    fn emit(&self, kind: EventKind, malloc_index: Option<u64>, live_delta: i64) -> u64 {
+        let mut seq = self.sequencer.lock();
+        let index = seq.next_index;
+        let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
+        seq.next_index += 1;
+        seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
+        seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
+        let live_bytes = seq.live_bytes;
+        let (lost, detected) = match seq.detector.push(token, live_bytes) {
+            Change::Unchanged => (None, None),
+            Change::Detected(period) => (None, Some(period)),
+            Change::Lost(period) => (Some(period), None),
+            Change::Changed { lost, detected } => (Some(lost), Some(detected)),
+        };
+        if let Some(period) = lost {
+            seq.covered(period, index);
+            log::info!(
+                "iteration of {} events no longer followed at event {index}",
+                period.length
+            );
+        }
+        if let Some(period) = detected {
+            seq.changes += 1;
+            log::info!(
+                "iteration detected at event {index}: {} events, boundary at event {}",
+                period.length,
+                period.boundary
+            );
+        }
+        self.record(Event {
+            time_ns: self.start.elapsed().as_nanos() as u64,
+            kind,
+        });
+        index
+    }
+
+    /// An event that is not part of the access stream (no index, no token).
+    fn emit_metadata(&self, kind: EventKind) {
+        let _order = self.sequencer.lock();
+        self.record(Event {
+            time_ns: self.start.elapsed().as_nanos() as u64,
+            kind,
+        });
+    }
+
+    fn record(&self, event: Event) {
+        if let Some(writer) = self.trace_writer() {
+            writer.record(event);
+        }
+    }
+
+    fn trace_writer(&self) -> Option<&TraceWriter> {
+        self.trace
+            .get_or_init(|| {
+                let path = self.config.trace.as_ref()?;
+                let (name, memory) = super::real::device_identity();
+                let mut header = TraceHeader::for_this_process(name, memory);
+                let since_start = self.start.elapsed().as_nanos() as u64;
+                header.start_unix_ns = header.start_unix_ns.saturating_sub(since_start);
+                match TraceWriter::create(path, header) {
+                    Ok(writer) => Some(writer),
+                    Err(err) => {
+                        super::report(format_args!(
+                            "cannot write the trace to {}: {err}",
+                            path.display()
+                        ));
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// Writes everything recorded so far to the trace file; with `close`, also the end record,
+    /// after which later events are counted as lost (the process is ending).
+    pub fn flush(&self, close: bool) {
+        if let Some(Some(writer)) = self.trace.get() {
+            if close {
+                writer.close();
+            } else {
+                writer.flush();
+            }
+        }
+    }
+
+    /// The numbers of the statistics file.
+    pub fn summary(&self) -> Summary {
+        let seq = self.sequencer.lock();
+        let period = seq.dominant_period();
+        let c = &self.counters;
+        Summary {
+            events: EventCounts {
+                malloc: c.malloc.load(Relaxed),
+                free: c.free.load(Relaxed),
+                launch: c.launch.load(Relaxed),
+                memcpy: c.memcpy.load(Relaxed),
+                memset: c.memset.load(Relaxed),
+            },
+            host_events: HostCounts {
+                malloc: c.host_malloc.load(Relaxed),
+                free: c.host_free.load(Relaxed),
+            },
+            events_total: seq.next_index,
+            period_events: period.map(|p| p.length),
+            boundary_event: period.map(|p| p.boundary),
+            detected_at_event: period.map(|p| p.detected_at),
+            iterations: period.map_or(0, |p| p.iterations_seen),
+            periods_found: seq.changes,
+            peak_live_bytes: seq.peak_live_bytes,
+            live_bytes_at_exit: seq.live_bytes,
+            kernels: self.kernels.read().len() as u64,
+            launches_without_layout: c.launches_without_layout.load(Relaxed),
+            pointer_words_scanned: c.pointer_words_scanned.load(Relaxed),
+        }
+    }
+}
+
+/// Word positions to test as pointers: every 8-byte-aligned word of the argument buffer that
+/// lies wholly inside one parameter.
+fn pointer_words(params: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut words = Vec::new();
+    for (index, &(offset, size)) in params.iter().enumerate() {
+        let first = offset.div_ceil(8) * 8;
+        let mut word = first;
+        while word + 8 <= offset + size {
+            words.push((index, word - offset));
+            word += 8;
+        }
+    }
+    words
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EventCounts {
+    pub malloc: u64,
+    pub free: u64,
+    pub launch: u64,
+    pub memcpy: u64,
+    pub memset: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HostCounts {
+    pub malloc: u64,
+    pub free: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Device memory events by kind (pinned host allocations are in `host_events`).
+    pub events: EventCounts,
+    pub host_events: HostCounts,
+    /// Events in the access stream (kernel names excluded).
+    pub events_total: u64,
+    /// The training iteration, in events: of the periods found, the one that held over the
+    /// most events (warm-up, evaluation passes and teardown excluded).
+    pub period_events: Option<u64>,
+    /// First event of an iteration (the least live memory within one period).
+    pub boundary_event: Option<u64>,
+    /// Event at which that period was first confirmed.
+    pub detected_at_event: Option<u64>,
+    /// Complete iterations of that period.
+    pub iterations: u64,
+    /// How many times a period was found (more than once: the pattern changed).
+    pub periods_found: u64,
+    pub peak_live_bytes: u64,
+    pub live_bytes_at_exit: u64,
+    pub kernels: u64,
+    pub launches_without_layout: u64,
+    pub pointer_words_scanned: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_words_are_aligned_words_inside_parameters() {
+        // float*, int, int, size_t, a 24-byte struct at 32, a 4-byte float at 56
+        let params = [(0, 8), (8, 4), (12, 4), (16, 8), (32, 24), (56, 4)];
+        assert_eq!(
+            pointer_words(&params),
+            vec![(0, 0), (3, 0), (4, 0), (4, 8), (4, 16)]
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! The interposer in record mode on real programs running on the simulated GPU: the program's
+//! output is unchanged, the trace holds its true per-iteration counts and the detector finds its
+//! iteration; many threads, an internal panic and a SIGTERM do not hurt the program or the trace.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::{program, root, run_ok, value_of};
+
+fn itermem() -> &'static str {
+    env!("CARGO_BIN_EXE_itermem")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = root().join("target/tmp/record-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{name}-{}", std::process::id()))
+}
+
+/// `itermem run --shim [extra…] -- program args…`, with `env` added.
+fn run_under_itermem(extra: &[&str], program_args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(itermem());
+    command
+        .arg("run")
+        .arg("--shim")
+        .args(extra)
+        .arg("--")
+        .args(program_args);
+    for var in [
+        "CUDA_SHIM_JITTER_US",
+        "CUDA_SHIM_SEED",
+        "ITERMEM_MODE",
+        "ITERMEM_TRACE",
+    ] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("cannot run itermem")
+}
+
+fn stdout_ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn trace_info(trace: &Path) -> serde_json::Value {
+    let output = Command::new(itermem())
+        .args(["trace", "info", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    serde_json::from_str(&stdout_ok(&output)).unwrap()
+}
+
+fn number(output: &str, key: &str) -> u64 {
+    value_of(output, key).unwrap().parse().unwrap()
+}
+
+#[test]
+fn recording_mlp_train_changes_nothing_and_finds_its_iteration() {
+    let mlp = program("mlp_train");
+    let mlp = mlp.to_str().unwrap();
+    let (layers, iters) = (6u64, 5u64);
+    let args = [mlp, "--iters", "5", "--layers", "6"];
+    let jitter = [("CUDA_SHIM_JITTER_US", "100"), ("CUDA_SHIM_SEED", "9")];
+    let plain = run_ok(Path::new(mlp), &args[1..], &jitter);
+    let trace = scratch("mlp.itrace");
+    let trace_arg = trace.to_str().unwrap();
+    let recorded = stdout_ok(&run_under_itermem(
+        &["--mode", "record", "--trace", trace_arg],
+        &args,
+        &jitter,
+    ));
+    assert_eq!(
+        recorded, plain,
+        "the program's output changed under itermem"
+    );
+
+    let per_iteration = |key| number(&plain, key);
+    let info = trace_info(&trace);
+    let persistent = number(&plain, "persistent_allocations");
+    assert_eq!(persistent, 2 * layers);
+    let mallocs = persistent + iters * per_iteration("mallocs_per_iteration");
+    assert_eq!(info["events"]["malloc"], mallocs);
+    assert_eq!(info["events"]["free"], mallocs, "every block is freed");
+    assert_eq!(
+        info["events"]["launch"],
+        iters * per_iteration("launches_per_iteration")
+    );
+    // Each weight tensor is uploaded once and read back once for the checksum.
+    assert_eq!(
+        info["events"]["memcpy"],
+        2 * persistent + iters * per_iteration("memcpys_per_iteration")
+    );
+    let period = per_iteration("mallocs_per_iteration")
+        + per_iteration("frees_per_iteration")
+        + per_iteration("launches_per_iteration")
+        + per_iteration("memcpys_per_iteration");
+    assert_eq!(info["period_events"], period, "{info:#}");
+    assert_eq!(info["iterations"], iters);
+    // Detected by the second or third iteration: within three periods of the steady state.
+    let start = info["iteration_start_event"].as_u64().unwrap();
+    let detected_at = info["detected_at_event"].as_u64().unwrap();
+    assert!(detected_at < start + 3 * period, "{info:#}");
+    // The pinned staging buffers are counted apart from device memory.
+    assert_eq!(info["host_events"]["malloc"], 3);
+    std::fs::remove_file(&trace).unwrap();
+}
+
+#[test]
+fn eight_threads_calling_cuda_at_once_are_all_recorded() {
+    let stress = program("stress_threads");
+    let trace = scratch("stress.itrace");
+    let stats = scratch("stress.json");
+    let output = run_under_itermem(
+        &[
+            "--trace",
+            trace.to_str().unwrap(),
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &[
+            stress.to_str().unwrap(),
+            "--threads",
+            "8",
+            "--rounds",
+            "300",
+        ],
+        &[("CUDA_SHIM_JITTER_US", "20")],
+    );
+    assert!(stdout_ok(&output).contains("ok"));
+    let info = trace_info(&trace);
+    for kind in ["malloc", "free", "launch", "memcpy"] {
+        assert_eq!(info["events"][kind], 2400, "{kind}: {info:#}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(summary["events"]["launch"], 2400);
+    assert_eq!(summary["internal_error"], false);
+    assert_eq!(summary["live_bytes_at_exit"], 0);
+    std::fs::remove_file(&trace).unwrap();
+    std::fs::remove_file(&stats).unwrap();
+}
+
+#[test]
+fn a_panic_inside_a_hook_does_not_hurt_the_program() {
+    let mlp = program("mlp_train");
+    let args = [mlp.to_str().unwrap(), "--iters", "3"];
+    let plain = run_ok(&mlp, &args[1..], &[]);
+    let stats = scratch("panic.json");
+    let output = run_under_itermem(
+        &["--stats", stats.to_str().unwrap()],
+        &args,
+        &[
+            ("ITERMEM_INJECT_PANIC", "cudaFree"),
+            ("RUST_BACKTRACE", "0"),
+        ],
+    );
+    assert_eq!(stdout_ok(&output), plain);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("itermem: internal error in the cudaFree hook"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(summary["internal_error"], true);
+    std::fs::remove_file(&stats).unwrap();
+}
+
+#[test]
+fn mode_off_is_pass_through_and_records_nothing() {
+    let mlp = program("mlp_train");
+    let args = [mlp.to_str().unwrap(), "--iters", "2"];
+    let plain = run_ok(&mlp, &args[1..], &[]);
+    let trace = scratch("off.itrace");
+    let output = run_under_itermem(
+        &["--mode", "off", "--trace", trace.to_str().unwrap()],
+        &args,
+        &[],
+    );
+    assert_eq!(stdout_ok(&output), plain);
+    assert!(!trace.exists(), "mode off wrote a trace");
+}
+
+#[test]
+fn bad_configuration_gets_one_clear_line_and_the_program_runs() {
+    let mlp = program("mlp_train");
+    let args = [mlp.to_str().unwrap(), "--iters", "1"];
+    let plain = run_ok(&mlp, &args[1..], &[]);
+    let output = run_under_itermem(
+        &[],
+        &args,
+        &[("ITERMEM_LIMIT", "12Q"), ("ITERMEM_TRACEFILE", "x")],
+    );
+    assert_eq!(stdout_ok(&output), plain);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("itermem: ignoring ITERMEM_LIMIT=\"12Q\": expected bytes"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("unknown variable ITERMEM_TRACEFILE"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigterm_flushes_a_complete_trace() {
+    let mlp = program("mlp_train");
+    let trace = scratch("sigterm.itrace");
+    let mut child = Command::new(&mlp)
+        .args(["--iters", "100000"])
+        .env("LD_LIBRARY_PATH", support::shim_lib_dir())
+        .env(
+            "LD_PRELOAD",
+            Path::new(itermem()).with_file_name("libitermem.so"),
+        )
+        .env("ITERMEM_TRACE", &trace)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until training runs (the first loss line), then terminate it.
+    use std::io::BufRead;
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("iter 1 ")));
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "the default action still terminates"
+    );
+    let info = trace_info(&trace);
+    assert_eq!(info["complete"], true, "{info:#}");
+    assert!(info["events"]["launch"].as_u64().unwrap() >= 2 * 47);
+    std::fs::remove_file(&trace).unwrap();
+}
