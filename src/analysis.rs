@@ -435,7 +435,7 @@ mod tests {
             kernel,
             stream: 7,
             layout_known: true,
-            touched: vec![],
+            touched: smallvec::smallvec![],
         })
     }
 

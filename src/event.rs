@@ -69,6 +69,10 @@ impl CopyKind {
     }
 }
 
+/// The allocations one launch touches: inline up to 8 (no heap allocation per launch event,
+/// which matters at millions of launches), spilled to the heap beyond.
+pub type Touched = smallvec::SmallVec<[AllocId; 8]>;
+
 /// A stream handle as the application passed it (0 = legacy default stream).
 pub type StreamHandle = u64;
 
@@ -110,7 +114,7 @@ pub enum EventKind {
         kernel: KernelId,
         stream: StreamHandle,
         layout_known: bool,
-        touched: Vec<AllocId>,
+        touched: Touched,
     },
     /// Names kernel `kernel`; recorded once, before its first launch.
     KernelName { kernel: KernelId, name: String },

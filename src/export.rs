@@ -428,7 +428,7 @@ mod tests {
                     kernel: 0,
                     stream: 0,
                     layout_known: true,
-                    touched: vec![1, 2],
+                    touched: smallvec::smallvec![1, 2],
                 },
             },
             Event {

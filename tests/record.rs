@@ -115,6 +115,48 @@ fn recording_mlp_train_changes_nothing_and_finds_its_iteration() {
 }
 
 #[test]
+fn launches_name_the_allocations_their_arguments_point_into() {
+    let touch = program("touch_patterns");
+    let trace = scratch("touch.itrace");
+    let output = run_under_itermem(
+        &["--trace", trace.to_str().unwrap()],
+        &[touch.to_str().unwrap()],
+        &[],
+    );
+    assert!(stdout_ok(&output).contains("ok"));
+    let csv = Command::new(itermem())
+        .args(["trace", "export", "--format", "csv"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let csv = stdout_ok(&csv);
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name| header.iter().position(|h| *h == name).unwrap();
+    let (event, kernel, touched) = (column("event"), column("kernel_name"), column("touched"));
+    let launches: Vec<(String, String)> = csv
+        .lines()
+        .skip(1)
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .filter(|cells| cells[event] == "launch")
+        .map(|cells| (cells[kernel].to_string(), cells[touched].to_string()))
+        .collect();
+    let expected = [
+        ("one", "1"),  // base pointer
+        ("one", "2"),  // interior pointer
+        ("view", "3"), // pointer inside a struct parameter
+        ("two", "1"),  // the same block twice
+        ("count", ""), // an integer
+        ("one", ""),   // a pointer into a freed block
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(k, t)| (k.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(launches, expected);
+    std::fs::remove_file(&trace).unwrap();
+}
+
+#[test]
 fn eight_threads_calling_cuda_at_once_are_all_recorded() {
     let stress = program("stress_threads");
     let trace = scratch("stress.itrace");

@@ -9,7 +9,7 @@ use itermem::event::{CopyKind, Event, EventKind, MemKind};
 use itermem::trace::{Clock, TraceFile, TraceHeader, TraceWriter};
 use serde_json::Value;
 
-const ITERS: u64 = 5;
+const ITERS: u64 = 20; // enough for the detector's 128-event minimum window (10-event period)
 /// Access events per iteration of [`training`].
 const PERIOD: u64 = 10;
 const WEIGHT: u64 = 1 << 20;
@@ -99,13 +99,13 @@ fn training() -> Vec<Event> {
             kernel: 0,
             stream: STREAM,
             layout_known: true,
-            touched: vec![a, 1],
+            touched: smallvec::smallvec![a, 1],
         });
         push(EventKind::Launch {
             kernel: 1,
             stream: STREAM,
             layout_known: true,
-            touched: vec![a, b],
+            touched: smallvec::smallvec![a, b],
         });
         push(EventKind::Free { id: a, stream: 0 });
         push(EventKind::Memset {
@@ -118,7 +118,7 @@ fn training() -> Vec<Event> {
             kernel: 2,
             stream: 0,
             layout_known: false,
-            touched: vec![],
+            touched: smallvec::smallvec![],
         });
         push(EventKind::Memcpy {
             dst: None,
@@ -226,10 +226,10 @@ fn info_text_is_readable() {
     let text = ok(&["trace", "info", s(&path)]);
     for needle in [
         "Test GPU",
-        "malloc 11  free 11  launch 15  memcpy 10  memset 5",
+        "malloc 41  free 41  launch 60  memcpy 40  memset 20",
         "pinned host malloc 1  free 1",
         "iteration   10 events",
-        "5 iterations seen",
+        "20 iterations seen",
         "at event 3",
         "fwd<float, 4>",
         "python train.py",

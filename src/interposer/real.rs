@@ -70,12 +70,14 @@ impl RealFn {
 type GetFuncBySymbol = unsafe extern "C" fn(*mut usize, *const c_void) -> u32;
 type FuncGetParamInfo = unsafe extern "C" fn(usize, usize, *mut usize, *mut usize) -> u32;
 type FuncGetName = unsafe extern "C" fn(*mut *const c_char, usize) -> u32;
+type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, i32, u64) -> u32;
 
-/// Driver and runtime entry points used to learn a kernel's parameter layout and name.
+/// Driver and runtime entry points itermem asks about kernels and pointers.
 struct Introspection {
     get_func_by_symbol: Option<GetFuncBySymbol>,
     param_info: Option<FuncGetParamInfo>,
     func_name: Option<FuncGetName>,
+    pointer_attribute: Option<PointerGetAttribute>,
 }
 
 fn introspection() -> &'static Introspection {
@@ -94,6 +96,7 @@ fn introspection() -> &'static Introspection {
         };
         let param_info = driver_fn(c"cuFuncGetParamInfo");
         let func_name = driver_fn(c"cuFuncGetName");
+        let pointer_attribute = driver_fn(c"cuPointerGetAttribute");
         Introspection {
             // SAFETY: the prototype of cudaGetFuncBySymbol (cudaFunction_t*, const void*).
             get_func_by_symbol: unsafe { GET_FUNC_BY_SYMBOL.get::<GetFuncBySymbol>() },
@@ -104,6 +107,10 @@ fn introspection() -> &'static Introspection {
             // SAFETY: as above.
             func_name: (!func_name.is_null())
                 .then(|| unsafe { std::mem::transmute::<*mut c_void, FuncGetName>(func_name) }),
+            // SAFETY: as above.
+            pointer_attribute: (!pointer_attribute.is_null()).then(|| unsafe {
+                std::mem::transmute::<*mut c_void, PointerGetAttribute>(pointer_attribute)
+            }),
         }
     })
 }
@@ -181,6 +188,23 @@ fn symbol_name(func: *const c_void) -> Option<String> {
             .to_string_lossy()
             .into_owned(),
     )
+}
+
+/// The start of the allocation containing `addr`, as the driver knows it
+/// (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`); None for memory the driver did not allocate.
+pub fn range_start(addr: u64) -> Option<u64> {
+    const RANGE_START_ADDR: i32 = 11;
+    let get = introspection().pointer_attribute?;
+    let mut start = 0u64;
+    // SAFETY: RANGE_START_ADDR writes a CUdeviceptr (u64) into `start`.
+    let found = unsafe {
+        get(
+            &mut start as *mut u64 as *mut c_void,
+            RANGE_START_ADDR,
+            addr,
+        )
+    } == 0;
+    found.then_some(start)
 }
 
 /// Name and total memory of device 0, from the driver (empty and 0 when it cannot tell).

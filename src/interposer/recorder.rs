@@ -10,19 +10,26 @@
 //! the block being freed.
 
 use super::live::{Block, LiveIndex};
-use super::real::{KernelLayout, kernel_layout};
+use super::real::{KernelLayout, kernel_layout, range_start};
 use crate::analysis;
 use crate::config::Config;
 use crate::detect::{Change, Detector, DetectorConfig, Period};
-use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle};
+use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
 use crate::trace::{TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::ffi::c_void;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+/// Events handed to the trace writer at once: one channel hand-over per batch keeps the
+/// hooks' cost low (a hand-over costs about as much as the rest of a hook).
+const TRACE_BATCH: usize = 256;
+/// Batches the writer's channel holds before `record` waits (bounds the memory: 64 × 256
+/// events, a few MB).
+const TRACE_BATCHES_IN_FLIGHT: usize = 64;
 
 /// What the recorder knows about one kernel (by host function address).
 struct Kernel {
@@ -54,6 +61,8 @@ struct Sequencer {
     detector: Detector,
     /// How many times a period was found (more than once: the pattern changed).
     changes: u64,
+    /// Events not yet handed to the trace writer, in sequence order.
+    pending: Vec<Event>,
     /// The period that has covered the most events so far, with that count: what the training
     /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
     dominant: Option<(Period, u64)>,
@@ -88,7 +97,9 @@ pub struct Recorder {
     start: Instant,
     next_id: AtomicU64,
     live: RwLock<LiveIndex>,
-    kernels: RwLock<FxHashMap<usize, Arc<Kernel>>>,
+    /// Kernels by host function address. Records are leaked: there are few kernels, they live
+    /// as long as the process, and a `&'static` spares every launch a reference count.
+    kernels: RwLock<FxHashMap<usize, &'static Kernel>>,
     sequencer: Mutex<Sequencer>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
@@ -112,6 +123,7 @@ impl Recorder {
                 detector,
                 changes: 0,
                 dominant: None,
+                pending: Vec::with_capacity(TRACE_BATCH),
             }),
             trace: OnceLock::new(),
             counters: Counters::default(),
@@ -192,7 +204,10 @@ impl Recorder {
     ) {
         let (dst, src) = {
             let live = self.live.read();
-            (live.find(dst).map(|b| b.id), live.find(src).map(|b| b.id))
+            (
+                live.find(dst, range_start).map(|b| b.id),
+                live.find(src, range_start).map(|b| b.id),
+            )
         };
         let event = EventKind::Memcpy {
             dst,
@@ -207,7 +222,7 @@ impl Recorder {
     }
 
     pub fn on_memset(&self, dst: u64, bytes: u64, stream: StreamHandle, asynchronous: bool) {
-        let dst = self.live.read().find(dst).map(|b| b.id);
+        let dst = self.live.read().find(dst, range_start).map(|b| b.id);
         let event = EventKind::Memset {
             dst,
             bytes,
@@ -229,7 +244,7 @@ impl Recorder {
         stream: StreamHandle,
     ) {
         let kernel = self.kernel(func);
-        let mut touched: Vec<AllocId> = Vec::new();
+        let mut touched = Touched::new();
         if let (Some(words), false) = (&kernel.pointer_words, args.is_null()) {
             let live = self.live.read();
             for &(param, offset) in words {
@@ -241,7 +256,7 @@ impl Recorder {
                         .cast::<u64>()
                         .read_unaligned()
                 };
-                if let Some(block) = live.find(word) {
+                if let Some(block) = live.find(word, range_start) {
                     if !touched.contains(&block.id) {
                         touched.push(block.id);
                     }
@@ -264,20 +279,20 @@ impl Recorder {
     }
 
     /// The kernel record of `func`, learning its layout (and logging its name) the first time.
-    fn kernel(&self, func: *const c_void) -> Arc<Kernel> {
+    fn kernel(&self, func: *const c_void) -> &'static Kernel {
         if let Some(kernel) = self.kernels.read().get(&(func as usize)) {
-            return kernel.clone();
+            return kernel;
         }
         let KernelLayout { name, params } = kernel_layout(func);
         let mut kernels = self.kernels.write();
         if let Some(kernel) = kernels.get(&(func as usize)) {
-            return kernel.clone();
+            return kernel;
         }
-        let kernel = Arc::new(Kernel {
+        let kernel: &'static Kernel = Box::leak(Box::new(Kernel {
             id: kernels.len() as KernelId,
             pointer_words: params.map(|params| pointer_words(&params)),
-        });
-        kernels.insert(func as usize, kernel.clone());
+        }));
+        kernels.insert(func as usize, kernel);
         // Named under the kernels lock, so the name precedes every launch of the kernel.
         self.emit_metadata(EventKind::KernelName {
             kernel: kernel.id,
@@ -320,25 +335,31 @@ impl Recorder {
                 period.boundary
             );
         }
-        self.record(Event {
-            time_ns: self.start.elapsed().as_nanos() as u64,
-            kind,
-        });
+        self.record(&mut seq, kind);
         index
     }
 
     /// An event that is not part of the access stream (no index, no token).
     fn emit_metadata(&self, kind: EventKind) {
-        let _order = self.sequencer.lock();
-        self.record(Event {
+        let mut seq = self.sequencer.lock();
+        self.record(&mut seq, kind);
+    }
+
+    /// Queues the event for the trace (in sequence order: the caller holds the sequencer) and
+    /// hands a full batch to the writer thread.
+    fn record(&self, seq: &mut Sequencer, kind: EventKind) {
+        let Some(writer) = self.trace_writer() else {
+            return;
+        };
+        seq.pending.push(Event {
             time_ns: self.start.elapsed().as_nanos() as u64,
             kind,
         });
-    }
-
-    fn record(&self, event: Event) {
-        if let Some(writer) = self.trace_writer() {
-            writer.record(event);
+        if seq.pending.len() >= TRACE_BATCH {
+            writer.record_batch(std::mem::replace(
+                &mut seq.pending,
+                Vec::with_capacity(TRACE_BATCH),
+            ));
         }
     }
 
@@ -350,7 +371,7 @@ impl Recorder {
                 let mut header = TraceHeader::for_this_process(name, memory);
                 let since_start = self.start.elapsed().as_nanos() as u64;
                 header.start_unix_ns = header.start_unix_ns.saturating_sub(since_start);
-                match TraceWriter::create(path, header) {
+                match TraceWriter::with_capacity(path, header, TRACE_BATCHES_IN_FLIGHT) {
                     Ok(writer) => Some(writer),
                     Err(err) => {
                         super::report(format_args!(
@@ -368,6 +389,10 @@ impl Recorder {
     /// after which later events are counted as lost (the process is ending).
     pub fn flush(&self, close: bool) {
         if let Some(Some(writer)) = self.trace.get() {
+            let pending = std::mem::take(&mut self.sequencer.lock().pending);
+            if !pending.is_empty() {
+                writer.record_batch(pending);
+            }
             if close {
                 writer.close();
             } else {

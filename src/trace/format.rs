@@ -12,7 +12,7 @@ use std::io;
 
 use super::error::Problem;
 use super::{EndRecord, TraceHeader};
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, Touched};
 
 /// The first 8 bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"ITERMEM\0";
@@ -482,7 +482,7 @@ pub(crate) fn decode_body(
             // No capacity is reserved from `count`: each id takes at least one byte, so a
             // corrupt count fails at the first id past the end of the body instead of reserving
             // a huge vector.
-            let mut touched = Vec::new();
+            let mut touched = Touched::new();
             for _ in 0..count {
                 touched.push(body.varint("touched allocation id")?);
             }

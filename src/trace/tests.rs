@@ -100,7 +100,7 @@ fn every_kind() -> Vec<Event> {
                 kernel: 0,
                 stream: 7,
                 layout_known: true,
-                touched: vec![1, 3, u64::MAX],
+                touched: smallvec::smallvec![1, 3, u64::MAX],
             },
         ),
         ev(
@@ -109,7 +109,7 @@ fn every_kind() -> Vec<Event> {
                 kernel: u32::MAX,
                 stream: 0,
                 layout_known: false,
-                touched: vec![],
+                touched: smallvec::smallvec![],
             },
         ),
         ev(
@@ -288,7 +288,7 @@ fn launches_are_compact() {
             kernel: 12,
             stream: 0,
             layout_known: true,
-            touched: vec![100, 101, 102],
+            touched: smallvec::smallvec![100, 101, 102],
         },
     );
     let (bytes, starts) = encode(&header(), &[launch], false);
@@ -684,7 +684,7 @@ fn eight_threads_recording_at_once_lose_nothing() {
                             kernel: t as u32,
                             stream: t,
                             layout_known: true,
-                            touched: vec![i],
+                            touched: smallvec::smallvec![i],
                         },
                     ));
                 }
@@ -706,7 +706,7 @@ fn eight_threads_recording_at_once_lose_nothing() {
             panic!("unexpected {e:?}")
         };
         // Each thread's events arrive complete and in its own order.
-        assert_eq!(touched, vec![next[kernel as usize]]);
+        assert_eq!(touched.as_slice(), &[next[kernel as usize]]);
         assert_eq!(e.time_ns, next[kernel as usize]);
         next[kernel as usize] += 1;
     }

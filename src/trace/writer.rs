@@ -46,6 +46,9 @@ pub struct TraceSummary {
 
 enum Msg {
     Event(Event),
+    /// Events in recording order, handed over together: a producer that records millions of
+    /// events pays for one channel hand-over per batch instead of per event.
+    Batch(Vec<Event>),
     /// Write everything before this message, then answer.
     Flush(Sender<()>),
     /// Write everything and the end record, answer with the summary, and from then on count
@@ -128,6 +131,15 @@ impl TraceWriter {
         if self.tx.send(Msg::Event(event)).is_err() {
             // Only possible if the writer thread died, which it does not do while `self` lives.
             self.unsent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands a batch of events, in order, to the writer thread; blocks while the channel is full
+    /// (the channel's capacity counts messages, so a batch takes one place).
+    pub fn record_batch(&self, events: Vec<Event>) {
+        let count = events.len() as u64;
+        if self.tx.send(Msg::Batch(events)).is_err() {
+            self.unsent.fetch_add(count, Ordering::Relaxed);
         }
     }
 
@@ -229,6 +241,7 @@ impl Sink {
             };
             match msg {
                 Some(Msg::Event(event)) => self.push(&event),
+                Some(Msg::Batch(events)) => events.iter().for_each(|event| self.push(event)),
                 Some(Msg::Flush(ack)) => {
                     self.write_out();
                     let _ = ack.send(());
