@@ -9,4 +9,5 @@ pub mod detect;
 pub mod event;
 pub mod export;
 pub mod interposer;
+pub mod plan;
 pub mod trace;
