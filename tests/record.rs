@@ -12,6 +12,19 @@ fn itermem() -> &'static str {
     env!("CARGO_BIN_EXE_itermem")
 }
 
+/// The interposer as `itermem run` finds it (`cargo test` leaves it in `deps/`).
+fn preload_library() -> PathBuf {
+    let beside = Path::new(itermem()).with_file_name("libitermem.so");
+    let in_deps = Path::new(itermem())
+        .with_file_name("deps")
+        .join("libitermem.so");
+    if in_deps.is_file() && !beside.is_file() {
+        in_deps
+    } else {
+        beside
+    }
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = root().join("target/tmp/record-tests");
     std::fs::create_dir_all(&dir).unwrap();
@@ -261,10 +274,7 @@ fn sigterm_flushes_a_complete_trace() {
     let mut child = Command::new(&mlp)
         .args(["--iters", "100000"])
         .env("LD_LIBRARY_PATH", support::shim_lib_dir())
-        .env(
-            "LD_PRELOAD",
-            Path::new(itermem()).with_file_name("libitermem.so"),
-        )
+        .env("LD_PRELOAD", preload_library())
         .env("ITERMEM_TRACE", &trace)
         .stdout(std::process::Stdio::piped())
         .spawn()

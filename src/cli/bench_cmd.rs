@@ -63,7 +63,7 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     run_script(&root.join("tools/build-shim"))?;
     run_script(&root.join("tools/build-programs"))?;
     let program = root.join("target/programs/hook_bench");
-    let lib = std::env::current_exe()?.with_file_name("libitermem.so");
+    let lib = super::run_cmd::default_library()?;
     if !lib.is_file() {
         bail!(
             "{} does not exist (build it with `cargo build --release`)",

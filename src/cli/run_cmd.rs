@@ -80,10 +80,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(exit_code_of(status))
 }
 
-/// `libitermem.so` beside the running executable (cargo puts both in `target/<profile>/`).
-fn default_library() -> anyhow::Result<PathBuf> {
+/// `libitermem.so` beside the running executable: `cargo build` puts both in
+/// `target/<profile>/`; `cargo test` leaves the library in `target/<profile>/deps/`.
+pub fn default_library() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the itermem executable")?;
-    Ok(exe.with_file_name("libitermem.so"))
+    let beside = exe.with_file_name("libitermem.so");
+    let in_deps = exe.with_file_name("deps").join("libitermem.so");
+    Ok(if !beside.is_file() && in_deps.is_file() {
+        in_deps
+    } else {
+        beside
+    })
 }
 
 /// The simulated CUDA libraries of the checkout this executable was built from, brought up to
