@@ -1,13 +1,22 @@
-//! The simulated platform's exports have NVIDIA's exact CUDA 12 ABI: `tools/abi-check` compares
-//! our headers and libraries with NVIDIA's official headers (fetched from PyPI into a cache
-//! outside the repository; see the script).
+//! The simulated platform's exports, and the interposer's hooks, have NVIDIA's exact CUDA 12 ABI:
+//! `tools/abi-check` compares our headers and libraries with NVIDIA's official headers (fetched
+//! from PyPI into a cache outside the repository; see the script).
 
 mod support;
 
 #[test]
 fn exports_match_nvidia_cuda_12_headers() {
     support::program("shim_checks"); // builds the shim
+    // The interposer this test run built (cargo test leaves the cdylib in deps/).
+    let itermem = std::path::Path::new(env!("CARGO_BIN_EXE_itermem"));
+    let lib = itermem.with_file_name("deps").join("libitermem.so");
+    let lib = if lib.is_file() {
+        lib
+    } else {
+        itermem.with_file_name("libitermem.so")
+    };
     let output = std::process::Command::new(support::root().join("tools/abi-check"))
+        .env("ITERMEM_LIB", lib)
         .current_dir(support::root())
         .output()
         .expect("cannot run tools/abi-check");

@@ -111,6 +111,7 @@ pub fn intercept<F: FnOnce() -> u32>(
         }
         return real();
     };
+    recorder.counters.calls.fetch_add(1, Ordering::Relaxed);
     let mut call = Call {
         real: Some(real),
         result: CUDA_ERROR_UNKNOWN,

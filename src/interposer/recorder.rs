@@ -42,6 +42,8 @@ struct Kernel {
 /// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
 #[derive(Default)]
 pub struct Counters {
+    /// Hooked calls observed (each ran itermem's observer).
+    pub calls: AtomicU64,
     pub malloc: AtomicU64,
     pub free: AtomicU64,
     pub host_malloc: AtomicU64,
@@ -427,6 +429,7 @@ impl Recorder {
             peak_live_bytes: seq.peak_live_bytes,
             live_bytes_at_exit: seq.live_bytes,
             kernels: self.kernels.read().len() as u64,
+            hooked_calls: c.calls.load(Relaxed),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: c.pointer_words_scanned.load(Relaxed),
         }
@@ -484,6 +487,8 @@ pub struct Summary {
     pub peak_live_bytes: u64,
     pub live_bytes_at_exit: u64,
     pub kernels: u64,
+    /// Calls that went through itermem's hooks (all hooked functions, stream calls included).
+    pub hooked_calls: u64,
     pub launches_without_layout: u64,
     pub pointer_words_scanned: u64,
 }
