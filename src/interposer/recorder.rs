@@ -11,7 +11,7 @@
 
 use super::live::{Block, LiveIndex};
 use super::real::{KernelLayout, kernel_layout, range_start};
-use crate::analysis;
+use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::Config;
 use crate::detect::{Change, Detector, DetectorConfig, Period};
 use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
@@ -449,21 +449,6 @@ fn pointer_words(params: &[(usize, usize)]) -> Vec<(usize, usize)> {
         }
     }
     words
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct EventCounts {
-    pub malloc: u64,
-    pub free: u64,
-    pub launch: u64,
-    pub memcpy: u64,
-    pub memset: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct HostCounts {
-    pub malloc: u64,
-    pub free: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
