@@ -1,0 +1,596 @@
+//! Tests of the planners and of the validator: hand-made instances with known optima, seeded
+//! property tests (std-only generator), validator cases, and the real traces of
+//! `../shared/real-traces` when that folder is present.
+
+use std::time::Duration;
+
+use super::rng::SplitMix64;
+use super::*;
+
+fn b(id: u64, lower: u64, upper: u64, size: u64) -> Buffer {
+    Buffer {
+        id,
+        lower,
+        upper,
+        size,
+    }
+}
+
+fn inst(buffers: Vec<Buffer>) -> Instance {
+    Instance::new(buffers).expect("a valid test instance")
+}
+
+fn options(alignment: u64, budget_ms: u64) -> PlanOptions {
+    PlanOptions {
+        alignment: Alignment::new(alignment).expect("non-zero"),
+        budget: Duration::from_millis(budget_ms),
+        seed: 7,
+    }
+}
+
+/// Runs every policy, checks each plan with the validator and the bound, and returns the
+/// footprints in `Policy::ALL` order.
+fn all_policies(instance: &Instance, opts: &PlanOptions) -> [u64; 4] {
+    let mut out = [0; 4];
+    for (k, policy) in Policy::ALL.into_iter().enumerate() {
+        let r = plan(instance, policy, opts).expect("plannable");
+        assert_eq!(validate(instance, &r.plan), Ok(()), "{policy}");
+        assert!(
+            r.footprint >= r.lower_bound,
+            "{policy} below the lower bound"
+        );
+        assert_eq!(r.footprint, r.plan.footprint);
+        assert_eq!(r.plan.offsets.len(), instance.len());
+        out[k] = r.footprint;
+    }
+    let [best_fit, first_fit, best_of, search] = out;
+    assert!(
+        best_of <= best_fit && best_of <= first_fit,
+        "best-of lost: {out:?}"
+    );
+    assert!(search <= best_of, "search lost to best-of: {out:?}");
+    out
+}
+
+// ---------------------------------------------------------------- small instances, known optima
+
+#[test]
+fn empty_instance_has_an_empty_plan() {
+    let i = inst(vec![]);
+    let r = plan(&i, Policy::Search, &PlanOptions::default()).unwrap();
+    assert_eq!((r.footprint, r.lower_bound, r.ratio), (0, 0, 1.0));
+    assert!(r.plan.offsets.is_empty());
+    assert_eq!(validate(&i, &r.plan), Ok(()));
+}
+
+#[test]
+fn one_buffer_is_rounded_up_to_the_alignment() {
+    let i = inst(vec![b(1, 0, 1, 1)]);
+    let r = plan(&i, Policy::BestFit, &PlanOptions::default()).unwrap();
+    assert_eq!(
+        (r.footprint, r.lower_bound, r.unaligned_peak),
+        (512, 512, 1)
+    );
+    let r = plan(&i, Policy::BestFit, &options(1, 0)).unwrap();
+    assert_eq!((r.footprint, r.lower_bound, r.unaligned_peak), (1, 1, 1));
+    let r = plan(&i, Policy::BestFit, &options(3, 0)).unwrap();
+    assert_eq!(r.footprint, 3);
+}
+
+#[test]
+fn half_open_lifetimes_share_memory() {
+    // [0,2) and [2,4) never coexist: both at offset 0.
+    let i = inst(vec![b(0, 0, 2, 1024), b(1, 2, 4, 1024), b(2, 4, 9, 512)]);
+    for policy in Policy::ALL {
+        let r = plan(&i, policy, &PlanOptions::default()).unwrap();
+        assert_eq!(r.plan.offsets, vec![0, 0, 0], "{policy}");
+        assert_eq!(r.footprint, 1024);
+    }
+}
+
+#[test]
+fn aligned_lower_bound_and_unaligned_peak() {
+    // Both live at once: 600 + 100 bytes, 1024 + 512 once aligned to 512.
+    let i = inst(vec![b(0, 0, 3, 600), b(1, 1, 2, 100)]);
+    let r = plan(&i, Policy::BestOf, &PlanOptions::default()).unwrap();
+    assert_eq!(
+        (r.lower_bound, r.unaligned_peak, r.footprint),
+        (1536, 700, 1536)
+    );
+    assert!(r.plan.offsets.iter().all(|o| o % 512 == 0));
+    assert_eq!(
+        Bounds::of(&i, Alignment::DEFAULT),
+        Some(Bounds {
+            alignment: Alignment::DEFAULT,
+            aligned_peak: 1536,
+            unaligned_peak: 700
+        })
+    );
+}
+
+#[test]
+fn best_fit_takes_the_smallest_gap_and_first_fit_the_lowest() {
+    // Long buffers (live [0,10)) alternate in memory with short ones (live [0,2)); Q, live
+    // [5,9), then sees two holes: [10,16) of 6 bytes and [21,25) of 4.
+    let i = inst(vec![
+        b(0, 0, 10, 10), // long  → 0..10
+        b(1, 0, 2, 6),   // short → 10..16
+        b(2, 0, 10, 5),  // long  → 16..21
+        b(3, 0, 2, 4),   // short → 21..25
+        b(4, 0, 10, 3),  // long  → 25..28
+        b(5, 5, 9, 2),   // Q
+    ]);
+    let bf = place(&i, Order::SizeDesc, Fit::Best, Alignment::NONE).unwrap();
+    let ff = place(&i, Order::SizeDesc, Fit::First, Alignment::NONE).unwrap();
+    assert_eq!(bf.offsets[..5], [0, 10, 16, 21, 25]);
+    assert_eq!(bf.offsets[5], 21, "best fit: the 4-byte hole");
+    assert_eq!(ff.offsets[5], 10, "first fit: the lowest hole");
+    assert_eq!((bf.footprint, ff.footprint), (28, 28));
+    assert_eq!(validate(&i, &bf), Ok(()));
+    assert_eq!(validate(&i, &ff), Ok(()));
+}
+
+#[test]
+fn size_order_breaks_ties_by_longer_lifetime_then_id() {
+    // Equal sizes: the longer-lived goes first (offset 0), then the lower id.
+    let i = inst(vec![b(9, 0, 2, 512), b(5, 0, 5, 512), b(3, 1, 3, 512)]);
+    let p = place(&i, Order::SizeDesc, Fit::Best, Alignment::DEFAULT).unwrap();
+    assert_eq!(p.offsets, vec![1024, 0, 512]);
+}
+
+#[test]
+fn names_round_trip() {
+    for policy in Policy::ALL {
+        assert_eq!(policy.name().parse::<Policy>(), Ok(policy));
+    }
+    assert!(
+        "worst-fit"
+            .parse::<Policy>()
+            .unwrap_err()
+            .contains("worst-fit")
+    );
+    let m = Method::Greedy {
+        order: Order::SizeDesc,
+        fit: Fit::Best,
+    };
+    assert_eq!(m.to_string(), "best-fit/size");
+}
+
+#[test]
+fn plan_error_on_overflowing_sizes() {
+    let i = inst(vec![b(0, 0, 1, u64::MAX), b(1, 0, 1, 1)]);
+    assert_eq!(
+        plan(&i, Policy::BestFit, &options(1, 0)).unwrap_err(),
+        PlanError::TooLarge
+    );
+    // One size that cannot be rounded up.
+    let i = inst(vec![b(0, 0, 1, u64::MAX)]);
+    assert_eq!(
+        plan(&i, Policy::Search, &PlanOptions::default()).unwrap_err(),
+        PlanError::TooLarge
+    );
+    assert_eq!(Bounds::of(&i, Alignment::DEFAULT), None);
+    assert!(Alignment::new(0).is_none());
+}
+
+// ---------------------------------------------------------------- generators
+
+/// Random intervals and sizes: `n` buffers over `horizon` instants.
+fn random_intervals(rng: &mut SplitMix64, n: usize, horizon: u64, max_size: u64) -> Instance {
+    let buffers = (0..n as u64)
+        .map(|id| {
+            let lower = rng.below(horizon);
+            let len = 1 + rng.below(horizon / 3 + 1);
+            b(id, lower, lower + len, 1 + rng.below(max_size))
+        })
+        .collect();
+    inst(buffers)
+}
+
+/// A "tight" instance whose optimum is its peak: a `horizon × width` box cut recursively
+/// (guillotine) into `pieces` rectangles, each a buffer (lifetime = its time span, size = its
+/// height). Every instant is covered exactly, so the peak is `width` and the box is a plan.
+fn guillotine(rng: &mut SplitMix64, pieces: usize, horizon: u64, width: u64) -> Instance {
+    let mut boxes = vec![(0u64, horizon, 0u64, width)];
+    while boxes.len() < pieces {
+        let k = rng.below(boxes.len() as u64) as usize;
+        let (t0, t1, m0, m1) = boxes[k];
+        let along_time = rng.below(2) == 0;
+        if along_time && t1 - t0 >= 2 {
+            let cut = t0 + 1 + rng.below(t1 - t0 - 1);
+            boxes[k] = (t0, cut, m0, m1);
+            boxes.push((cut, t1, m0, m1));
+        } else if m1 - m0 >= 2 {
+            let cut = m0 + 1 + rng.below(m1 - m0 - 1);
+            boxes[k] = (t0, t1, m0, cut);
+            boxes.push((t0, t1, cut, m1));
+        } else if boxes.iter().all(|&(a, b, c, d)| b - a < 2 && d - c < 2) {
+            break;
+        }
+    }
+    let buffers = boxes
+        .iter()
+        .enumerate()
+        .map(|(id, &(t0, t1, m0, m1))| b(id as u64, t0, t1, m1 - m0))
+        .collect();
+    inst(buffers)
+}
+
+// ---------------------------------------------------------------- property tests
+
+#[test]
+fn property_every_plan_is_valid_and_ordered() {
+    let mut rng = SplitMix64::new(0xA11CE);
+    for round in 0..60 {
+        let n = 1 + rng.below(40) as usize;
+        let horizon = 2 + rng.below(60);
+        let i = random_intervals(&mut rng, n, horizon, 5000);
+        let alignment = [1, 512, 3][round % 3];
+        all_policies(&i, &options(alignment, 20));
+    }
+}
+
+#[test]
+fn property_search_reaches_the_optimum_of_tight_instances() {
+    let mut rng = SplitMix64::new(0xB0B);
+    for _ in 0..40 {
+        let pieces = 2 + rng.below(9) as usize;
+        let i = guillotine(&mut rng, pieces, 20, 64);
+        let opts = options(1, 5_000);
+        let fp = all_policies(&i, &opts);
+        assert_eq!(i.peak_live(), 64);
+        assert_eq!(fp[3], 64, "search misses the optimum of {:?}", i.buffers());
+    }
+}
+
+#[test]
+fn search_beats_greedy_where_greedy_misses() {
+    // Tight instances on which best-fit misses the optimum exist and the search recovers them.
+    let mut rng = SplitMix64::new(0xDEC0DE);
+    let mut missed = 0;
+    for _ in 0..60 {
+        let i = guillotine(&mut rng, 14, 16, 48);
+        let opts = options(1, 5_000);
+        let fp = all_policies(&i, &opts);
+        if fp[0] > 48 {
+            missed += 1;
+            assert_eq!(fp[3], 48);
+        }
+    }
+    assert!(missed >= 5, "best-fit missed only {missed} optima");
+}
+
+#[test]
+fn property_tight_instances_in_aligned_units() {
+    // The same with sizes in 512-byte units and the default alignment.
+    let mut rng = SplitMix64::new(0xC0FFEE);
+    for _ in 0..20 {
+        let units = guillotine(&mut rng, 8, 30, 32);
+        let scaled: Vec<Buffer> = units
+            .buffers()
+            .iter()
+            .map(|x| b(x.id, x.lower, x.upper, x.size * 512 - rng.below(100)))
+            .collect();
+        let i = inst(scaled);
+        let r = plan(&i, Policy::Search, &options(512, 5_000)).unwrap();
+        assert_eq!(validate(&i, &r.plan), Ok(()));
+        assert_eq!((r.footprint, r.lower_bound), (32 * 512, 32 * 512));
+        assert!(r.unaligned_peak < r.lower_bound);
+    }
+}
+
+#[test]
+fn search_is_deterministic_for_a_seed_when_it_reaches_the_bound() {
+    let mut rng = SplitMix64::new(5);
+    let i = guillotine(&mut rng, 12, 40, 100);
+    let a = plan(&i, Policy::Search, &options(1, 5_000)).unwrap();
+    let b = plan(&i, Policy::Search, &options(1, 5_000)).unwrap();
+    assert_eq!(a.plan, b.plan);
+    assert!(a.is_optimal());
+}
+
+#[test]
+fn scaling_instance_is_seeded() {
+    let a = random_instance(2_000, 3);
+    let b = random_instance(2_000, 3);
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 2_000);
+    assert_ne!(a, random_instance(2_000, 4));
+    let r = bench_scaling(2_000, 3).unwrap();
+    assert!(r.valid);
+    assert_eq!(r.buffers, 2_000);
+    assert!(r.footprint >= r.lower_bound && r.ratio < 1.05, "{r:?}");
+}
+
+// ---------------------------------------------------------------- the validator
+
+fn plan_of(offsets: Vec<u64>, footprint: u64, alignment: u64) -> Plan {
+    Plan {
+        offsets,
+        footprint,
+        alignment: Alignment::new(alignment).unwrap(),
+    }
+}
+
+#[test]
+fn validator_catches_each_kind_of_conflict() {
+    let i = inst(vec![b(10, 0, 4, 100), b(11, 2, 6, 100), b(12, 4, 8, 100)]);
+    // A valid plan: 10 and 12 share offset 0 (10 dies at 4 when 12 is born).
+    assert_eq!(validate(&i, &plan_of(vec![0, 100, 0], 200, 1)), Ok(()));
+
+    assert_eq!(
+        validate(&i, &plan_of(vec![0, 100], 200, 1)),
+        Err(Conflict::WrongLength {
+            offsets: 2,
+            buffers: 3
+        })
+    );
+    assert_eq!(
+        validate(&i, &plan_of(vec![0, 100, 0], 199, 1)),
+        Err(Conflict::OutOfBounds {
+            a: 1,
+            a_id: 11,
+            end: 200,
+            footprint: 199
+        })
+    );
+    assert_eq!(
+        validate(&i, &plan_of(vec![0, 100, 0], 300, 1)),
+        Err(Conflict::SlackFootprint {
+            claimed: 300,
+            used: 200
+        })
+    );
+    assert_eq!(
+        validate(&i, &plan_of(vec![0, 100, 0], 1024, 512)),
+        Err(Conflict::Misaligned {
+            a: 1,
+            a_id: 11,
+            offset: 100,
+            alignment: 512
+        })
+    );
+    assert_eq!(
+        validate(&i, &plan_of(vec![0, u64::MAX - 10, 0], u64::MAX, 1)),
+        Err(Conflict::Overflow {
+            a: 1,
+            a_id: 11,
+            offset: u64::MAX - 10
+        })
+    );
+    // 10 and 11 overlap in time [2,4) and in memory [50,100).
+    let err = validate(&i, &plan_of(vec![0, 50, 150], 250, 1)).unwrap_err();
+    assert_eq!(err.pair(), Some((0, 1)));
+    assert_eq!(
+        err,
+        Conflict::Overlap {
+            a: 0,
+            b: 1,
+            a_id: 10,
+            b_id: 11,
+            time: 2,
+            a_range: (0, 100),
+            b_range: (50, 150)
+        }
+    );
+    assert!(
+        err.to_string()
+            .contains("buffers 10 [0, 100) and 11 [50, 150)")
+    );
+}
+
+#[test]
+fn validator_uses_aligned_sizes() {
+    // 100 bytes occupy 512 once aligned: offsets 0 and 256 collide at alignment 256 …
+    let i = inst(vec![b(0, 0, 2, 300), b(1, 0, 2, 100)]);
+    let err = validate(&i, &plan_of(vec![0, 256], 512, 256)).unwrap_err();
+    assert_eq!(err.pair(), Some((0, 1)));
+    // … but not at alignment 1.
+    assert_eq!(validate(&i, &plan_of(vec![0, 300], 400, 1)), Ok(()));
+}
+
+#[test]
+fn validator_finds_overlaps_beyond_the_adjacent_range() {
+    // A long range under two short ones: the new buffer lands inside the long one.
+    let i = inst(vec![
+        b(0, 0, 10, 100), // [0,100)
+        b(1, 0, 10, 10),  // [100,110)
+        b(2, 5, 6, 5),    // [40,45): inside buffer 0
+    ]);
+    let err = validate(&i, &plan_of(vec![0, 100, 40], 110, 1)).unwrap_err();
+    assert_eq!(err.pair(), Some((0, 2)));
+    // Equal offsets at the same time.
+    let i = inst(vec![b(0, 0, 3, 8), b(1, 1, 2, 8)]);
+    let err = validate(&i, &plan_of(vec![0, 0], 8, 1)).unwrap_err();
+    assert_eq!(err.pair(), Some((0, 1)));
+}
+
+#[test]
+fn validator_agrees_with_the_pairwise_definition() {
+    let mut rng = SplitMix64::new(99);
+    let mut rejected = 0;
+    for _ in 0..400 {
+        let n = 1 + rng.below(12) as usize;
+        let i = random_intervals(&mut rng, n, 12, 8);
+        let offsets: Vec<u64> = (0..n).map(|_| rng.below(24)).collect();
+        let sizes: Vec<u64> = i.buffers().iter().map(|x| x.size).collect();
+        let footprint = offsets
+            .iter()
+            .zip(&sizes)
+            .map(|(o, s)| o + s)
+            .max()
+            .unwrap();
+        let conflicting = |a: usize, b: usize| {
+            let (x, y) = (&i.buffers()[a], &i.buffers()[b]);
+            x.overlaps_in_time(y)
+                && offsets[a] < offsets[b] + sizes[b]
+                && offsets[b] < offsets[a] + sizes[a]
+        };
+        let any = (0..n).any(|a| (a + 1..n).any(|b| conflicting(a, b)));
+        match validate(&i, &plan_of(offsets.clone(), footprint, 1)) {
+            Ok(()) => assert!(!any),
+            Err(e) => {
+                let (a, b) = e.pair().expect("only overlaps are possible here");
+                assert!(a < b && conflicting(a, b), "{e}");
+                rejected += 1;
+            }
+        }
+    }
+    assert!(rejected > 50, "the generator should produce conflicts too");
+}
+
+// ---------------------------------------------------------------- real traces
+
+const REAL_TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/real-traces");
+
+/// Every DSA CSV of the shared folder with its expectation: `real` traces must reach a ratio
+/// ≤ 1.02 with best-of; `optimum` names the policies proved to reach the lower bound.
+struct Trace {
+    path: &'static str,
+    real: bool,
+    /// Policies that meet the lower bound (asserted as regression protection).
+    optimum: &'static [Policy],
+    /// Whether the optimum assertion of `Policy::Search` is checked in debug builds too (the
+    /// others are checked in release builds only, where the search is ~20× faster).
+    cheap: bool,
+}
+
+const TRACES: &[Trace] = &[
+    Trace {
+        path: "dsa-benchmarks/iopddl/G_1.csv",
+        real: true,
+        optimum: &[Policy::BestOf, Policy::Search],
+        cheap: true,
+    },
+    Trace {
+        path: "dsa-benchmarks/somas_tensors/resnet50.csv",
+        real: true,
+        optimum: &[Policy::Search],
+        cheap: true,
+    },
+    Trace {
+        path: "derived-dsa-csv/cs336_lm2.7b_b4_ctx128_fp32_fullstep_dev0.csv",
+        real: true,
+        optimum: &[Policy::BestOf, Policy::Search],
+        cheap: true,
+    },
+    Trace {
+        path: "derived-dsa-csv/cs336_lm_small_b32_ctx256_fp32_fwdbwd_dev0.csv",
+        real: true,
+        optimum: &[Policy::Search],
+        cheap: true,
+    },
+    Trace {
+        path: "derived-dsa-csv/hta_v100_ddp_rank1_profile_memory_gpu1.csv",
+        real: true,
+        optimum: &[Policy::Search],
+        cheap: true,
+    },
+    Trace {
+        path: "derived-dsa-csv/vit_l16_b1_adam_3steps_dev0.csv",
+        real: true,
+        optimum: &[
+            Policy::BestFit,
+            Policy::FirstFit,
+            Policy::BestOf,
+            Policy::Search,
+        ],
+        cheap: true,
+    },
+    Trace {
+        path: "derived-dsa-csv/tiny_linear10kx50k_3fwd_dev0.csv",
+        real: true,
+        optimum: &[
+            Policy::BestFit,
+            Policy::FirstFit,
+            Policy::BestOf,
+            Policy::Search,
+        ],
+        cheap: true,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/A.1048576.csv",
+        real: false,
+        optimum: &[Policy::Search],
+        cheap: false,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/B.1048576.csv",
+        real: false,
+        optimum: &[],
+        cheap: false,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/C.1048576.csv",
+        real: false,
+        optimum: &[Policy::Search],
+        cheap: true,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/D.1048576.csv",
+        real: false,
+        optimum: &[],
+        cheap: false,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/E.1048576.csv",
+        real: false,
+        optimum: &[],
+        cheap: false,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/F.1048576.csv",
+        real: false,
+        optimum: &[Policy::Search],
+        cheap: false,
+    },
+    Trace {
+        path: "dsa-benchmarks/minimalloc-challenging/G.1048576.csv",
+        real: false,
+        optimum: &[],
+        cheap: false,
+    },
+];
+
+#[test]
+fn real_traces() {
+    let root = std::path::Path::new(REAL_TRACES);
+    if !root.is_dir() {
+        println!("skipped: ../shared/real-traces not found");
+        return;
+    }
+    let release = !cfg!(debug_assertions);
+    for trace in TRACES {
+        let path = root.join(trace.path);
+        let instance = crate::import::read_dsa_csv(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut footprints = Vec::new();
+        for policy in Policy::ALL {
+            let expect_optimum = trace.optimum.contains(&policy)
+                && (release || trace.cheap || policy != Policy::Search);
+            // A search that must meet the bound stops there; otherwise keep it short.
+            let budget = if expect_optimum { 60_000 } else { 50 };
+            let r = plan(&instance, policy, &options(512, budget)).unwrap();
+            assert_eq!(
+                validate(&instance, &r.plan),
+                Ok(()),
+                "{} {policy}",
+                trace.path
+            );
+            assert!(r.footprint >= r.lower_bound);
+            if trace.real && policy == Policy::BestOf {
+                assert!(r.ratio <= 1.02, "{} best-of ratio {}", trace.path, r.ratio);
+            }
+            if expect_optimum {
+                assert!(r.is_optimal(), "{} {policy}: ratio {}", trace.path, r.ratio);
+            }
+            footprints.push(r.footprint);
+        }
+        assert!(
+            footprints[2] <= footprints[0].min(footprints[1]),
+            "{}",
+            trace.path
+        );
+        assert!(footprints[3] <= footprints[2], "{}", trace.path);
+    }
+}
