@@ -8,6 +8,7 @@ pub mod config;
 pub mod detect;
 pub mod event;
 pub mod export;
+pub mod import;
 pub mod interposer;
 pub mod plan;
 pub mod trace;
