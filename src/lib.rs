@@ -11,4 +11,5 @@ pub mod export;
 pub mod import;
 pub mod interposer;
 pub mod plan;
+pub mod policy;
 pub mod trace;
