@@ -39,9 +39,9 @@ impl Mode {
         })
     }
 
-    /// Modes this version carries out; the others record only, and say so.
+    /// Modes this version carries out; the others (swap) record only, and say so.
     pub fn implemented(self) -> bool {
-        matches!(self, Mode::Off | Mode::Record)
+        matches!(self, Mode::Off | Mode::Record | Mode::Pool | Mode::Cnmem)
     }
 }
 
@@ -74,6 +74,8 @@ pub struct Config {
     pub limit: Option<Limit>,
     /// `env_logger` filter for itermem's own log lines.
     pub log: Option<String>,
+    /// cnmem mode: bytes reserved with the first `cudaMalloc` (0 = grow from empty).
+    pub cnmem_reservation: u64,
     /// Fault injection for tests: the hook of this CUDA function panics inside itermem's code
     /// (after the real call), to prove the host program survives any bug of ours.
     pub inject_panic: Option<String>,
@@ -87,6 +89,7 @@ impl Default for Config {
             stats: None,
             limit: None,
             log: None,
+            cnmem_reservation: 0,
             inject_panic: None,
         }
     }
@@ -134,6 +137,12 @@ pub const OPTIONS: &[Opt] = &[
             c.log = Some(v.to_string());
             true
         },
+    },
+    Opt {
+        name: "ITERMEM_CNMEM_RESERVATION",
+        forms: "bytes with an optional K, M, G or T suffix (e.g. 2G), or 0",
+        doc: "cnmem mode: the initial reservation (default 0: grow region by region)",
+        apply: |c, v| parse_bytes(v).map(|b| c.cnmem_reservation = b).is_some(),
     },
     Opt {
         name: "ITERMEM_INJECT_PANIC",
@@ -296,8 +305,8 @@ mod tests {
 
     #[test]
     fn unknown_variables_and_unimplemented_modes_are_reported() {
-        let (c, problems) = config(&[("ITERMEM_TRACEFILE", "x"), ("ITERMEM_MODE", "pool")]);
-        assert_eq!(c.mode, Mode::Pool);
+        let (c, problems) = config(&[("ITERMEM_TRACEFILE", "x"), ("ITERMEM_MODE", "swap")]);
+        assert_eq!(c.mode, Mode::Swap);
         assert!(
             problems
                 .iter()

@@ -12,4 +12,5 @@ pub mod import;
 pub mod interposer;
 pub mod plan;
 pub mod policy;
+pub mod svg;
 pub mod trace;

@@ -334,26 +334,6 @@ fn hand_made_sequence_matches_the_real_cnmem() {
     compare_all(library, "hand-made", &instance, true);
 }
 
-/// A DSA CSV (`id,lower,upper,size`) read in place; never copied into the repository.
-fn read_dsa_csv(path: &Path) -> Instance {
-    let text = std::fs::read_to_string(path).unwrap();
-    let buffers = text
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let f: Vec<u64> = line.split(',').map(|x| x.trim().parse().unwrap()).collect();
-            Buffer {
-                id: f[0],
-                lower: f[1],
-                upper: f[2],
-                size: f[3],
-            }
-        })
-        .collect();
-    Instance::new(buffers).unwrap()
-}
-
 #[test]
 fn real_traces_match_the_real_cnmem() {
     let Some(library) = library() else { return };
@@ -380,7 +360,8 @@ fn real_traces_match_the_real_cnmem() {
             println!("skipped: {} is absent", path.display());
             continue;
         }
-        let instance = read_dsa_csv(&path);
+        // Read in place; never copied into the repository.
+        let instance = itermem::import::read_dsa_csv(&path).unwrap();
         compare_all(library, file, &instance, false);
     }
 }

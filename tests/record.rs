@@ -5,12 +5,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use support::{program, root, run_ok, value_of};
-
-fn itermem() -> &'static str {
-    env!("CARGO_BIN_EXE_itermem")
-}
+use std::process::Command;
+use support::{itermem, program, run_ok, run_under_itermem, scratch, stdout_ok, value_of};
 
 /// The interposer as `itermem run` finds it (`cargo test` leaves it in `deps/`).
 fn preload_library() -> PathBuf {
@@ -23,44 +19,6 @@ fn preload_library() -> PathBuf {
     } else {
         beside
     }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = root().join("target/tmp/record-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{name}-{}", std::process::id()))
-}
-
-/// `itermem run --shim [extra…] -- program args…`, with `env` added.
-fn run_under_itermem(extra: &[&str], program_args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(itermem());
-    command
-        .arg("run")
-        .arg("--shim")
-        .args(extra)
-        .arg("--")
-        .args(program_args);
-    for var in [
-        "CUDA_SHIM_JITTER_US",
-        "CUDA_SHIM_SEED",
-        "ITERMEM_MODE",
-        "ITERMEM_TRACE",
-    ] {
-        command.env_remove(var);
-    }
-    command.envs(env.iter().copied());
-    command.output().expect("cannot run itermem")
-}
-
-fn stdout_ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "failed ({}):\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).unwrap()
 }
 
 fn trace_info(trace: &Path) -> serde_json::Value {
@@ -195,8 +153,7 @@ fn eight_threads_calling_cuda_at_once_are_all_recorded() {
     for kind in ["malloc", "free", "launch", "memcpy"] {
         assert_eq!(info["events"][kind], 2400, "{kind}: {info:#}");
     }
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let summary = support::read_json(&stats);
     assert_eq!(summary["events"]["launch"], 2400);
     assert_eq!(summary["internal_error"], false);
     assert_eq!(summary["live_bytes_at_exit"], 0);
@@ -224,8 +181,7 @@ fn a_panic_inside_a_hook_does_not_hurt_the_program() {
         stderr.contains("itermem: internal error in the cudaFree hook"),
         "{stderr}"
     );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let summary = support::read_json(&stats);
     assert_eq!(summary["internal_error"], true);
     std::fs::remove_file(&stats).unwrap();
 }

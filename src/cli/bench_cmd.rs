@@ -21,6 +21,21 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// Added cost per call of the hooks, over calling the simulated runtime directly.
     Hooks(HooksArgs),
+    /// SmartPool best-fit planning time on a seeded random instance (default 100k buffers).
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PlanArgs {
+    /// Buffers of the random instance.
+    #[arg(long, default_value_t = 100_000)]
+    buffers: usize,
+    /// Seed of the instance.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Instances planned (the median time is reported), with seeds seed, seed+1, …
+    #[arg(long, default_value_t = 5)]
+    runs: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,6 +67,7 @@ struct Sample {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         BenchWhat::Hooks(args) => hooks(args),
+        BenchWhat::Plan(args) => plan(args),
     }
 }
 
@@ -115,6 +131,38 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
             println!("{name:<20} {base:>12.1} {with:>14.1} {:>10.1}", with - base);
         }
     }
+    Ok(())
+}
+
+fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        bail!(super::BadInput("--runs must be at least 1".into()));
+    }
+    let mut reports = Vec::new();
+    for seed in args.seed..args.seed + args.runs {
+        let report = itermem::plan::bench_scaling(args.buffers, seed)?;
+        if !report.valid {
+            bail!("internal error: the best-fit plan of seed {seed} does not validate");
+        }
+        reports.push(report);
+    }
+    let mut times: Vec<f64> = reports
+        .iter()
+        .map(|r| r.plan_elapsed.as_secs_f64() * 1e3)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let mut ratios: Vec<f64> = reports.iter().map(|r| r.ratio).collect();
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "best-fit on {} random buffers, median of {} seeds: {:.1} ms (min {:.1}, max {:.1}), \
+         footprint / peak live {:.4} (median)",
+        args.buffers,
+        args.runs,
+        times[times.len() / 2],
+        times[0],
+        times[times.len() - 1],
+        ratios[ratios.len() / 2]
+    );
     Ok(())
 }
 

@@ -11,6 +11,7 @@
 //!   detectable iteration where one is needed.
 
 mod bench_cmd;
+mod compare_cmd;
 mod run_cmd;
 mod trace_cmd;
 
@@ -21,13 +22,16 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use itermem::detect::DetectError;
+use itermem::import::ImportError;
+use itermem::plan::InstanceError;
 use itermem::trace::TraceError;
 
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   1  failure (e.g. the output cannot be written)
-  2  bad usage or bad input (unreadable or corrupt trace, no iteration found where needed)";
+  2  bad usage or bad input (unreadable, corrupt or malformed trace or CSV, no iteration
+     found where needed)";
 
 /// Iteration-aware GPU memory management: run programs under the interposer, inspect and
 /// convert recorded traces, measure the hooks.
@@ -44,6 +48,8 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Summarise and export trace files written with ITERMEM_TRACE.
     Trace(trace_cmd::TraceArgs),
+    /// Compare the device memory of allocation policies on recordings or DSA CSV files.
+    Compare(compare_cmd::CompareArgs),
     /// Measure itermem itself.
     Bench(bench_cmd::BenchArgs),
 }
@@ -65,6 +71,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run_cmd::run(args),
         Command::Trace(args) => trace_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Compare(args) => compare_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
     }
 }
@@ -73,7 +80,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn exit_code(err: &anyhow::Error) -> u8 {
     let mut code = 1;
     for cause in err.chain() {
-        if cause.is::<TraceError>() || cause.is::<BadInput>() || cause.is::<DetectError>() {
+        if cause.is::<TraceError>()
+            || cause.is::<BadInput>()
+            || cause.is::<DetectError>()
+            || cause.is::<ImportError>()
+            || cause.is::<InstanceError>()
+        {
             return 2;
         }
         if let Some(io) = cause.downcast_ref::<io::Error>() {

@@ -47,6 +47,8 @@ fn per_thread(stream: usize) -> u64 {
 type Run<'a> = &'a mut dyn FnMut() -> u32;
 
 const SUCCESS: u32 = 0;
+/// `cudaErrorInvalidValue`: what `cudaFree` answers for a pointer that is no allocation.
+const INVALID_VALUE: u32 = 1;
 
 fn on_alloc(
     rec: &Recorder,
@@ -56,6 +58,14 @@ fn on_alloc(
     kind: MemKind,
     stream: u64,
 ) -> u32 {
+    if kind == MemKind::Device && size > 0 && !ptr.is_null() {
+        if let Some((addr, id)) = rec.served_malloc(size as u64) {
+            // SAFETY: `ptr` is the caller's non-null out-parameter.
+            unsafe { *ptr = addr as *mut c_void };
+            rec.on_served_malloc(id, addr, size as u64);
+            return SUCCESS;
+        }
+    }
     let result = run();
     if result == SUCCESS && !ptr.is_null() {
         // SAFETY: the call succeeded, so the runtime wrote the new address through `ptr`.
@@ -67,8 +77,19 @@ fn on_alloc(
     result
 }
 
-fn on_free(rec: &Recorder, run: Run, ptr: *mut c_void, stream: u64) -> u32 {
+/// `device`: whether the freed pointer may come from itermem's own allocator (`cudaFree`,
+/// `cudaFreeAsync`; not `cudaFreeHost`).
+fn on_free(rec: &Recorder, run: Run, ptr: *mut c_void, stream: u64, device: bool) -> u32 {
     let taken = rec.begin_free(ptr as u64);
+    if device && rec.serves(ptr as u64) {
+        // A block of itermem's allocator never reaches the real one; anything else in its
+        // range is no allocation of the program's, as real CUDA would say.
+        return if rec.served_free(ptr as u64, taken, stream) {
+            SUCCESS
+        } else {
+            INVALID_VALUE
+        };
+    }
     let result = run();
     rec.end_free(taken, result == SUCCESS, stream);
     result
@@ -85,17 +106,12 @@ fn on_copy(
     stream: u64,
     asynchronous: bool,
 ) -> u32 {
+    let (dst, src) = (rec.resolve(dst as u64), rec.resolve(src as u64));
+    rec.before_use([dst, src].into_iter().flatten(), stream);
     let result = run();
     if result == SUCCESS {
         let kind = CopyKind::from_u8(kind as u8).unwrap_or(CopyKind::Default);
-        rec.on_memcpy(
-            dst as u64,
-            src as u64,
-            count as u64,
-            kind,
-            stream,
-            asynchronous,
-        );
+        rec.on_memcpy(dst, src, count as u64, kind, stream, asynchronous);
     }
     result
 }
@@ -108,9 +124,11 @@ fn on_set(
     stream: u64,
     asynchronous: bool,
 ) -> u32 {
+    let dst = rec.resolve(dst as u64);
+    rec.before_use(dst, stream);
     let result = run();
     if result == SUCCESS {
-        rec.on_memset(dst as u64, count as u64, stream, asynchronous);
+        rec.on_memset(dst, count as u64, stream, asynchronous);
     }
     result
 }
@@ -122,11 +140,13 @@ fn on_launch(
     args: *mut *mut c_void,
     stream: u64,
 ) -> u32 {
+    // SAFETY: the caller's argument array holds one valid pointer per parameter (the launch's
+    // contract); it is read before the launch, while the caller is blocked in this call.
+    let accesses = unsafe { rec.launch_accesses(func, args as *const *const c_void) };
+    rec.before_use(accesses.touched.iter().copied(), stream);
     let result = run();
     if result == SUCCESS {
-        // SAFETY: a successful launch had one valid argument pointer per parameter, and the
-        // caller's argument array is still alive while its call is running.
-        unsafe { rec.on_launch(func, args as *const *const c_void, stream) };
+        rec.on_launch(accesses, stream);
     }
     result
 }
@@ -180,12 +200,12 @@ hooks! {
     fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) =>
         |rec, run, ptr, size, _| on_alloc(rec, run, ptr, size, MemKind::PinnedHost, 0);
 
-    fn cudaFree(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0);
-    fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0);
+    fn cudaFree(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
+    fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0, false);
     fn cudaFreeAsync(ptr: *mut c_void, stream: usize) =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64);
+        |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64, true);
     fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream));
+        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
 
     fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) =>
         |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, 0, false);

@@ -11,8 +11,10 @@
 //! The state is created at the first hooked call from the `ITERMEM_*` environment. At process
 //! exit (atexit), and at SIGTERM/SIGINT, the trace is flushed and the statistics written.
 
+mod cnmem;
 pub mod hooks;
 mod live;
+mod pool;
 mod real;
 mod recorder;
 

@@ -84,33 +84,14 @@ fn introspection() -> &'static Introspection {
     static FUNCTIONS: OnceLock<Introspection> = OnceLock::new();
     FUNCTIONS.get_or_init(|| {
         static GET_FUNC_BY_SYMBOL: RealFn = RealFn::new(c"cudaGetFuncBySymbol");
-        // SAFETY: dlopen of the driver by its soname; it is already loaded by the runtime, so
-        // this only takes a reference. The handle is kept for the life of the process.
-        let driver = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
-        let driver_fn = |name: &CStr| -> *mut c_void {
-            if driver.is_null() {
-                return std::ptr::null_mut();
+        // SAFETY: each symbol is requested with the pointer type of its CUDA 12 prototype.
+        unsafe {
+            Introspection {
+                get_func_by_symbol: GET_FUNC_BY_SYMBOL.get::<GetFuncBySymbol>(),
+                param_info: driver_function(c"cuFuncGetParamInfo"),
+                func_name: driver_function(c"cuFuncGetName"),
+                pointer_attribute: driver_function(c"cuPointerGetAttribute"),
             }
-            // SAFETY: valid handle and NUL-terminated name.
-            unsafe { libc::dlsym(driver, name.as_ptr()) }
-        };
-        let param_info = driver_fn(c"cuFuncGetParamInfo");
-        let func_name = driver_fn(c"cuFuncGetName");
-        let pointer_attribute = driver_fn(c"cuPointerGetAttribute");
-        Introspection {
-            // SAFETY: the prototype of cudaGetFuncBySymbol (cudaFunction_t*, const void*).
-            get_func_by_symbol: unsafe { GET_FUNC_BY_SYMBOL.get::<GetFuncBySymbol>() },
-            // SAFETY: non-null results of dlsym for these names have these prototypes.
-            param_info: (!param_info.is_null()).then(|| unsafe {
-                std::mem::transmute::<*mut c_void, FuncGetParamInfo>(param_info)
-            }),
-            // SAFETY: as above.
-            func_name: (!func_name.is_null())
-                .then(|| unsafe { std::mem::transmute::<*mut c_void, FuncGetName>(func_name) }),
-            // SAFETY: as above.
-            pointer_attribute: (!pointer_attribute.is_null()).then(|| unsafe {
-                std::mem::transmute::<*mut c_void, PointerGetAttribute>(pointer_attribute)
-            }),
         }
     })
 }
@@ -190,6 +171,33 @@ fn symbol_name(func: *const c_void) -> Option<String> {
     )
 }
 
+/// The driver library (`libcuda.so.1`), loaded by every CUDA runtime before it does anything;
+/// null if it cannot be opened.
+fn driver_library() -> *mut c_void {
+    static HANDLE: OnceLock<usize> = OnceLock::new();
+    *HANDLE.get_or_init(|| {
+        // SAFETY: dlopen of the driver by its soname; it is already loaded by the runtime, so
+        // this only takes a reference, kept for the life of the process.
+        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) as usize }
+    }) as *mut c_void
+}
+
+/// A driver entry point as function pointer type `F`, or None.
+///
+/// # Safety
+/// `F` must be the function pointer type of the symbol's true prototype.
+pub unsafe fn driver_function<F: Copy>(name: &CStr) -> Option<F> {
+    debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    let driver = driver_library();
+    if driver.is_null() {
+        return None;
+    }
+    // SAFETY: valid handle and NUL-terminated name.
+    let symbol = unsafe { libc::dlsym(driver, name.as_ptr()) };
+    // SAFETY: a non-null symbol has the caller's prototype; pointers of both kinds are one word.
+    (!symbol.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&symbol) })
+}
+
 /// The start of the allocation containing `addr`, as the driver knows it
 /// (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`); None for memory the driver did not allocate.
 pub fn range_start(addr: u64) -> Option<u64> {
@@ -211,34 +219,20 @@ pub fn range_start(addr: u64) -> Option<u64> {
 pub fn device_identity() -> (String, u64) {
     type GetName = unsafe extern "C" fn(*mut c_char, i32, i32) -> u32;
     type TotalMem = unsafe extern "C" fn(*mut usize, i32) -> u32;
-    // SAFETY: the driver is loaded by the runtime that produced the event being recorded.
-    let driver = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
-    if driver.is_null() {
-        return (String::new(), 0);
-    }
-    // SAFETY: valid handle and NUL-terminated names.
-    let (get_name, total_mem) = unsafe {
-        (
-            libc::dlsym(driver, c"cuDeviceGetName".as_ptr()),
-            libc::dlsym(driver, c"cuDeviceTotalMem_v2".as_ptr()),
-        )
-    };
     let mut name = [0 as c_char; 256];
     let mut total = 0usize;
-    if !get_name.is_null() {
-        // SAFETY: the symbol has this prototype; the buffer holds 256 bytes.
-        let get_name = unsafe { std::mem::transmute::<*mut c_void, GetName>(get_name) };
-        // SAFETY: as above.
-        if unsafe { get_name(name.as_mut_ptr(), name.len() as i32, 0) } != 0 {
-            name[0] = 0;
+    // SAFETY: each symbol is requested with the pointer type of its CUDA 12 prototype; the name
+    // buffer holds 256 bytes and `total` is a valid out-parameter.
+    unsafe {
+        if let Some(get_name) = driver_function::<GetName>(c"cuDeviceGetName") {
+            if get_name(name.as_mut_ptr(), name.len() as i32, 0) != 0 {
+                name[0] = 0;
+            }
         }
-    }
-    if !total_mem.is_null() {
-        // SAFETY: the symbol has this prototype; `total` is a valid out-parameter.
-        let total_mem = unsafe { std::mem::transmute::<*mut c_void, TotalMem>(total_mem) };
-        // SAFETY: as above.
-        if unsafe { total_mem(&mut total, 0) } != 0 {
-            total = 0;
+        if let Some(total_mem) = driver_function::<TotalMem>(c"cuDeviceTotalMem_v2") {
+            if total_mem(&mut total, 0) != 0 {
+                total = 0;
+            }
         }
     }
     // SAFETY: the buffer is NUL-terminated (zeroed, and the driver terminates what it writes).

@@ -9,11 +9,14 @@
 //! so an address the runtime reuses at once for another thread's malloc is never confused with
 //! the block being freed.
 
+use super::cnmem::{CnmemState, CnmemStats};
 use super::live::{Block, LiveIndex};
+use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, kernel_layout, range_start};
 use crate::analysis::{self, EventCounts, HostCounts};
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::detect::{Change, Detector, DetectorConfig, Period};
+use crate::event::AllocId;
 use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
 use crate::trace::{TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
@@ -30,6 +33,12 @@ const TRACE_BATCH: usize = 256;
 /// Batches the writer's channel holds before `record` waits (bounds the memory: 64 × 256
 /// events, a few MB).
 const TRACE_BATCHES_IN_FLIGHT: usize = 64;
+
+/// What one launch touches: its kernel and the allocations its arguments point into.
+pub struct LaunchAccesses {
+    kernel: &'static Kernel,
+    pub touched: Touched,
+}
 
 /// What the recorder knows about one kernel (by host function address).
 struct Kernel {
@@ -106,10 +115,16 @@ pub struct Recorder {
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
     pub counters: Counters,
+    /// Pool mode's state (None in other modes).
+    pool: Option<Mutex<PoolState>>,
+    /// cnmem mode's allocator (None in other modes).
+    cnmem: Option<Mutex<CnmemState>>,
 }
 
 impl Recorder {
     pub fn new(config: Config) -> Recorder {
+        let mode = config.mode;
+        let cnmem_reservation = config.cnmem_reservation;
         let detector = Detector::new(DetectorConfig::for_cuda_events())
             .expect("the detector configuration for CUDA events is valid");
         Recorder {
@@ -129,6 +144,8 @@ impl Recorder {
             }),
             trace: OnceLock::new(),
             counters: Counters::default(),
+            pool: (mode == Mode::Pool).then(|| Mutex::new(PoolState::default())),
+            cnmem: (mode == Mode::Cnmem).then(|| Mutex::new(CnmemState::new(cnmem_reservation))),
         }
     }
 
@@ -136,7 +153,77 @@ impl Recorder {
 
     pub fn on_malloc(&self, addr: u64, size: u64, kind: MemKind, stream: StreamHandle) {
         let id = self.next_id.fetch_add(1, Relaxed);
-        let index = self.emit(
+        self.record_malloc(id, addr, size, kind, stream);
+    }
+
+    /// Pool and cnmem modes: the address for a `cudaMalloc` of `size` from itermem's own
+    /// allocator, with the id its allocation gets, or None (the real allocator serves it).
+    pub fn served_malloc(&self, size: u64) -> Option<(u64, AllocId)> {
+        if let Some(cnmem) = &self.cnmem {
+            let addr = cnmem.lock().malloc(size)?;
+            return Some((addr, self.next_id.fetch_add(1, Relaxed)));
+        }
+        let pool = self.pool.as_ref()?;
+        let index = self.sequencer.lock().next_index;
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let addr = pool.lock().malloc(index, size, id)?;
+        Some((addr, id))
+    }
+
+    /// Records a `cudaMalloc` served by [`Recorder::served_malloc`].
+    pub fn on_served_malloc(&self, id: AllocId, addr: u64, size: u64) {
+        if let Some(pool) = &self.pool {
+            pool.lock().track(id);
+        }
+        self.record_malloc(id, addr, size, MemKind::Device, 0);
+    }
+
+    /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
+    pub fn serves(&self, addr: u64) -> bool {
+        self.pool
+            .as_ref()
+            .is_some_and(|pool| pool.lock().owns(addr))
+            || self
+                .cnmem
+                .as_ref()
+                .is_some_and(|cnmem| cnmem.lock().owns(addr))
+    }
+
+    /// Frees a block of itermem's own allocator, taken out of the live index by
+    /// [`Recorder::begin_free`]; false (and the block put back) if `addr` is not the start of a
+    /// live block.
+    pub fn served_free(
+        &self,
+        addr: u64,
+        taken: Option<(u64, Block)>,
+        stream: StreamHandle,
+    ) -> bool {
+        let freed = match (&self.pool, &self.cnmem, &taken) {
+            (Some(pool), _, Some((_, block))) => pool.lock().free(addr, block.id),
+            (_, Some(cnmem), Some(_)) => cnmem.lock().free(addr),
+            _ => false,
+        };
+        self.end_free(taken, freed, stream);
+        freed
+    }
+
+    /// Pool mode: before work on `stream` that uses allocations `ids` (fences of earlier
+    /// tenants of their ranges).
+    pub fn before_use(&self, ids: impl IntoIterator<Item = AllocId>, stream: StreamHandle) {
+        if let Some(pool) = &self.pool {
+            pool.lock().before_use(ids, stream);
+        }
+    }
+
+    fn record_malloc(
+        &self,
+        id: AllocId,
+        addr: u64,
+        size: u64,
+        kind: MemKind,
+        stream: StreamHandle,
+    ) {
+        let (index, change) = self.emit(
             EventKind::Malloc {
                 id,
                 addr,
@@ -154,6 +241,12 @@ impl Recorder {
             event_index: index,
         };
         self.live.write().insert(addr, block);
+        if let Some(pool) = &self.pool {
+            if kind == MemKind::Device {
+                pool.lock().history.malloc(id, index, size);
+            }
+        }
+        self.period_changed(change);
         let counter = if kind.is_device() {
             &self.counters.malloc
         } else {
@@ -179,7 +272,7 @@ impl Recorder {
         } else {
             0
         };
-        self.emit(
+        let (index, change) = self.emit(
             EventKind::Free {
                 id: block.id,
                 stream,
@@ -187,6 +280,10 @@ impl Recorder {
             Some(block.event_index),
             -freed,
         );
+        if let Some(pool) = &self.pool {
+            pool.lock().history.free(block.id, index);
+        }
+        self.period_changed(change);
         let counter = if block.kind.is_device() {
             &self.counters.free
         } else {
@@ -195,22 +292,34 @@ impl Recorder {
         counter.fetch_add(1, Relaxed);
     }
 
+    /// The allocation containing `addr` (None for memory itermem does not track).
+    pub fn resolve(&self, addr: u64) -> Option<AllocId> {
+        self.live
+            .read()
+            .find(addr, |a| self.base_of(a))
+            .map(|b| b.id)
+    }
+
+    /// The start of the allocation containing interior address `addr`: a pool block's, or the
+    /// driver's answer.
+    fn base_of(&self, addr: u64) -> Option<u64> {
+        let in_pool = self
+            .pool
+            .as_ref()
+            .and_then(|pool| pool.lock().block_start(addr));
+        in_pool.or_else(|| range_start(addr))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub fn on_memcpy(
         &self,
-        dst: u64,
-        src: u64,
+        dst: Option<AllocId>,
+        src: Option<AllocId>,
         bytes: u64,
         kind: CopyKind,
         stream: StreamHandle,
         asynchronous: bool,
     ) {
-        let (dst, src) = {
-            let live = self.live.read();
-            (
-                live.find(dst, range_start).map(|b| b.id),
-                live.find(src, range_start).map(|b| b.id),
-            )
-        };
         let event = EventKind::Memcpy {
             dst,
             src,
@@ -219,32 +328,39 @@ impl Recorder {
             stream,
             asynchronous,
         };
-        self.emit(event, None, 0);
+        let (_, change) = self.emit(event, None, 0);
+        self.period_changed(change);
         self.counters.memcpy.fetch_add(1, Relaxed);
     }
 
-    pub fn on_memset(&self, dst: u64, bytes: u64, stream: StreamHandle, asynchronous: bool) {
-        let dst = self.live.read().find(dst, range_start).map(|b| b.id);
+    pub fn on_memset(
+        &self,
+        dst: Option<AllocId>,
+        bytes: u64,
+        stream: StreamHandle,
+        asynchronous: bool,
+    ) {
         let event = EventKind::Memset {
             dst,
             bytes,
             stream,
             asynchronous,
         };
-        self.emit(event, None, 0);
+        let (_, change) = self.emit(event, None, 0);
+        self.period_changed(change);
         self.counters.memset.fetch_add(1, Relaxed);
     }
 
-    /// A launch of `func` with the argument array `args` (valid for the duration of the hook).
+    /// What a launch of `func` with the argument array `args` touches (scanned before the
+    /// launch, so pool mode can order it after the earlier tenants of those blocks).
     ///
     /// # Safety
     /// `args` holds one valid pointer per parameter of `func`, as cudaLaunchKernel requires.
-    pub unsafe fn on_launch(
+    pub unsafe fn launch_accesses(
         &self,
         func: *const c_void,
         args: *const *const c_void,
-        stream: StreamHandle,
-    ) {
+    ) -> LaunchAccesses {
         let kernel = self.kernel(func);
         let mut touched = Touched::new();
         if let (Some(words), false) = (&kernel.pointer_words, args.is_null()) {
@@ -258,7 +374,7 @@ impl Recorder {
                         .cast::<u64>()
                         .read_unaligned()
                 };
-                if let Some(block) = live.find(word, range_start) {
+                if let Some(block) = live.find(word, |a| self.base_of(a)) {
                     if !touched.contains(&block.id) {
                         touched.push(block.id);
                     }
@@ -270,13 +386,19 @@ impl Recorder {
         } else {
             self.counters.launches_without_layout.fetch_add(1, Relaxed);
         }
+        LaunchAccesses { kernel, touched }
+    }
+
+    /// Records a launch that succeeded.
+    pub fn on_launch(&self, accesses: LaunchAccesses, stream: StreamHandle) {
         let event = EventKind::Launch {
-            kernel: kernel.id,
+            kernel: accesses.kernel.id,
             stream,
-            layout_known: kernel.pointer_words.is_some(),
-            touched,
+            layout_known: accesses.kernel.pointer_words.is_some(),
+            touched: accesses.touched,
         };
-        self.emit(event, None, 0);
+        let (_, change) = self.emit(event, None, 0);
+        self.period_changed(change);
         self.counters.launch.fetch_add(1, Relaxed);
     }
 
@@ -308,7 +430,7 @@ impl Recorder {
     /// Assigns the event its index and time, updates live bytes, feeds the detector (with the
     /// same tokens `itermem trace info` computes offline) and the trace; returns the index.
     /// `malloc_index` is the index of the Malloc event of a Free's block.
-    fn emit(&self, kind: EventKind, malloc_index: Option<u64>, live_delta: i64) -> u64 {
+    fn emit(&self, kind: EventKind, malloc_index: Option<u64>, live_delta: i64) -> (u64, Change) {
         let mut seq = self.sequencer.lock();
         let index = seq.next_index;
         let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
@@ -316,7 +438,8 @@ impl Recorder {
         seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
         seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
         let live_bytes = seq.live_bytes;
-        let (lost, detected) = match seq.detector.push(token, live_bytes) {
+        let change = seq.detector.push(token, live_bytes);
+        let (lost, detected) = match change {
             Change::Unchanged => (None, None),
             Change::Detected(period) => (None, Some(period)),
             Change::Lost(period) => (Some(period), None),
@@ -338,7 +461,26 @@ impl Recorder {
             );
         }
         self.record(&mut seq, kind);
-        index
+        (index, change)
+    }
+
+    /// Pool mode follows the detector: a new period is planned, a lost one stops serving.
+    fn period_changed(&self, change: Change) {
+        let Some(pool) = &self.pool else { return };
+        match change {
+            Change::Unchanged => {}
+            Change::Lost(_) => pool.lock().retire(),
+            Change::Detected(period)
+            | Change::Changed {
+                detected: period, ..
+            } => {
+                // The complete iteration just before the boundary; its structure is the one
+                // every later iteration repeats.
+                if let Some(start) = period.boundary.checked_sub(period.length) {
+                    pool.lock().plan_iteration(start, period.length);
+                }
+            }
+        }
     }
 
     /// An event that is not part of the access stream (no index, no token).
@@ -430,6 +572,8 @@ impl Recorder {
             live_bytes_at_exit: seq.live_bytes,
             kernels: self.kernels.read().len() as u64,
             hooked_calls: c.calls.load(Relaxed),
+            pool: self.pool.as_ref().map(|pool| pool.lock().stats.clone()),
+            cnmem: self.cnmem.as_ref().map(|cnmem| cnmem.lock().stats.clone()),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: c.pointer_words_scanned.load(Relaxed),
         }
@@ -474,6 +618,12 @@ pub struct Summary {
     pub kernels: u64,
     /// Calls that went through itermem's hooks (all hooked functions, stream calls included).
     pub hooked_calls: u64,
+    /// Pool mode's counters (absent in other modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolStats>,
+    /// cnmem mode's counters (absent in other modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cnmem: Option<CnmemStats>,
     pub launches_without_layout: u64,
     pub pointer_words_scanned: u64,
 }

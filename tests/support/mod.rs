@@ -85,3 +85,56 @@ pub fn value_of<'a>(output: &'a str, key: &str) -> Option<&'a str> {
         rest.strip_prefix('=').or_else(|| rest.strip_prefix(' '))
     })
 }
+
+/// The `itermem` executable of this test run.
+pub fn itermem() -> &'static str {
+    env!("CARGO_BIN_EXE_itermem")
+}
+
+/// `itermem run --shim [extra…] -- program args…`, with `env` added (and the shim's and
+/// itermem's own variables cleared first, so the caller's environment cannot leak in).
+pub fn run_under_itermem(extra: &[&str], program_args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(itermem());
+    command
+        .arg("run")
+        .arg("--shim")
+        .args(extra)
+        .arg("--")
+        .args(program_args);
+    for var in [
+        "CUDA_SHIM_JITTER_US",
+        "CUDA_SHIM_SEED",
+        "CUDA_SHIM_STATS",
+        "ITERMEM_MODE",
+        "ITERMEM_TRACE",
+    ] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("cannot run itermem")
+}
+
+/// The stdout of a run that must have succeeded.
+pub fn stdout_ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// A scratch path under target/tmp for this test process.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = root().join("target/tmp/itermem-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{name}-{}", std::process::id()))
+}
+
+/// A JSON file written by the run under test.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}

@@ -1,0 +1,602 @@
+//! Pool mode (SmartPool): once the iteration is known, every planned `cudaMalloc` of an
+//! iteration is served from one pool at the offset planned offline, and its `cudaFree` returns
+//! nothing to the runtime.
+//!
+//! Life cycle: the recorder keeps the recent device mallocs and frees ([`History`]). When the
+//! detector finds the iteration (length `p`, boundary `b`), the complete iteration `[b − p, b)`
+//! becomes an allocation problem: every malloc freed within it is a buffer, at its position
+//! relative to the iteration's start. A background thread plans it (best of several orderings,
+//! [`crate::plan`]); the pool (one real `cudaMalloc` of the footprint) is installed at the next
+//! iteration boundary. From then on a malloc at relative position `r` with the planned size gets
+//! `base + offset(r)`; anything else (another size, an unplanned position, a persistent tensor)
+//! goes to the real allocator (the fallback) and is counted. If the program stops following the
+//! period, the pool stops serving (its blocks stay valid until freed) and a new period is
+//! planned into a new pool.
+//!
+//! Invariants:
+//! - a range is handed out only if no live pool block overlaps it (checked on every serve, so a
+//!   program that drifts from its plan gets the fallback, never shared memory);
+//! - **the GPU decides when memory is free** (design §2.2): a pool free records an event on every
+//!   stream that used the block; the next tenant of an overlapping range makes each stream it is
+//!   first used on wait for those events (`cudaStreamWaitEvent`), unless it is the same stream.
+//!   Real `cudaFree` synchronises the device; this gives the same safety without the stall.
+
+use crate::event::AllocId;
+use crate::plan::{Buffer, Instance};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, VecDeque};
+
+/// One device malloc seen while recording, for planning.
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    id: AllocId,
+    index: u64,
+    size: u64,
+    freed_at: Option<u64>,
+}
+
+/// The recent device mallocs (with their frees), bounded to the detector's window.
+#[derive(Default)]
+pub struct History {
+    records: VecDeque<Record>,
+    position: FxHashMap<AllocId, u64>,
+    /// Index of the first record in `records` (records are numbered as pushed).
+    first: u64,
+}
+
+impl History {
+    /// How many events of history planning may need (the longest period times two).
+    const WINDOW: u64 = 2 << 17;
+
+    pub fn malloc(&mut self, id: AllocId, index: u64, size: u64) {
+        let number = self.first + self.records.len() as u64;
+        self.records.push_back(Record {
+            id,
+            index,
+            size,
+            freed_at: None,
+        });
+        self.position.insert(id, number);
+        while self
+            .records
+            .front()
+            .is_some_and(|r| r.index + Self::WINDOW < index)
+        {
+            if let Some(old) = self.records.pop_front() {
+                self.position.remove(&old.id);
+            }
+            self.first += 1;
+        }
+    }
+
+    pub fn free(&mut self, id: AllocId, index: u64) {
+        if let Some(number) = self.position.remove(&id) {
+            if let Some(record) = self.records.get_mut((number - self.first) as usize) {
+                record.freed_at = Some(index);
+            }
+        }
+    }
+
+    /// The allocation problem of the iteration `[start, start + length)`: the mallocs made and
+    /// freed within it, as buffers with lifetimes relative to `start` (the buffer's id is its
+    /// malloc's relative position). Mallocs that outlive the iteration are not planned.
+    pub fn iteration(&self, start: u64, length: u64) -> Option<Instance> {
+        let end = start.checked_add(length)?;
+        let buffers = self
+            .records
+            .iter()
+            .filter(|r| r.index >= start && r.index < end)
+            .filter_map(|r| {
+                let freed = r.freed_at.filter(|&f| f < end)?;
+                Some(Buffer {
+                    id: r.index - start,
+                    lower: r.index - start,
+                    upper: freed - start,
+                    size: r.size,
+                })
+            })
+            .collect();
+        Instance::new(buffers).ok()
+    }
+}
+
+/// A planned iteration: the offset of each planned malloc, by relative position.
+#[derive(Clone, Debug)]
+pub struct PoolPlan {
+    /// Event index of an iteration start; iterations are `[start + j·length, …)`.
+    pub start: u64,
+    pub length: u64,
+    /// Relative position → (size, offset in the pool).
+    pub slots: FxHashMap<u64, (u64, u64)>,
+    pub footprint: u64,
+    /// Peak live bytes of the planned buffers (the lower bound the footprint is compared with).
+    pub peak_live: u64,
+}
+
+/// A pool in service (or retired, kept until its last block is freed).
+pub struct Pool {
+    pub base: u64,
+    pub plan: PoolPlan,
+    /// Live pool blocks: offset → (end offset, allocation id).
+    live: BTreeMap<u64, (u64, AllocId)>,
+    pub serving: bool,
+}
+
+impl Pool {
+    pub fn new(base: u64, plan: PoolPlan) -> Pool {
+        Pool {
+            base,
+            plan,
+            live: BTreeMap::new(),
+            serving: true,
+        }
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.base && addr - self.base < self.plan.footprint
+    }
+
+    /// The address for a malloc of `size` at event `index`, if the plan has a free slot for it.
+    pub fn serve(&mut self, index: u64, size: u64, id: AllocId) -> Option<u64> {
+        if !self.serving || index < self.plan.start {
+            return None;
+        }
+        let position = (index - self.plan.start) % self.plan.length;
+        let &(planned, offset) = self.plan.slots.get(&position)?;
+        if planned != size || self.overlaps_live(offset, offset + size) {
+            return None;
+        }
+        self.live.insert(offset, (offset + size, id));
+        Some(self.base + offset)
+    }
+
+    fn overlaps_live(&self, start: u64, end: u64) -> bool {
+        // The block starting at or before `start`, and any block starting inside the range.
+        let before = self.live.range(..=start).next_back();
+        let inside = self.live.range(start..end).next();
+        before.is_some_and(|(_, &(e, _))| e > start) || inside.is_some()
+    }
+
+    /// Releases the block at `addr`; None if no live block starts there.
+    pub fn release(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let offset = addr.checked_sub(self.base)?;
+        let (end, _) = self.live.remove(&offset)?;
+        Some((offset, end))
+    }
+
+    /// Start address of the live block containing `addr` (interior pointers).
+    pub fn block_start(&self, addr: u64) -> Option<u64> {
+        let offset = addr.checked_sub(self.base)?;
+        let (&start, &(end, _)) = self.live.range(..=offset).next_back()?;
+        (offset < end).then_some(self.base + start)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.live.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(slots: &[(u64, u64, u64)], length: u64, footprint: u64) -> PoolPlan {
+        PoolPlan {
+            start: 100,
+            length,
+            slots: slots
+                .iter()
+                .map(|&(pos, size, off)| (pos, (size, off)))
+                .collect(),
+            footprint,
+            peak_live: footprint,
+        }
+    }
+
+    #[test]
+    fn history_turns_one_iteration_into_relative_buffers() {
+        let mut h = History::default();
+        h.malloc(1, 5, 100); // before the iteration
+        h.malloc(2, 10, 64);
+        h.malloc(3, 12, 32);
+        h.free(2, 15);
+        h.malloc(4, 16, 16); // outlives the iteration
+        h.free(3, 18);
+        h.free(1, 19);
+        let instance = h.iteration(10, 10).unwrap();
+        let buffers: Vec<(u64, u64, u64)> = instance
+            .buffers()
+            .iter()
+            .map(|b| (b.lower, b.upper, b.size))
+            .collect();
+        assert_eq!(buffers, vec![(0, 5, 64), (2, 8, 32)]);
+    }
+
+    #[test]
+    fn serves_planned_slots_of_every_iteration_and_refuses_overlaps() {
+        let mut pool = Pool::new(0x1000, plan(&[(0, 64, 0), (3, 32, 64)], 10, 96));
+        assert_eq!(
+            pool.serve(99, 64, 1),
+            None,
+            "before the plan's first iteration"
+        );
+        assert_eq!(pool.serve(100, 64, 1), Some(0x1000));
+        assert_eq!(pool.serve(103, 32, 2), Some(0x1040));
+        assert_eq!(pool.serve(104, 32, 3), None, "unplanned position");
+        assert_eq!(pool.serve(113, 16, 3), None, "planned position, other size");
+        assert_eq!(pool.serve(110, 64, 4), None, "slot still taken by id 1");
+        assert_eq!(pool.block_start(0x1010), Some(0x1000));
+        assert_eq!(pool.release(0x1000), Some((0, 64)));
+        assert_eq!(pool.release(0x1000), None, "double free");
+        assert_eq!(
+            pool.serve(110, 64, 4),
+            Some(0x1000),
+            "next iteration reuses the slot"
+        );
+        pool.serving = false;
+        assert_eq!(pool.serve(113, 32, 5), None, "retired pools serve nothing");
+        assert!(pool.contains(0x105f) && !pool.contains(0x1060));
+    }
+}
+
+/// The CUDA calls pool mode makes itself. They go to the driver API, never the runtime's, so
+/// they cannot change the program's view of the runtime (its per-thread last error); the
+/// runtime's handles (streams, events, device pointers) are the driver's.
+pub(super) mod cuda {
+    use super::super::real::driver_function;
+    use std::sync::OnceLock;
+
+    type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
+    type MemFree = unsafe extern "C" fn(u64) -> u32;
+    type EventCreate = unsafe extern "C" fn(*mut usize, u32) -> u32;
+    type EventRecord = unsafe extern "C" fn(usize, usize) -> u32;
+    type EventQuery = unsafe extern "C" fn(usize) -> u32;
+    type StreamWaitEvent = unsafe extern "C" fn(usize, usize, u32) -> u32;
+
+    struct Driver {
+        mem_alloc: Option<MemAlloc>,
+        mem_free: Option<MemFree>,
+        event_create: Option<EventCreate>,
+        event_record: Option<EventRecord>,
+        event_query: Option<EventQuery>,
+        stream_wait_event: Option<StreamWaitEvent>,
+    }
+
+    fn driver() -> &'static Driver {
+        static DRIVER: OnceLock<Driver> = OnceLock::new();
+        // SAFETY: each name is looked up with the function pointer type of its CUDA 12
+        // prototype (cuMemAlloc_v2, cuMemFree_v2, cuEventCreate, cuEventRecord, cuEventQuery,
+        // cuStreamWaitEvent).
+        DRIVER.get_or_init(|| unsafe {
+            Driver {
+                mem_alloc: driver_function(c"cuMemAlloc_v2"),
+                mem_free: driver_function(c"cuMemFree_v2"),
+                event_create: driver_function(c"cuEventCreate"),
+                event_record: driver_function(c"cuEventRecord"),
+                event_query: driver_function(c"cuEventQuery"),
+                stream_wait_event: driver_function(c"cuStreamWaitEvent"),
+            }
+        })
+    }
+
+    const DISABLE_TIMING: u32 = 0x2;
+
+    pub fn malloc(bytes: u64) -> Option<u64> {
+        let alloc = driver().mem_alloc?;
+        let mut ptr = 0u64;
+        // SAFETY: valid out-parameter; the calling thread has the runtime's context current.
+        (unsafe { alloc(&mut ptr, bytes as usize) } == 0).then_some(ptr)
+    }
+
+    pub fn free(addr: u64) {
+        if let Some(free) = driver().mem_free {
+            // SAFETY: `addr` came from `malloc` above.
+            unsafe { free(addr) };
+        }
+    }
+
+    /// A new event without timing (the cheapest kind), or None.
+    pub fn event() -> Option<usize> {
+        let create = driver().event_create?;
+        let mut event = 0usize;
+        // SAFETY: valid out-parameter.
+        (unsafe { create(&mut event, DISABLE_TIMING) } == 0).then_some(event)
+    }
+
+    pub fn record(event: usize, stream: u64) -> bool {
+        // SAFETY: an event of ours and a stream handle of the program's.
+        driver()
+            .event_record
+            .is_some_and(|record| unsafe { record(event, stream as usize) } == 0)
+    }
+
+    pub fn completed(event: usize) -> bool {
+        // SAFETY: an event of ours.
+        driver()
+            .event_query
+            .is_some_and(|query| unsafe { query(event) } == 0)
+    }
+
+    pub fn wait(stream: u64, event: usize) -> bool {
+        // SAFETY: the program's stream and an event of ours.
+        driver()
+            .stream_wait_event
+            .is_some_and(|wait| unsafe { wait(stream as usize, event, 0) } == 0)
+    }
+}
+
+/// A freed pool range whose last users may still be running: `event` completes on `stream` when
+/// they are done.
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    start: u64,
+    end: u64,
+    stream: u64,
+    event: usize,
+}
+
+/// Counters of pool mode, for the statistics.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PoolStats {
+    /// Plans made (more than one: the pattern changed and was planned again).
+    pub plans: u64,
+    /// Bytes of the pool in service (0 before the first plan).
+    pub pool_bytes: u64,
+    /// Peak live bytes of the planned iteration (what the footprint is compared with).
+    pub planned_peak_live_bytes: u64,
+    /// Event index from which the pool serves (the first planned iteration).
+    pub first_planned_event: Option<u64>,
+    /// Mallocs served from a pool.
+    pub served: u64,
+    /// Device mallocs given to the real allocator before the first planned iteration.
+    pub fallback_before_plan: u64,
+    /// Device mallocs given to the real allocator from the first planned iteration on.
+    pub fallback_after_plan: u64,
+    /// `cudaStreamWaitEvent`s inserted so a range is reused only after its last users finished.
+    pub stream_waits: u64,
+    /// Planning time of the last plan, in milliseconds.
+    pub plan_ms: f64,
+}
+
+/// The fences a pool block's users must wait for, and the streams that already did.
+#[derive(Default)]
+struct Waits {
+    fences: smallvec::SmallVec<[(u64, usize); 4]>,
+    waited: smallvec::SmallVec<[u64; 2]>,
+}
+
+/// Everything pool mode keeps, behind one lock (taken only in pool mode).
+#[derive(Default)]
+pub struct PoolState {
+    pub history: History,
+    /// The pool in service, and retired pools that still have live blocks.
+    pools: Vec<Pool>,
+    /// A plan made by the planning thread, waiting to be taken.
+    ready: std::sync::Arc<parking_lot::Mutex<Option<(PoolPlan, f64)>>>,
+    /// A taken plan whose first iteration has not started yet: its pool is allocated at that
+    /// boundary, where the live memory is least, not while an iteration's blocks still live.
+    next: Option<PoolPlan>,
+    fences: Vec<Fence>,
+    /// Streams that used each live pool block (to fence it when freed).
+    used_on: FxHashMap<AllocId, smallvec::SmallVec<[u64; 2]>>,
+    /// Fences a pool block's users must wait for (stream fenced on, event), and the streams
+    /// that have already waited.
+    waits: FxHashMap<AllocId, Waits>,
+    /// Serves since the fences were last pruned of completed ones.
+    serves_since_prune: u32,
+    spare_events: Vec<usize>,
+    pub stats: PoolStats,
+}
+
+impl PoolState {
+    /// Plans iteration `[start, start + length)` on a background thread.
+    pub fn plan_iteration(&mut self, start: u64, length: u64) {
+        self.retire();
+        let Some(instance) = self.history.iteration(start, length) else {
+            return;
+        };
+        if instance.is_empty() {
+            return;
+        }
+        let ready = self.ready.clone();
+        let spawned = std::thread::Builder::new()
+            .name("itermem-planner".into())
+            .spawn(move || {
+                let options = crate::plan::PlanOptions {
+                    budget: std::time::Duration::from_millis(250),
+                    ..Default::default()
+                };
+                let Ok(report) =
+                    crate::plan::plan(&instance, crate::plan::Policy::Search, &options)
+                else {
+                    return;
+                };
+                let slots = instance
+                    .buffers()
+                    .iter()
+                    .zip(&report.plan.offsets)
+                    .map(|(b, &offset)| (b.lower, (b.size, offset)))
+                    .collect();
+                let plan = PoolPlan {
+                    start,
+                    length,
+                    slots,
+                    footprint: report.footprint,
+                    peak_live: report.lower_bound,
+                };
+                *ready.lock() = Some((plan, report.elapsed.as_secs_f64() * 1e3));
+            });
+        if spawned.is_err() {
+            super::report(format_args!(
+                "cannot start the planning thread; pool mode records only"
+            ));
+        }
+    }
+
+    /// Stops serving (the program left its period); blocks already served stay valid.
+    pub fn retire(&mut self) {
+        self.next = None;
+        for pool in &mut self.pools {
+            pool.serving = false;
+        }
+    }
+
+    /// Takes a ready plan, to serve from the first iteration boundary at or after `index`, and
+    /// allocates its pool (one real allocation of the footprint) once that boundary is reached.
+    fn install(&mut self, index: u64) {
+        if let Some((mut plan, plan_ms)) = self.ready.lock().take() {
+            let behind = index.saturating_sub(plan.start);
+            plan.start += behind.div_ceil(plan.length) * plan.length;
+            self.stats.plans += 1;
+            self.stats.plan_ms = plan_ms;
+            self.next = Some(plan);
+        }
+        if self.next.as_ref().is_none_or(|plan| index < plan.start) {
+            return;
+        }
+        let Some(plan) = self.next.take() else { return };
+        let Some(base) = cuda::malloc(plan.footprint.max(1)) else {
+            super::report(format_args!(
+                "cannot allocate a pool of {} bytes; pool mode records only",
+                plan.footprint
+            ));
+            return;
+        };
+        self.stats.pool_bytes = plan.footprint;
+        self.stats.planned_peak_live_bytes = plan.peak_live;
+        self.stats.first_planned_event.get_or_insert(plan.start);
+        self.pools.push(Pool::new(base, plan));
+    }
+
+    /// Serves the device malloc of `size` that will be event `index`, or None (fallback).
+    pub fn malloc(&mut self, index: u64, size: u64, id: AllocId) -> Option<u64> {
+        self.install(index);
+        let served = self
+            .pools
+            .iter_mut()
+            .rev()
+            .find(|p| p.serving)
+            .and_then(|pool| pool.serve(index, size, id));
+        let Some(addr) = served else {
+            match self.stats.first_planned_event {
+                Some(first) if index >= first => self.stats.fallback_after_plan += 1,
+                _ => self.stats.fallback_before_plan += 1,
+            }
+            return None;
+        };
+        self.stats.served += 1;
+        self.serves_since_prune += 1;
+        if self.serves_since_prune >= 64 {
+            self.serves_since_prune = 0;
+            self.prune_fences();
+        }
+        let fences: smallvec::SmallVec<[(u64, usize); 4]> = self
+            .fences
+            .iter()
+            .filter(|f| f.start < addr + size && addr < f.end && !cuda::completed(f.event))
+            .map(|f| (f.stream, f.event))
+            .collect();
+        if !fences.is_empty() {
+            self.waits.insert(
+                id,
+                Waits {
+                    fences,
+                    waited: smallvec::SmallVec::new(),
+                },
+            );
+        }
+        Some(addr)
+    }
+
+    /// Whether `addr` lies in a pool (its blocks never reach the real `cudaFree`).
+    pub fn owns(&self, addr: u64) -> bool {
+        self.pools.iter().any(|p| p.contains(addr))
+    }
+
+    /// Frees the pool block at `addr`: fences its range on every stream that used it. False if
+    /// no live pool block starts there (a double or interior free).
+    pub fn free(&mut self, addr: u64, id: AllocId) -> bool {
+        let Some(pool) = self.pools.iter_mut().find(|p| p.contains(addr)) else {
+            return false;
+        };
+        let Some((start, end)) = pool.release(addr) else {
+            return false;
+        };
+        let base = pool.base;
+        self.waits.remove(&id);
+        for stream in self.used_on.remove(&id).unwrap_or_default() {
+            let Some(event) = self.spare_events.pop().or_else(cuda::event) else {
+                continue;
+            };
+            if cuda::record(event, stream) {
+                self.fences.push(Fence {
+                    start: base + start,
+                    end: base + end,
+                    stream,
+                    event,
+                });
+            }
+        }
+        self.release_idle_retired_pools();
+        true
+    }
+
+    /// Drops the fences whose users have finished; their events are reused.
+    fn prune_fences(&mut self) {
+        let (done, pending): (Vec<Fence>, Vec<Fence>) = self
+            .fences
+            .drain(..)
+            .partition(|f| cuda::completed(f.event));
+        self.spare_events.extend(done.iter().map(|f| f.event));
+        self.fences = pending;
+    }
+
+    /// Returns retired pools without live blocks to the runtime (whose `cudaFree` waits for the
+    /// device, so fenced work on them is finished first).
+    fn release_idle_retired_pools(&mut self) {
+        self.pools.retain(|pool| {
+            let unused = !pool.serving && pool.is_idle();
+            if unused {
+                cuda::free(pool.base);
+            }
+            !unused
+        });
+    }
+
+    /// Before work on `stream` that uses pool blocks `ids`: waits for the fences their ranges
+    /// carry from earlier tenants on other streams, and remembers the stream.
+    pub fn before_use(&mut self, ids: impl IntoIterator<Item = AllocId>, stream: u64) {
+        for id in ids {
+            if let Some(streams) = self.used_on.get_mut(&id) {
+                if !streams.contains(&stream) {
+                    streams.push(stream);
+                }
+            }
+            let Some(waits) = self.waits.get_mut(&id) else {
+                continue;
+            };
+            if waits.waited.contains(&stream) {
+                continue;
+            }
+            waits.waited.push(stream);
+            for &(fenced_on, event) in &waits.fences {
+                if fenced_on != stream && cuda::wait(stream, event) {
+                    self.stats.stream_waits += 1;
+                }
+            }
+        }
+    }
+
+    /// Records that pool block `id` now exists (its users are tracked from here on).
+    pub fn track(&mut self, id: AllocId) {
+        self.used_on.insert(id, smallvec::SmallVec::new());
+    }
+
+    /// The start of the live pool block containing `addr`.
+    pub fn block_start(&self, addr: u64) -> Option<u64> {
+        self.pools
+            .iter()
+            .find(|p| p.contains(addr))?
+            .block_start(addr)
+    }
+}

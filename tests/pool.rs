@@ -1,0 +1,154 @@
+//! Pool mode (SmartPool) on programs running on the simulated GPU: the program's results do not
+//! change, from the first planned iteration on every iteration is served from the pool, the
+//! device's peak is the persistent memory plus the planned peak, and a range changes streams
+//! only after its earlier tenant's kernels finished.
+
+mod support;
+
+use support::{program, read_json, run_ok, run_under_itermem, scratch, stdout_ok, value_of};
+
+fn results(output: &str) -> String {
+    output
+        .lines()
+        .filter(|line| !line.starts_with("shim_"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn pool_mode_serves_every_planned_iteration_with_the_planned_footprint() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "8"];
+    let jitter = [("CUDA_SHIM_JITTER_US", "100"), ("CUDA_SHIM_SEED", "4")];
+    let plain = run_ok(&mlp, &args, &jitter);
+
+    let stats = scratch("pool-stats.json");
+    let shim_stats = scratch("pool-shim.json");
+    let mut env = jitter.to_vec();
+    env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
+    let output = run_under_itermem(
+        &["--mode", "pool", "--stats", stats.to_str().unwrap()],
+        &[mlp.to_str().unwrap(), args[0], args[1]],
+        &env,
+    );
+    let pooled = stdout_ok(&output);
+    assert_eq!(
+        results(&pooled),
+        results(&plain),
+        "results changed in pool mode"
+    );
+
+    let summary = read_json(&stats);
+    let pool = &summary["pool"];
+    assert_eq!(pool["fallback_after_plan"], 0, "{summary:#}");
+    assert!(pool["served"].as_u64().unwrap() > 0, "{summary:#}");
+    let per_iteration = value_of(&plain, "mallocs_per_iteration")
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert!(
+        pool["served"].as_u64().unwrap() >= 2 * per_iteration,
+        "{summary:#}"
+    );
+
+    let persistent: u64 = value_of(&plain, "persistent_bytes")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let planned = pool["planned_peak_live_bytes"].as_u64().unwrap();
+    let peak = read_json(&shim_stats)["peak_device_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        peak as f64 <= 1.02 * (persistent + planned) as f64,
+        "shim peak {peak} above 1.02 x ({persistent} + {planned})"
+    );
+    for path in [stats, shim_stats] {
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+/// The shim's peak device bytes of `mlp_train args…` under `mode`, with the program's output
+/// and itermem's statistics.
+fn peak_under(mode: &str, args: &[&str]) -> (u64, String, serde_json::Value) {
+    let mlp = program("mlp_train");
+    let shim_stats = scratch(&format!("peak-{mode}.json"));
+    let stats = scratch(&format!("stats-{mode}.json"));
+    let mut program_args = vec![mlp.to_str().unwrap()];
+    program_args.extend_from_slice(args);
+    let output = run_under_itermem(
+        &["--mode", mode, "--stats", stats.to_str().unwrap()],
+        &program_args,
+        &[("CUDA_SHIM_STATS", shim_stats.to_str().unwrap())],
+    );
+    let out = stdout_ok(&output);
+    let peak = read_json(&shim_stats)["peak_device_bytes"]
+        .as_u64()
+        .unwrap();
+    let summary = read_json(&stats);
+    for path in [shim_stats, stats] {
+        std::fs::remove_file(path).unwrap();
+    }
+    (peak, out, summary)
+}
+
+#[test]
+fn pool_mode_needs_strictly_less_device_memory_than_cnmem() {
+    // Mixed tensor sizes (activations, weight gradients, biases) fragment cnmem's regions.
+    let args = [
+        "--iters", "6", "--layers", "7", "--width", "384", "--batch", "300",
+    ];
+    let (pool, pooled, pool_stats) = peak_under("pool", &args);
+    let (cnmem, cnmemed, cnmem_stats) = peak_under("cnmem", &args);
+    assert_eq!(results(&pooled), results(&cnmemed));
+    assert!(
+        pool_stats["pool"]["served"].as_u64().unwrap() > 0,
+        "{pool_stats:#}"
+    );
+    assert_eq!(
+        pool_stats["pool"]["fallback_after_plan"], 0,
+        "{pool_stats:#}"
+    );
+    assert!(
+        cnmem_stats["cnmem"]["served"].as_u64().unwrap() > 0,
+        "{cnmem_stats:#}"
+    );
+    assert!(pool < cnmem, "pool {pool} B is not below cnmem {cnmem} B");
+}
+
+#[test]
+fn a_range_changes_streams_only_after_its_last_kernels_finished() {
+    let two = program("two_streams");
+    let stats = scratch("two-streams.json");
+    let output = run_under_itermem(
+        &["--mode", "pool", "--stats", stats.to_str().unwrap()],
+        &[two.to_str().unwrap(), "--iters", "24"],
+        &[],
+    );
+    assert!(stdout_ok(&output).contains("ok"));
+    let summary = read_json(&stats);
+    let pool = &summary["pool"];
+    assert!(
+        pool["served"].as_u64().unwrap() > 0,
+        "the pool never served: {summary:#}"
+    );
+    assert!(pool["stream_waits"].as_u64().unwrap() > 0, "{summary:#}");
+    std::fs::remove_file(stats).unwrap();
+}
+
+#[test]
+fn pool_mode_under_many_threads_keeps_results_right() {
+    let stress = program("stress_threads");
+    let output = run_under_itermem(
+        &["--mode", "pool"],
+        &[
+            stress.to_str().unwrap(),
+            "--threads",
+            "8",
+            "--rounds",
+            "200",
+        ],
+        &[("CUDA_SHIM_JITTER_US", "20")],
+    );
+    assert!(stdout_ok(&output).contains("ok"));
+}
