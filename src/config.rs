@@ -76,6 +76,8 @@ pub struct Config {
     pub log: Option<String>,
     /// cnmem mode: bytes reserved with the first `cudaMalloc` (0 = grow from empty).
     pub cnmem_reservation: u64,
+    /// cnmem mode: a real cnmem library to route allocations through.
+    pub cnmem_library: Option<PathBuf>,
     /// Fault injection for tests: the hook of this CUDA function panics inside itermem's code
     /// (after the real call), to prove the host program survives any bug of ours.
     pub inject_panic: Option<String>,
@@ -90,6 +92,7 @@ impl Default for Config {
             limit: None,
             log: None,
             cnmem_reservation: 0,
+            cnmem_library: None,
             inject_panic: None,
         }
     }
@@ -143,6 +146,12 @@ pub const OPTIONS: &[Opt] = &[
         forms: "bytes with an optional K, M, G or T suffix (e.g. 2G), or 0",
         doc: "cnmem mode: the initial reservation (default 0: grow region by region)",
         apply: |c, v| parse_bytes(v).map(|b| c.cnmem_reservation = b).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_CNMEM_LIB",
+        forms: "the path of a cnmem shared library (e.g. target/cnmem/libcnmem.so)",
+        doc: "cnmem mode: route allocations through this real cnmem build",
+        apply: |c, v| path(v).map(|p| c.cnmem_library = Some(p)).is_some(),
     },
     Opt {
         name: "ITERMEM_INJECT_PANIC",

@@ -365,3 +365,48 @@ fn real_traces_match_the_real_cnmem() {
         compare_all(library, file, &instance, false);
     }
 }
+
+/// The same training program in cnmem mode, once with the re-creation and once routed through
+/// the real cnmem library (ITERMEM_CNMEM_LIB): same results, same device peak.
+#[test]
+fn cnmem_mode_matches_the_real_cnmem_on_a_whole_program() {
+    let Some(library) = library() else { return };
+    let mlp = support::program("mlp_train");
+    let args = [
+        mlp.to_str().unwrap(),
+        "--iters",
+        "6",
+        "--layers",
+        "7",
+        "--width",
+        "384",
+        "--batch",
+        "300",
+    ];
+    let run = |real: bool| {
+        let shim_stats = support::scratch(&format!("cnmem-mode-{real}.json"));
+        let mut env = vec![
+            ("ITERMEM_CNMEM_RESERVATION", "512".to_string()),
+            ("CUDA_SHIM_STATS", shim_stats.display().to_string()),
+        ];
+        if real {
+            env.push(("ITERMEM_CNMEM_LIB", library.display().to_string()));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let output = support::run_under_itermem(&["--mode", "cnmem"], &args, &env);
+        let stdout = support::stdout_ok(&output);
+        let results: String = stdout.lines().filter(|l| !l.starts_with("shim_")).collect();
+        let peak = support::read_json(&shim_stats)["peak_device_bytes"]
+            .as_u64()
+            .unwrap();
+        std::fs::remove_file(shim_stats).unwrap();
+        (results, peak)
+    };
+    let (recreated_results, recreated_peak) = run(false);
+    let (real_results, real_peak) = run(true);
+    assert_eq!(recreated_results, real_results);
+    assert_eq!(
+        recreated_peak, real_peak,
+        "re-created cnmem {recreated_peak} B, real cnmem {real_peak} B"
+    );
+}

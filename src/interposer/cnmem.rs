@@ -6,9 +6,18 @@
 //!
 //! Like real cnmem with one manager, a freed block is reused at once: the policy assumes the
 //! program uses its blocks on one stream (or synchronises its streams), as cnmem's users did.
+//!
+//! With `ITERMEM_CNMEM_LIB=path/libcnmem.so` the allocations go through a real cnmem build
+//! instead (`tools/build-cnmem` makes one from the Theano 0.9.0 sources), so the re-creation
+//! can be checked against the original on a whole program. Real cnmem reserves half the device
+//! when asked for 0 bytes, so a reservation of 0 is passed as 512 bytes (its smallest), which
+//! then grows region by region like the re-creation.
 
 use super::pool::cuda;
 use crate::policy::{Cnmem, CnmemConfig, RegionSource};
+use rustc_hash::FxHashSet;
+use std::ffi::{CString, c_void};
+use std::path::Path;
 
 /// Regions from the real driver.
 pub struct DriverRegions;
@@ -31,26 +40,105 @@ pub struct CnmemStats {
     pub fallback: u64,
 }
 
+/// `cnmemDevice_t` of cnmem 1.0.0 (cnmem.h).
+#[repr(C)]
+struct CnmemDevice {
+    device: i32,
+    size: usize,
+    num_streams: i32,
+    streams: *mut usize,
+    stream_sizes: *mut usize,
+}
+
+type CnmemInit = unsafe extern "C" fn(i32, *const CnmemDevice, u32) -> i32;
+type CnmemMalloc = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
+type CnmemFree = unsafe extern "C" fn(*mut c_void, usize) -> i32;
+
+/// A real cnmem library, driven through its C API (stream 0: one manager).
+struct RealCnmem {
+    malloc: CnmemMalloc,
+    free: CnmemFree,
+    /// Blocks it handed out (its own bookkeeping is not queryable by address).
+    live: FxHashSet<u64>,
+}
+
+impl RealCnmem {
+    fn load(path: &Path, reservation: u64) -> Result<RealCnmem, String> {
+        let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: loading a library the user named; its constructors run as with any dlopen.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err("dlopen failed".into());
+        }
+        let symbol = |name: &std::ffi::CStr| {
+            // SAFETY: valid handle and NUL-terminated name.
+            let found = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            (!found.is_null())
+                .then_some(found)
+                .ok_or(format!("no {} in it", name.to_string_lossy()))
+        };
+        let (init, malloc, free) = (
+            symbol(c"cnmemInit")?,
+            symbol(c"cnmemMalloc")?,
+            symbol(c"cnmemFree")?,
+        );
+        // SAFETY: the three symbols have cnmem 1.0.0's prototypes.
+        let (init, malloc, free) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, CnmemInit>(init),
+                std::mem::transmute::<*mut c_void, CnmemMalloc>(malloc),
+                std::mem::transmute::<*mut c_void, CnmemFree>(free),
+            )
+        };
+        let device = CnmemDevice {
+            device: 0,
+            size: reservation.max(512) as usize,
+            num_streams: 0,
+            streams: std::ptr::null_mut(),
+            stream_sizes: std::ptr::null_mut(),
+        };
+        // SAFETY: one valid device description; flags 0 (may grow, may steal).
+        match unsafe { init(1, &device, 0) } {
+            0 => Ok(RealCnmem {
+                malloc,
+                free,
+                live: FxHashSet::default(),
+            }),
+            status => Err(format!("cnmemInit returned status {status}")),
+        }
+    }
+}
+
+/// The policy behind cnmem mode: the re-creation, or a real cnmem library.
+enum Allocator {
+    Recreated(Cnmem<DriverRegions>),
+    Real(RealCnmem),
+}
+
 pub struct CnmemState {
-    allocator: Option<Cnmem<DriverRegions>>,
+    allocator: Option<Allocator>,
     pub stats: CnmemStats,
 }
 
 impl CnmemState {
-    pub fn new(reservation: u64) -> CnmemState {
-        let config = CnmemConfig {
-            reservation,
-            can_grow: true,
+    pub fn new(reservation: u64, library: Option<&Path>) -> CnmemState {
+        let allocator = match library {
+            Some(path) => RealCnmem::load(path, reservation)
+                .map(Allocator::Real)
+                .map_err(|err| format!("cannot use the cnmem library {} ({err})", path.display())),
+            None => Cnmem::new(
+                DriverRegions,
+                CnmemConfig {
+                    reservation,
+                    can_grow: true,
+                },
+            )
+            .map(Allocator::Recreated)
+            .map_err(|err| format!("cnmem mode cannot reserve its region ({err})")),
         };
-        let allocator = match Cnmem::new(DriverRegions, config) {
-            Ok(allocator) => Some(allocator),
-            Err(err) => {
-                super::report(format_args!(
-                    "cnmem mode cannot reserve its region ({err}); recording only"
-                ));
-                None
-            }
-        };
+        let allocator = allocator
+            .map_err(|message| super::report(format_args!("{message}; recording only")))
+            .ok();
         CnmemState {
             allocator,
             stats: CnmemStats::default(),
@@ -58,32 +146,49 @@ impl CnmemState {
     }
 
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
-        let allocator = self.allocator.as_mut()?;
-        match allocator.alloc(size) {
-            Ok(addr) => {
-                self.stats.served += 1;
-                self.stats.reserved_bytes = allocator.reserved();
-                self.stats.regions = allocator.regions().len() as u64;
-                Some(addr)
+        let served = match self.allocator.as_mut()? {
+            Allocator::Recreated(cnmem) => {
+                let addr = cnmem.alloc(size).ok();
+                self.stats.reserved_bytes = cnmem.reserved();
+                self.stats.regions = cnmem.regions().len() as u64;
+                addr
             }
-            Err(_) => {
-                self.stats.fallback += 1;
-                None
+            Allocator::Real(cnmem) => {
+                let mut ptr = std::ptr::null_mut();
+                // SAFETY: valid out-parameter; stream 0 (cnmem's default manager).
+                let status = unsafe { (cnmem.malloc)(&mut ptr, size as usize, 0) };
+                (status == 0 && !ptr.is_null()).then(|| {
+                    cnmem.live.insert(ptr as u64);
+                    ptr as u64
+                })
             }
+        };
+        match served {
+            Some(_) => self.stats.served += 1,
+            None => self.stats.fallback += 1,
         }
+        served
     }
 
-    /// Whether `addr` lies in one of the policy's regions.
+    /// Whether `addr` belongs to the policy (a region of the re-creation, a block of real
+    /// cnmem's).
     pub fn owns(&self, addr: u64) -> bool {
-        self.allocator
-            .as_ref()
-            .is_some_and(|a| a.region_of(addr).is_some())
+        match &self.allocator {
+            Some(Allocator::Recreated(cnmem)) => cnmem.region_of(addr).is_some(),
+            Some(Allocator::Real(cnmem)) => cnmem.live.contains(&addr),
+            None => false,
+        }
     }
 
     /// Frees the block at `addr`; false if no live block starts there.
     pub fn free(&mut self, addr: u64) -> bool {
-        self.allocator
-            .as_mut()
-            .is_some_and(|a| a.free(addr).is_ok())
+        match &mut self.allocator {
+            Some(Allocator::Recreated(cnmem)) => cnmem.free(addr).is_ok(),
+            Some(Allocator::Real(cnmem)) => {
+                // SAFETY: `addr` is a live block cnmem handed out (checked just before).
+                cnmem.live.remove(&addr) && unsafe { (cnmem.free)(addr as *mut c_void, 0) } == 0
+            }
+            None => false,
+        }
     }
 }

@@ -281,7 +281,25 @@ pub(super) mod cuda {
 
     const DISABLE_TIMING: u32 = 0x2;
 
+    /// `cudaFree(NULL)`, the usual way to make the runtime initialise itself (driver, primary
+    /// context current on this thread) without doing anything else; once per thread.
+    fn initialise_runtime() {
+        use super::super::real::RealFn;
+        type Free = unsafe extern "C" fn(*mut std::ffi::c_void) -> u32;
+        static FREE: RealFn = RealFn::new(c"cudaFree");
+        thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        if DONE.with(|done| done.replace(true)) {
+            return;
+        }
+        // SAFETY: cudaFree's prototype; freeing NULL does nothing and succeeds.
+        if let Some(free) = unsafe { FREE.get::<Free>() } {
+            // SAFETY: as above.
+            unsafe { free(std::ptr::null_mut()) };
+        }
+    }
+
     pub fn malloc(bytes: u64) -> Option<u64> {
+        initialise_runtime();
         let alloc = driver().mem_alloc?;
         let mut ptr = 0u64;
         // SAFETY: valid out-parameter; the calling thread has the runtime's context current.

@@ -125,6 +125,7 @@ impl Recorder {
     pub fn new(config: Config) -> Recorder {
         let mode = config.mode;
         let cnmem_reservation = config.cnmem_reservation;
+        let cnmem_library = config.cnmem_library.clone();
         let detector = Detector::new(DetectorConfig::for_cuda_events())
             .expect("the detector configuration for CUDA events is valid");
         Recorder {
@@ -145,7 +146,8 @@ impl Recorder {
             trace: OnceLock::new(),
             counters: Counters::default(),
             pool: (mode == Mode::Pool).then(|| Mutex::new(PoolState::default())),
-            cnmem: (mode == Mode::Cnmem).then(|| Mutex::new(CnmemState::new(cnmem_reservation))),
+            cnmem: (mode == Mode::Cnmem)
+                .then(|| Mutex::new(CnmemState::new(cnmem_reservation, cnmem_library.as_deref()))),
         }
     }
 
