@@ -646,24 +646,6 @@ pub fn detect(
 mod tests {
     use super::*;
 
-    /// Deterministic SplitMix64, so the property test needs no dependency.
-    struct SplitMix(u64);
-
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut x = self.0;
-            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            x ^ (x >> 31)
-        }
-
-        /// Uniform in `lo..=hi`.
-        fn range(&mut self, lo: u64, hi: u64) -> u64 {
-            lo + self.next() % (hi - lo + 1)
-        }
-    }
-
     fn config(max_period: usize, repeats: usize, min_window: usize) -> DetectorConfig {
         DetectorConfig {
             max_period,
@@ -1149,9 +1131,9 @@ mod tests {
     fn history_stays_bounded() {
         let cfg = config(64, 2, 0);
         let mut detector = Detector::new(cfg).unwrap();
-        let mut rng = SplitMix(7);
+        let mut rng = crate::rng::SplitMix64::new(7);
         for _ in 0..50_000 {
-            let _ = detector.push(rng.next() % 3, 0);
+            let _ = detector.push(rng.next_u64() % 3, 0);
             assert!(detector.tokens.len() <= 2 * 1024);
         }
     }
@@ -1159,10 +1141,14 @@ mod tests {
     #[test]
     fn large_stream_with_long_period() {
         let p = 20_000;
-        let mut rng = SplitMix(42);
-        let steady: Vec<u64> = (0..p).map(|_| launch_token(rng.next() % 5000)).collect();
+        let mut rng = crate::rng::SplitMix64::new(42);
+        let steady: Vec<u64> = (0..p)
+            .map(|_| launch_token(rng.next_u64() % 5000))
+            .collect();
         let steady_live: Vec<u64> = (0..p as u64).map(|i| (i * 7919) % 100_003).collect();
-        let mut tokens: Vec<u64> = (0..7_000).map(|_| malloc_token(rng.next() % 100)).collect();
+        let mut tokens: Vec<u64> = (0..7_000)
+            .map(|_| malloc_token(rng.next_u64() % 100))
+            .collect();
         let warm_up = tokens.len() as u64;
         let mut live = vec![1 << 40; tokens.len()];
         while tokens.len() < 2_000_000 {
@@ -1233,27 +1219,27 @@ mod tests {
 
     #[test]
     fn random_periodic_streams_match_the_definition() {
-        let mut rng = SplitMix(2024);
+        let mut rng = crate::rng::SplitMix64::new(2024);
         for case in 0..400 {
-            let repeats = rng.range(2, 4) as usize;
-            let min_window = if rng.range(0, 2) == 0 {
+            let repeats = rng.range(2, 5) as usize;
+            let min_window = if rng.range(0, 3) == 0 {
                 0
             } else {
-                rng.range(1, 40) as usize
+                rng.range(1, 41) as usize
             };
-            let max_period = rng.range(4, 70) as usize;
+            let max_period = rng.range(4, 71) as usize;
             let cfg = config(max_period, repeats, min_window);
-            let alphabet = rng.range(2, 6);
-            let len = rng.range(1, max_period as u64) as usize;
-            let pattern: Vec<u64> = (0..len).map(|_| rng.range(1, alphabet)).collect();
+            let alphabet = rng.range(2, 7);
+            let len = rng.range(1, max_period as u64 + 1) as usize;
+            let pattern: Vec<u64> = (0..len).map(|_| rng.range(1, alphabet + 1)).collect();
             let truth = primitive_period(&pattern);
-            let warm_up_len = rng.range(0, 3 * len as u64) as usize;
+            let warm_up_len = rng.range(0, 3 * len as u64 + 1) as usize;
             let mut tokens: Vec<u64> = (0..warm_up_len)
-                .map(|_| rng.range(1, alphabet + 2))
+                .map(|_| rng.range(1, alphabet + 3))
                 .collect();
             let steady_len = (repeats + 6) * len + 2 * max_period + 2 * min_window;
             tokens.extend(pattern.iter().cycle().take(steady_len));
-            let live: Vec<u64> = (0..tokens.len()).map(|_| rng.range(0, 9)).collect();
+            let live: Vec<u64> = (0..tokens.len()).map(|_| rng.range(0, 10)).collect();
 
             let mut detector = Detector::new(cfg).unwrap();
             let mut oracle = Oracle::new(cfg);

@@ -12,5 +12,6 @@ pub mod import;
 pub mod interposer;
 pub mod plan;
 pub mod policy;
+pub mod rng;
 pub mod svg;
 pub mod trace;

@@ -4,6 +4,7 @@
 //! Plain SVG text, no dependencies; large instances stay readable because every rectangle is
 //! drawn at the picture's scale (thin buffers become hairlines, not gaps).
 
+use crate::export::human_bytes;
 use crate::plan::Instance;
 use std::fmt::Write;
 
@@ -65,22 +66,6 @@ fn axes(out: &mut String, x_label: &str, y_label: &str, y_max: u64) {
         top + 4.0,
         human_bytes(y_max),
     );
-}
-
-/// Bytes with a binary unit, for labels.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
 }
 
 /// The live bytes over time as a step curve, with the peak marked.
@@ -191,7 +176,5 @@ mod tests {
         assert!(svg.contains("a &lt;plan&gt; &amp; more"));
         let curve = load_curve(&instance(), "load");
         assert!(curve.contains("<path d=\"M"));
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(100), "100 B");
     }
 }

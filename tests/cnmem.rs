@@ -253,27 +253,10 @@ fn compare_all(library: &Path, name: &str, instance: &Instance, with_unbounded: 
     );
 }
 
-/// SplitMix64, as in the unit tests: std-only and seeded.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
-}
-
 /// Random lifetimes over `steps` instants; sizes from 1 B to 16 MiB, many not multiples of 512
 /// and many equal (so best-fit ties and exact fits happen).
 fn random_instance(seed: u64, n: u64, steps: u64) -> Instance {
-    let mut rng = Rng(seed);
+    let mut rng = itermem::rng::SplitMix64::new(seed);
     let buffers = (0..n)
         .map(|id| {
             let lower = rng.range(0, steps);

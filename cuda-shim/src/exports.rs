@@ -562,6 +562,7 @@ unsafe fn packed_arguments<'a>(extra: *mut *mut c_void) -> CuResult<&'a [u8]> {
         let key = unsafe { *extra.add(i) } as usize;
         match key {
             END => break,
+            // SAFETY: a key other than END is followed by its value.
             BUFFER_POINTER => buffer = unsafe { *extra.add(i + 1) } as *const u8,
             // SAFETY: the value of BUFFER_SIZE points to a size_t.
             BUFFER_SIZE => size = Some(unsafe { *(*extra.add(i + 1) as *const usize) }),

@@ -217,7 +217,7 @@ fn table(reports: &[TraceReport]) -> String {
             out,
             "{name:<44} {:>8} {:>11}",
             c.buffers,
-            svg::human_bytes(c.peak_live_bytes)
+            itermem::export::human_bytes(c.peak_live_bytes)
         );
         for column in columns {
             match c.policies.get(column) {
@@ -299,7 +299,10 @@ fn draw(
             &instance,
             &offsets,
             cnmem.footprint,
-            &format!("{name}: cnmem, {}", svg::human_bytes(cnmem.footprint)),
+            &format!(
+                "{name}: cnmem, {}",
+                itermem::export::human_bytes(cnmem.footprint)
+            ),
         ),
     )?;
     let smartpool = plan::plan(&instance, Planner::Search, options)?;
@@ -311,7 +314,7 @@ fn draw(
             smartpool.footprint,
             &format!(
                 "{name}: SmartPool, {} (ratio {:.4})",
-                svg::human_bytes(smartpool.footprint),
+                itermem::export::human_bytes(smartpool.footprint),
                 report
                     .comparison
                     .policies

@@ -21,8 +21,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::rng::SplitMix64;
 use super::{Buffer, Instance, PlanError, PlanOptions, Policy, validate};
+use crate::rng::SplitMix64;
 
 /// A seeded random instance of `n` buffers (see the module doc). Ids are `0..n`.
 pub fn random_instance(n: usize, seed: u64) -> Instance {

@@ -45,7 +45,6 @@ mod bench;
 mod check;
 mod greedy;
 mod instance;
-mod rng;
 mod search;
 mod timeline;
 

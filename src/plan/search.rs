@@ -50,8 +50,8 @@ use std::cell::OnceCell;
 use std::time::Instant;
 
 use super::greedy::{self, Fit, Order, Prepared};
-use super::rng::SplitMix64;
 use super::{Instance, Method, Outcome};
+use crate::rng::SplitMix64;
 
 /// The DFS is skipped above this many time-overlapping pairs (its neighbour lists take 8
 /// bytes per pair: 64 MiB at most). The largest real trace measured has 5.9 M.

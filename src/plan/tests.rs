@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::rng::SplitMix64;
 use super::*;
+use crate::rng::SplitMix64;
 
 fn b(id: u64, lower: u64, upper: u64, size: u64) -> Buffer {
     Buffer {

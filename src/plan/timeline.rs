@@ -206,7 +206,7 @@ mod tests {
         let m = 13;
         let mut t = Timeline::new(m);
         let mut placed = Vec::new();
-        let mut rng = crate::plan::rng::SplitMix64::new(7);
+        let mut rng = crate::rng::SplitMix64::new(7);
         for k in 0..60u64 {
             let a = rng.below(m as u64) as usize;
             let b = a + 1 + rng.below((m - a) as u64) as usize;
