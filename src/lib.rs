@@ -10,6 +10,7 @@ pub mod event;
 pub mod export;
 pub mod import;
 pub mod interposer;
+pub mod ops;
 pub mod plan;
 pub mod policy;
 pub mod rng;
