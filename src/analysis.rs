@@ -68,7 +68,8 @@ pub struct Iteration {
 }
 
 impl Iteration {
-    fn from_period(p: &Period) -> Iteration {
+    /// The iteration a detected period describes.
+    pub(crate) fn from_period(p: &Period) -> Iteration {
         Iteration {
             period_events: p.length,
             boundary_event: p.boundary,
@@ -289,7 +290,11 @@ impl Analyzer {
     /// Runs the detector over the whole stream and returns the summary. Fails only for an
     /// invalid detector configuration.
     pub fn finish(self, config: &DetectorConfig) -> Result<Analysis, DetectError> {
-        let period = detect::detect(&self.tokens, &self.live_series, config)?;
+        // The training step, not the smallest repeating loop (a layer loop may cover most
+        // events): the same choice the importers make (see `import::choose_iteration`).
+        let segments = detect::segments(&self.tokens, &self.live_series, config)?;
+        let iteration =
+            crate::import::choose_iteration(&self.tokens, &self.live_series, &segments, config);
         let mut kernels: Vec<KernelStat> = self
             .launches
             .iter()
@@ -316,7 +321,7 @@ impl Analyzer {
             first_time_ns: self.first_time_ns,
             last_time_ns: self.last_time_ns,
             kernels,
-            iteration: period.as_ref().map(Iteration::from_period),
+            iteration,
         })
     }
 }

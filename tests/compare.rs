@@ -105,6 +105,14 @@ fn smartpool_is_within_two_percent_of_the_peak_on_every_real_trace() {
     );
     files.push(dir.join("kineto/hta_v100_ddp_rank1_profile_memory.json.gz"));
     files.sort();
+    let challenging: Vec<PathBuf> =
+        std::fs::read_dir(dir.join("dsa-benchmarks/minimalloc-challenging"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+    // The constructed MiniMalloc instances are reported (validated), with no 2 % target.
+    let hard = compare(&["--align", "1", "--budget-ms", "50"], &challenging);
+    assert_eq!(hard.as_array().unwrap().len(), challenging.len());
     let json = compare(&["--budget-ms", "200"], &files);
     assert_eq!(json.as_array().unwrap().len(), files.len());
     for report in json.as_array().unwrap() {

@@ -114,6 +114,17 @@ fn pool_mode_needs_strictly_less_device_memory_than_cnmem() {
         "{cnmem_stats:#}"
     );
     assert!(pool < cnmem, "pool {pool} B is not below cnmem {cnmem} B");
+    let persistent: u64 = value_of(&pooled, "persistent_bytes")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let planned = pool_stats["pool"]["planned_peak_live_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        pool as f64 <= 1.02 * (persistent + planned) as f64,
+        "{pool} vs {persistent} + {planned}"
+    );
 }
 
 #[test]

@@ -440,7 +440,10 @@ fn corrupt_traces_fail_with_the_offset_and_exit_code_2() {
     let text = tmp("text.itrace");
     std::fs::write(&text, "index,time_ns\n1,2\n").unwrap();
     let err = fails(&["trace", "info", s(&text)]);
-    assert!(err.contains("not an itermem trace"), "{err}");
+    assert!(
+        err.contains("unrecognised content") && err.contains("an itermem trace"),
+        "{err}"
+    );
     let empty = tmp("empty.itrace");
     std::fs::write(&empty, "").unwrap();
     let err = fails(&["trace", "info", s(&empty)]);
@@ -489,4 +492,21 @@ fn usage_errors_exit_with_2() {
     let path = write_trace("usage.itrace", &training());
     let err = fails(&["trace", "info", s(&path), "--repeats", "1"]);
     assert!(err.contains("repeats"), "{err}");
+}
+
+/// Every trace command reads the other recordings too (by content): a PyTorch snapshot's
+/// mallocs and frees, and its training step rather than its layer loop.
+#[test]
+fn trace_info_reads_a_pytorch_snapshot() {
+    let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/real-traces/pytorch-snapshots/vit_l16_b1_adam_3steps.pickle");
+    if !snapshot.exists() {
+        println!("skipped: ../shared/real-traces not found");
+        return;
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["trace", "info", "--json", s(&snapshot)])).unwrap();
+    assert_eq!(json["events"]["malloc"], 1497);
+    assert_eq!(json["events"]["free"], 1493);
+    assert_eq!(json["period_events"], 1495);
 }

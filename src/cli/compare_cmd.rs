@@ -106,7 +106,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     for path in &args.traces {
         let report = compare_file(path, &options)?;
         if let Some(dir) = &args.svg {
-            draw(dir, path, &report, &options)?;
+            draw(dir, path, &options)?;
         }
         reports.push(report);
     }
@@ -266,12 +266,7 @@ fn table(reports: &[TraceReport]) -> String {
 }
 
 /// Writes `<name>.load.svg`, `<name>.cnmem.svg` and `<name>.smartpool.svg` into `dir`.
-fn draw(
-    dir: &Path,
-    path: &Path,
-    report: &TraceReport,
-    options: &PlanOptions,
-) -> anyhow::Result<()> {
+fn draw(dir: &Path, path: &Path, options: &PlanOptions) -> anyhow::Result<()> {
     let instance = match import::load(path)? {
         Loaded::Instance(instance) => instance,
         Loaded::Recording(recording) => recording.to_instance(None)?,
@@ -315,11 +310,7 @@ fn draw(
             &format!(
                 "{name}: SmartPool, {} (ratio {:.4})",
                 itermem::export::human_bytes(smartpool.footprint),
-                report
-                    .comparison
-                    .policies
-                    .get("best")
-                    .map_or(smartpool.ratio, |p| p.ratio)
+                smartpool.ratio
             ),
         ),
     )?;

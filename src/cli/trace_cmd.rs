@@ -17,7 +17,8 @@ use itermem::analysis::{self, Analysis, EventCounts, HostCounts, KernelStat};
 use itermem::detect::DetectorConfig;
 use itermem::event::Event;
 use itermem::export::{self, human_bytes};
-use itermem::trace::{EndRecord, Events, TraceError, TraceFile};
+use itermem::import;
+use itermem::trace::{EndRecord, Events, TraceError, TraceFile, TraceHeader};
 
 use super::BadInput;
 
@@ -108,6 +109,26 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     }
 }
 
+/// An itermem trace as it is, or any other recording `import` reads (PyTorch snapshot,
+/// profiler trace), converted to an in-memory itermem trace of its mallocs and frees.
+fn open(path: &Path) -> anyhow::Result<TraceFile> {
+    let mut magic = [0u8; 8];
+    let is_itermem = File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .map_or(true, |()| &magic == b"ITERMEM\0");
+    if is_itermem {
+        // (An unreadable or short file is reported by the trace reader, with its offset.)
+        return Ok(TraceFile::open(path)?);
+    }
+    let recording = import::load_recording(path, &import::ImportOptions::default())?;
+    let mut header = TraceHeader::for_this_process(recording.source().format.to_string(), 0);
+    header.pid = 0;
+    header.start_unix_ns = 0;
+    header.command_line = vec![path.display().to_string()];
+    let bytes = itermem::trace::format::encode_trace(&header, &recording.to_events())?;
+    Ok(TraceFile::from_bytes(path, bytes)?)
+}
+
 /// A checked trace: the file and the analysis of all its events.
 struct Loaded {
     file: TraceFile,
@@ -116,7 +137,7 @@ struct Loaded {
 }
 
 fn load(path: &Path, detect: &DetectArgs) -> anyhow::Result<Loaded> {
-    let file = TraceFile::open(path)?;
+    let file = open(path)?;
     let mut analyzer = analysis::Analyzer::new();
     let mut events = file.events();
     for event in events.by_ref() {

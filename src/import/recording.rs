@@ -557,6 +557,32 @@ impl Recording {
     pub fn iteration_instance(&self, iteration: &Iteration) -> Instance {
         self.iteration_buffers(iteration).instance
     }
+
+    /// The recording as itermem events (device mallocs and frees on stream 0; times from the
+    /// recording in µs, or the event index when it has none), so trace commands read it.
+    pub fn to_events(&self) -> Vec<crate::event::Event> {
+        use crate::event::{Event, EventKind, MemKind};
+        self.events
+            .iter()
+            .enumerate()
+            .map(|(index, event)| {
+                let time_ns = event
+                    .time_us()
+                    .map_or(index as u64, |us| us.saturating_mul(1000));
+                let kind = match *event {
+                    AllocEvent::Alloc { id, size, addr, .. } => EventKind::Malloc {
+                        id,
+                        addr: addr.unwrap_or(0),
+                        size,
+                        kind: MemKind::Device,
+                        stream: 0,
+                    },
+                    AllocEvent::Free { id, .. } => EventKind::Free { id, stream: 0 },
+                };
+                Event { time_ns, kind }
+            })
+            .collect()
+    }
 }
 
 /// Fraction of the positions `i` of a candidate's stretch where `s[i] = s[i + P]` needed to
@@ -678,11 +704,8 @@ pub fn choose_iteration(
     if let Some(segment) = exact {
         let p = segment.period;
         return Some(Iteration {
-            period_events: p.length,
-            boundary_event: p.boundary,
             iterations_seen: segment.covered_events() / p.length.max(1),
-            start_event: p.start,
-            detected_at_event: p.detected_at,
+            ..Iteration::from_period(&p)
         });
     }
     let last = &live[n - period..n];

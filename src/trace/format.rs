@@ -514,3 +514,19 @@ pub(crate) fn decode_body(
         kind: event_kind,
     }))
 }
+
+/// A whole trace in memory: the header, the events and the end record, as a writer would have
+/// written them (for recordings imported from other formats, so every trace command reads them).
+pub fn encode_trace(header: &TraceHeader, events: &[Event]) -> io::Result<Vec<u8>> {
+    let mut out = encode_header(header)?;
+    let (mut prev_time, mut body) = (0u64, Vec::new());
+    for event in events {
+        encode_event(event, &mut prev_time, &mut body, &mut out);
+    }
+    let end = EndRecord {
+        events_written: events.len() as u64,
+        events_lost: 0,
+    };
+    encode_end(&end, &mut body, &mut out);
+    Ok(out)
+}
