@@ -1,0 +1,363 @@
+//! itermem's own traces ([`crate::trace`]) as an [`OpTrace`]: one detected iteration of kernel
+//! launches and copies, over the device allocations.
+//!
+//! Decisions:
+//! - **The iteration** is chosen like the importer chooses one for SmartPool
+//!   ([`crate::import::choose_iteration`] over the detector's segments, [`crate::detect`]), but
+//!   on *every* access event (mallocs, frees, copies, memsets, launches, with the recorder's
+//!   tokens, [`crate::analysis::token`]) since the ops are launches; the window is the last
+//!   complete iteration aligned with the boundary (the rule of
+//!   [`crate::import::Recording::iteration_buffers`]: furthest from warm-up, starting where the
+//!   live bytes are least). Without a period the whole trace is the window
+//!   ([`OpStats::window_detected`] is false).
+//! - **Ops are the launches, copies and memsets in the window**, in trace order. A launch reads
+//!   and writes every device allocation it touches: the trace records which allocations a
+//!   kernel's arguments point into, not the direction, and treating each as read and written
+//!   is the safe side for a swap planner (a tensor a kernel might write must be on the device
+//!   and must be copied out again). A copy reads its source and writes its destination when
+//!   they are tracked device allocations; a memset writes its destination. A launch whose
+//!   parameter layout is unknown touches nothing (it still takes time).
+//! - **Tensors are the device allocations** (device, managed, stream-ordered; pinned host
+//!   memory is not device memory). One allocated before the window and not freed before it is
+//!   **resident**; one allocated inside is **born at the first op after its malloc** (the trace
+//!   cannot say which kernel fills it; a malloc after the window's last op belongs to the next
+//!   iteration and is left out); a free inside the window kills it **after the last op before
+//!   the free**; never freed → alive to the end. An allocation with no op during its life is
+//!   left out (counted).
+//! - **Durations from the cost model**: the trace has no kernel times. A launch moves the bytes
+//!   of the allocations it touches, each counted once (no direction is known, and counting
+//!   every allocation as read and written would double a guess); device↔device copies and
+//!   memsets move their bytes (a copy reads and writes them: 2×); host↔device copies take the
+//!   host link ([`CostModel::host_copy_time_ns`](super::CostModel::host_copy_time_ns)). No FLOPs
+//!   are known: launches are modelled as memory-bound. A caching allocator's pooled segments
+//!   make "touched bytes" a whole segment: on PyTorch traces this overestimates.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::error::{Location, OpsError, Problem};
+use super::{LoadOptions, Loaded, Op, OpFormat, OpStats, Tensor, TensorId, finish, push_unique};
+use crate::analysis::token;
+use crate::detect::{self, DetectorConfig};
+use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId};
+use crate::import::choose_iteration;
+use crate::trace::TraceFile;
+
+pub(super) fn parse(
+    path: &Path,
+    bytes: Vec<u8>,
+    options: &LoadOptions,
+) -> Result<Loaded, OpsError> {
+    let trace = TraceFile::from_bytes(path, bytes)
+        .map_err(|err| OpsError::file(path, Problem::Trace(Box::new(err))))?;
+    let mut events = Vec::new();
+    for event in trace.events() {
+        events.push(event.map_err(|err| OpsError::file(path, Problem::Trace(Box::new(err))))?);
+    }
+    from_events(path, &events, options)
+}
+
+/// Converts recorded events (as read from an itermem trace named `name`) into one iteration of
+/// ops; see the module doc for the rules.
+pub fn from_events(
+    name: &Path,
+    events: &[Event],
+    options: &LoadOptions,
+) -> Result<Loaded, OpsError> {
+    // Pass 1: tokens and live device bytes per access event, for the iteration choice.
+    let mut tokens = Vec::new();
+    let mut live_series = Vec::new();
+    let mut live: HashMap<AllocId, (u64, u64, bool)> = HashMap::new(); // id → (index, size, device)
+    let mut live_bytes = 0u64;
+    for event in events {
+        let index = tokens.len() as u64;
+        let malloc_index = match &event.kind {
+            EventKind::Free { id, .. } => live.get(id).map(|&(i, _, _)| i),
+            _ => None,
+        };
+        let Some(t) = token(&event.kind, index, malloc_index) else {
+            continue;
+        };
+        match &event.kind {
+            EventKind::Malloc { id, size, kind, .. } => {
+                if let Some((_, old, device)) = live.insert(*id, (index, *size, kind.is_device()))
+                    && device
+                {
+                    live_bytes = live_bytes.saturating_sub(old);
+                }
+                if kind.is_device() {
+                    live_bytes = live_bytes.saturating_add(*size);
+                }
+            }
+            EventKind::Free { id, .. } => {
+                if let Some((_, size, true)) = live.remove(id) {
+                    live_bytes = live_bytes.saturating_sub(size);
+                }
+            }
+            _ => {}
+        }
+        tokens.push(t);
+        live_series.push(live_bytes);
+    }
+    let n = tokens.len() as u64;
+    let config = DetectorConfig::for_cuda_events();
+    let segments = detect::segments(&tokens, &live_series, &config)
+        .map_err(|err| OpsError::file(name, Problem::Detector(err.to_string())))?;
+    let iteration = choose_iteration(&tokens, &live_series, &segments, &config);
+    let mut stats = OpStats {
+        records: n,
+        ..OpStats::default()
+    };
+    let (start, length) = match iteration {
+        Some(it) if it.period_events > 0 && it.period_events <= n => {
+            let length = it.period_events;
+            let stretch_end = it
+                .start_event
+                .saturating_add(it.iterations_seen.saturating_mul(length))
+                .min(n);
+            let limit = if stretch_end >= length {
+                stretch_end
+            } else {
+                n
+            };
+            let phase = it.boundary_event % length;
+            let last = limit - length;
+            let start = if last >= phase {
+                last - (last - phase) % length
+            } else {
+                last
+            };
+            stats.window_detected = true;
+            (start, length)
+        }
+        _ => (0, n),
+    };
+    stats.window = Some((start, length));
+    let end = start + length;
+
+    // Pass 2: the window's ops and tensors. Before the window only the live device
+    // allocations are followed (id → size); at the window's first event they become resident.
+    let mut names: HashMap<KernelId, String> = HashMap::new();
+    let mut pre_live: HashMap<AllocId, u64> = HashMap::new();
+    let mut tensors: Vec<Option<Tensor>> = Vec::new();
+    let mut by_alloc: HashMap<AllocId, TensorId> = HashMap::new(); // live device allocations
+    let mut ops: Vec<Op> = Vec::new();
+    let mut index = 0u64;
+    let mut in_window = false;
+    let make_resident = |pre_live: &mut HashMap<AllocId, u64>,
+                         tensors: &mut Vec<Option<Tensor>>,
+                         by_alloc: &mut HashMap<AllocId, TensorId>| {
+        let mut ids: Vec<(AllocId, u64)> = pre_live.drain().collect();
+        ids.sort_unstable();
+        for (id, bytes) in ids {
+            let t = tensors.len() as TensorId;
+            tensors.push(Some(Tensor {
+                id: t,
+                bytes,
+                resident: true,
+                dies_after: None,
+                born_at: None,
+            }));
+            by_alloc.insert(id, t);
+        }
+    };
+    for event in events {
+        if let EventKind::KernelName { kernel, name } = &event.kind {
+            names.insert(*kernel, name.clone());
+            continue;
+        }
+        if index >= end {
+            break;
+        }
+        let inside = index >= start;
+        index += 1;
+        if !inside {
+            match &event.kind {
+                EventKind::Malloc { id, size, kind, .. } => {
+                    if kind.is_device() {
+                        pre_live.insert(*id, *size);
+                    } else {
+                        pre_live.remove(id);
+                    }
+                }
+                EventKind::Free { id, .. } => {
+                    pre_live.remove(id);
+                }
+                _ => {}
+            }
+            continue;
+        }
+        if !in_window {
+            in_window = true;
+            make_resident(&mut pre_live, &mut tensors, &mut by_alloc);
+        }
+        let op_count = ops.len();
+        match &event.kind {
+            EventKind::Malloc { id, size, kind, .. } => {
+                // A reused id ends the older block.
+                if let Some(old) = by_alloc.remove(id) {
+                    kill(&mut tensors, old, op_count);
+                }
+                if kind.is_device() {
+                    let t = tensors.len() as TensorId;
+                    tensors.push(Some(Tensor {
+                        id: t,
+                        bytes: *size,
+                        resident: false,
+                        dies_after: None,
+                        // The next op; left out at the end if no op follows.
+                        born_at: Some(op_count),
+                    }));
+                    by_alloc.insert(*id, t);
+                }
+            }
+            EventKind::Free { id, .. } => match by_alloc.remove(id) {
+                Some(t) => kill(&mut tensors, t, op_count),
+                None => stats.ignored_releases += 1,
+            },
+            EventKind::Launch {
+                kernel, touched, ..
+            } => {
+                let mut list = Vec::with_capacity(touched.len());
+                let mut bytes = 0u64;
+                for id in touched {
+                    match by_alloc.get(id) {
+                        Some(&t) => {
+                            let before = list.len();
+                            push_unique(&mut list, t);
+                            if list.len() > before {
+                                let size = tensors[t as usize].as_ref().map_or(0, |t| t.bytes);
+                                bytes = bytes.saturating_add(size);
+                            }
+                        }
+                        None => stats.ignored_accesses += 1,
+                    }
+                }
+                let name = names
+                    .get(kernel)
+                    .cloned()
+                    .unwrap_or_else(|| format!("kernel#{kernel}"));
+                ops.push(Op {
+                    name,
+                    reads: list.clone(),
+                    writes: list,
+                    time_ns: options.cost.op_time_ns(0.0, bytes),
+                    measured: false,
+                    flops: 0.0,
+                });
+            }
+            EventKind::Memcpy {
+                dst,
+                src,
+                bytes,
+                kind,
+                ..
+            } => {
+                let mut tracked = |id: &Option<AllocId>| match id {
+                    None => None,
+                    Some(id) => {
+                        let t = by_alloc.get(id).copied();
+                        if t.is_none() {
+                            stats.ignored_accesses += 1;
+                        }
+                        t
+                    }
+                };
+                let reads: Vec<TensorId> = tracked(src).into_iter().collect();
+                let writes: Vec<TensorId> = tracked(dst).into_iter().collect();
+                let device_to_device = match kind {
+                    CopyKind::DeviceToDevice => true,
+                    CopyKind::Default => !reads.is_empty() && !writes.is_empty(),
+                    _ => false,
+                };
+                let time_ns = if device_to_device {
+                    options.cost.op_time_ns(0.0, bytes.saturating_mul(2))
+                } else {
+                    options.cost.host_copy_time_ns(*bytes)
+                };
+                let name = match kind {
+                    CopyKind::HostToDevice => "memcpy HtoD",
+                    CopyKind::DeviceToHost => "memcpy DtoH",
+                    CopyKind::DeviceToDevice => "memcpy DtoD",
+                    CopyKind::HostToHost => "memcpy HtoH",
+                    CopyKind::Default => "memcpy",
+                };
+                ops.push(Op {
+                    name: name.into(),
+                    reads,
+                    writes,
+                    time_ns,
+                    measured: false,
+                    flops: 0.0,
+                });
+            }
+            EventKind::Memset { dst, bytes, .. } => {
+                let writes: Vec<TensorId> = match dst {
+                    None => Vec::new(),
+                    Some(id) => match by_alloc.get(id) {
+                        Some(&t) => vec![t],
+                        None => {
+                            stats.ignored_accesses += 1;
+                            Vec::new()
+                        }
+                    },
+                };
+                ops.push(Op {
+                    name: "memset".into(),
+                    reads: Vec::new(),
+                    writes,
+                    time_ns: options.cost.op_time_ns(0.0, *bytes),
+                    measured: false,
+                    flops: 0.0,
+                });
+            }
+            _ => {}
+        }
+    }
+    if !in_window {
+        make_resident(&mut pre_live, &mut tensors, &mut by_alloc);
+    }
+    // Births after the last op: the next iteration's blocks (left out by `finish`).
+    let n_ops = ops.len();
+    for slot in &mut tensors {
+        if slot
+            .as_ref()
+            .is_some_and(|t| t.born_at.is_some_and(|b| b >= n_ops))
+        {
+            *slot = None;
+        }
+    }
+    if n_ops == 0 {
+        return Err(OpsError::new(
+            name,
+            Location::File,
+            Problem::NoOps(
+                "the iteration has no kernel launch, copy or memset (record with itermem's \
+                 interposer around a training loop)"
+                    .into(),
+            ),
+        ));
+    }
+    let trace = finish(name, tensors, ops, &mut stats)?;
+    Ok(Loaded {
+        trace,
+        format: OpFormat::ItermemTrace,
+        stats,
+    })
+}
+
+/// Ends tensor `t`'s life at a free seen after `op_count` ops: it dies after op
+/// `op_count − 1`; with no op since its birth (or before the first op) it is never live
+/// during an op and is left out (`finish` counts it).
+fn kill(tensors: &mut [Option<Tensor>], t: TensorId, op_count: usize) {
+    let slot = &mut tensors[t as usize];
+    let Some(tensor) = slot else {
+        return;
+    };
+    let first = tensor.born_at.unwrap_or(0);
+    if op_count == 0 || op_count <= first {
+        *slot = None;
+    } else {
+        tensor.dies_after = Some(op_count - 1);
+    }
+}
