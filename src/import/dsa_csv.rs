@@ -13,7 +13,7 @@ use std::path::Path;
 
 use super::error::{ImportError, Location, Problem};
 use super::{Format, Input};
-use crate::plan::{Buffer, Instance, InstanceError};
+use crate::plan::{Buffer, Instance};
 
 const HEADER: [&str; 4] = ["id", "lower", "upper", "size"];
 
@@ -131,11 +131,7 @@ pub fn parse_dsa_csv(name: impl AsRef<Path>, text: &[u8]) -> Result<Instance, Im
     }
     Instance::new(buffers).map_err(|err| {
         // Every rule was checked per line above; name the line anyway if one slipped through.
-        let id = match &err {
-            InstanceError::EmptyLifetime { id, .. }
-            | InstanceError::ZeroSize { id }
-            | InstanceError::DuplicateId { id } => *id,
-        };
+        let id = err.id();
         let location = line_of
             .get(&id)
             .map_or(Location::File, |&(line, byte)| Location::Line {

@@ -7,7 +7,8 @@
 //! for free. `a = 1` means no alignment.
 //!
 //! Everything a planner reports is in aligned bytes: the footprint, and the lower bound, which
-//! is the peak live bytes of the *aligned* sizes (`max_t Σ_{i live at t} aligned(size_i)`).
+//! is the peak resident bytes of the *aligned* sizes (`max_t Σ_{i resident at t}
+//! aligned(size_i)`; resident = live and not in an absence window, see [`Instance::resident`]).
 //! The peak of the unaligned sizes is reported next to it ([`Bounds::unaligned_peak`]) so that
 //! ratios can be compared with tools that do not align (MiniMalloc, idealloc).
 
@@ -62,9 +63,10 @@ impl Default for Alignment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
     pub alignment: Alignment,
-    /// `max_t Σ_{i live at t} aligned(size_i)`: the lower bound every ratio is measured against.
+    /// `max_t Σ_{i resident at t} aligned(size_i)`: the lower bound every ratio is measured
+    /// against.
     pub aligned_peak: u64,
-    /// `max_t Σ_{i live at t} size_i`: [`Instance::peak_live`].
+    /// `max_t Σ_{i resident at t} size_i`: [`Instance::peak_live`].
     pub unaligned_peak: u64,
 }
 
@@ -96,12 +98,15 @@ pub(crate) fn aligned_sizes(instance: &Instance, alignment: Alignment) -> Option
     Some(sizes)
 }
 
-/// `max_t Σ_{i live at t} sizes[i]` (frees before allocations at equal times: half-open).
+/// `max_t Σ_{i resident at t} sizes[i]` (frees before allocations at equal times:
+/// half-open).
 pub(crate) fn peak_of(instance: &Instance, sizes: &[u64]) -> u64 {
     let mut changes: Vec<(u64, bool, u64)> = Vec::with_capacity(2 * sizes.len());
-    for (b, &s) in instance.buffers().iter().zip(sizes) {
-        changes.push((b.lower, true, s));
-        changes.push((b.upper, false, s));
+    for (i, &s) in sizes.iter().enumerate() {
+        for (lower, upper) in instance.resident(i) {
+            changes.push((lower, true, s));
+            changes.push((upper, false, s));
+        }
     }
     changes.sort_unstable_by_key(|&(time, alloc, _)| (time, alloc));
     let (mut live, mut peak) = (0u64, 0u64);

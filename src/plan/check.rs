@@ -6,17 +6,20 @@
 //! * `offset_i mod a = 0` (every offset aligned),
 //! * `offset_i + s_i ≤ footprint` (every buffer inside the pool), with equality for some `i`
 //!   (the footprint reported is the one used: `footprint = max_i (offset_i + s_i)`),
-//! * `[lower_i, upper_i) ∩ [lower_j, upper_j) ≠ ∅ ⇒ [offset_i, offset_i + s_i) ∩
-//!   [offset_j, offset_j + s_j) = ∅` (overlapping lifetimes ⇒ disjoint ranges).
+//! * `T_i ∩ T_j ≠ ∅ ⇒ [offset_i, offset_i + s_i) ∩ [offset_j, offset_j + s_j) = ∅`
+//!   (overlapping resident times ⇒ disjoint ranges), where `T_i` is the resident time of `i`:
+//!   its lifetime `[lower_i, upper_i)` minus its absence windows ([`Instance::resident`]). A
+//!   buffer has one offset for its whole life (the plan holds one per buffer), so after an
+//!   absence it must find its range free again.
 //!
-//! Together these imply `Σ_{i live at t} s_i ≤ footprint` at every instant `t`.
+//! Together these imply `Σ_{i resident at t} s_i ≤ footprint` at every instant `t`.
 //!
-//! **How**, in O(n log n) time and O(n) space, never an n×n matrix: a sweep over the 2n
-//! lifetime events in time order (frees before allocations at equal times, since lifetimes are
-//! half-open) keeps the live buffers in an ordered map keyed by offset. While no conflict has
-//! been found the live ranges are pairwise disjoint, so a newly live range overlaps some live
-//! range iff it overlaps its predecessor or its successor in offset order: two lookups per
-//! allocation.
+//! **How**, in O(N log N) time and O(N) space for N resident intervals (N = n without
+//! absences), never an n×n matrix: a sweep over the 2N interval events in time order (frees
+//! before allocations at equal times, since intervals are half-open) keeps the resident
+//! buffers in an ordered map keyed by offset. While no conflict has been found the resident
+//! ranges are pairwise disjoint, so a newly resident range overlaps some resident range iff it
+//! overlaps its predecessor or its successor in offset order: two lookups per allocation.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,7 +50,7 @@ pub enum Conflict {
     },
     /// The footprint claimed is larger than the highest end of any buffer.
     SlackFootprint { claimed: u64, used: u64 },
-    /// Buffers `a` and `b` are both live at `time` and their byte ranges intersect.
+    /// Buffers `a` and `b` are both resident at `time` and their byte ranges intersect.
     Overlap {
         a: usize,
         b: usize,
@@ -109,7 +112,7 @@ impl fmt::Display for Conflict {
                 ..
             } => write!(
                 f,
-                "buffers {a_id} [{}, {}) and {b_id} [{}, {}) are both live at {time} and overlap",
+                "buffers {a_id} [{}, {}) and {b_id} [{}, {}) are both resident at {time} and overlap",
                 a_range.0, a_range.1, b_range.0, b_range.1
             ),
         }
@@ -175,11 +178,14 @@ pub(crate) fn validate_parts(
         });
     }
 
-    // The sweep. Events: (time, is_alloc, index); frees sort before allocations.
+    // The sweep. Events: (time, is_alloc, index) per resident interval; frees sort before
+    // allocations. The intervals of one buffer are disjoint, so it is never in the map twice.
     let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * buffers.len());
-    for (i, buf) in buffers.iter().enumerate() {
-        events.push((buf.lower, true, i));
-        events.push((buf.upper, false, i));
+    for i in 0..buffers.len() {
+        for (lower, upper) in instance.resident(i) {
+            events.push((lower, true, i));
+            events.push((upper, false, i));
+        }
     }
     events.sort_unstable();
     // Live ranges keyed by (offset, index) so that equal offsets stay distinct keys.

@@ -8,22 +8,29 @@
 //! take its place (the convention of the DSA CSV format `id,lower,upper,size`; every importer
 //! converts to it).
 //!
+//! A buffer swapped out by AutoSwap has *absence windows* ([`Instance::with_absences`]):
+//! half-open `[from, to)` with `lower < from < to < upper`, during which it is on the host and
+//! its range may hold other buffers (design §2.1: a rectangle with a hole). Its *resident time*
+//! `T_i` is `[lower_i, upper_i)` minus its windows ([`Instance::resident`]); without windows,
+//! `T_i = [lower_i, upper_i)`. It keeps one offset for its whole life, so it swaps back in to
+//! the same address.
+//!
 //! # Invariants of a [`Plan`] (checked by [`validate`], independently of every planner)
 //!
 //! With `s_i = ⌈size_i / a⌉ · a` the aligned size of buffer `i` ([`Alignment`], 512 B by
-//! default) and `o_i` its offset:
+//! default) and `o_i` its one offset:
 //!
 //! * `o_i mod a = 0` and `footprint = max_i (o_i + s_i)`;
-//! * `[lower_i, upper_i) ∩ [lower_j, upper_j) ≠ ∅ ⇒ [o_i, o_i + s_i) ∩ [o_j, o_j + s_j) = ∅`
-//!   (overlapping lifetimes ⇒ disjoint ranges), hence at every instant `t`
-//!   `Σ_{i live at t} s_i ≤ footprint`;
-//! * so `footprint ≥ LB = max_t Σ_{i live at t} s_i` (the aligned peak of live bytes, the lower
-//!   bound every [`PlanReport::ratio`] is measured against).
+//! * `T_i ∩ T_j ≠ ∅ ⇒ [o_i, o_i + s_i) ∩ [o_j, o_j + s_j) = ∅` (overlapping resident times ⇒
+//!   disjoint ranges), hence at every instant `t` `Σ_{i resident at t} s_i ≤ footprint`;
+//! * so `footprint ≥ LB = max_t Σ_{i resident at t} s_i` (the aligned peak of resident bytes,
+//!   the lower bound every [`PlanReport::ratio`] is measured against).
 //!
 //! # Planners ([`Policy`])
 //!
 //! * [`Policy::BestFit`]: SmartPool. Size descending (ties: longer lifetime, then id), each
-//!   buffer at the smallest gap that fits among the placed buffers whose lifetimes overlap.
+//!   buffer at the smallest gap that fits among the placed buffers whose resident times
+//!   overlap its own.
 //! * [`Policy::FirstFit`]: same order, lowest gap that fits.
 //! * [`Policy::BestOf`]: both fits over every [`Order`]; keeps the smallest footprint (best-fit
 //!   by size is the incumbent; another run replaces it only if strictly smaller).
@@ -33,6 +40,11 @@
 //!   and at capacities between `LB` and the incumbent, alternating with a seeded randomised
 //!   iterated greedy (see `search.rs`). A plan replaces the incumbent only if strictly smaller,
 //!   and the search stops as soon as `footprint = LB` (then the plan is optimal).
+//!
+//! Every planner supports absence windows: a greedy run records each buffer once per resident
+//! interval and asks for the bytes taken during any of them; the DFS builds its conflict pairs
+//! and per-segment sums from resident intervals (see `greedy.rs`, `search.rs`). Without
+//! windows the work is what it was.
 //!
 //! Every greedy run costs O(n log n) plus the gap lists it reads (see `greedy.rs`): 100k
 //! buffers plan in well under a second ([`bench_scaling`]). Planning time is measured and
@@ -58,7 +70,7 @@ pub use align::{Alignment, Bounds};
 pub use bench::{ScalingReport, bench_scaling, random_instance};
 pub use check::{Conflict, validate};
 pub use greedy::{Fit, Order};
-pub use instance::{Buffer, Instance, InstanceError};
+pub use instance::{Absence, Buffer, Instance, InstanceError, Resident};
 pub use search::SearchStats;
 
 /// A placement: one offset per buffer (same order as the instance), in a pool of `footprint`

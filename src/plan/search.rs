@@ -1,5 +1,5 @@
 //! Going beyond greedy: a budgeted search for a placement below the incumbent, down to the
-//! lower bound `LB` (the aligned peak of live bytes).
+//! lower bound `LB` (the aligned peak of resident bytes).
 //!
 //! Why: greedy best-fit loses 0.3–1.3 % on real traces (SOMAS ResNet-50, the V100 DDP trace)
 //! and 25–40 % on MiniMalloc's challenging instances, always by *fragmentation over time*: the
@@ -42,6 +42,13 @@
 //! alternates slices of randomised greedy and of DFS halfway between the largest capacity
 //! proved infeasible and the incumbent. The incumbent is replaced only by a strictly smaller
 //! footprint, and the search stops as soon as `footprint = LB`.
+//!
+//! **Absences** (swapped buffers, see [`super::Instance::with_absences`]): "overlaps" means
+//! "resident at a common instant" and "live at `t`" means "resident at `t`" throughout; every
+//! argument above holds for any such conflict relation as long as the buffers resident at one
+//! instant pairwise conflict, which they do. So the DFS supports absences as is: the pairs come
+//! from a sweep over resident intervals (deduplicated, since two buffers may meet in several
+//! intervals) and the per-segment sums count each buffer over its resident intervals only.
 //!
 //! Not done (measured as unnecessary on the real traces, useful on the challenging set):
 //! MiniMalloc's dynamic temporal decomposition (solving independent time partitions apart).
@@ -237,29 +244,31 @@ fn perturbed(instance: &Instance, prep: &Prepared, rng: &mut SplitMix64, round: 
 /// The canonical depth-first search's static data.
 struct Dfs<'a> {
     prep: &'a Prepared,
-    /// Time-overlapping pairs, CSR: neighbours of `i` are `adj[adj_start[i]..adj_start[i+1]]`.
+    /// Pairs resident at a common instant, CSR: neighbours of `i` are
+    /// `adj[adj_start[i]..adj_start[i+1]]`.
     adj_start: Vec<usize>,
     adj: Vec<u32>,
     /// Static rankings to try (each a permutation: `rank[i]`).
     rankings: Vec<Vec<u32>>,
-    /// Buffers live in each time segment, CSR (`members[member_start[t]..member_start[t+1]]`),
+    /// Buffers resident in each time segment, CSR (`members[member_start[t]..member_start[t+1]]`),
     /// for the section floors; built on first use, empty when that would exceed
     /// [`MAX_SECTION_MEMBERS`].
     sections: OnceCell<Sections>,
 }
 
-/// The buffers live in each time segment (CSR).
+/// The buffers resident in each time segment (CSR).
 struct Sections {
     member_start: Vec<usize>,
     members: Vec<u32>,
 }
 
-/// Section floors are skipped above this many (segment, live buffer) pairs.
+/// Section floors are skipped above this many (segment, resident buffer) pairs.
 pub(crate) const MAX_SECTION_MEMBERS: usize = 2_000_000;
 
-/// Calls `pair(i, j)` for every pair of buffers whose lifetimes overlap, from `events` =
-/// (segment, is birth, buffer) sorted (deaths before births at equal segments). `None` as soon
-/// as `pair` returns false.
+/// Calls `pair(i, j)` for every pair of intervals that overlap, from `events` = (segment, is
+/// start, buffer) of each resident interval, sorted (ends before starts at equal segments):
+/// once per pair of buffers when each has one interval, possibly more often otherwise. `None`
+/// as soon as `pair` returns false.
 fn sweep_pairs(
     events: &[(usize, bool, u32)],
     n: usize,
@@ -287,9 +296,70 @@ fn sweep_pairs(
     Some(())
 }
 
-/// The buffers live in each segment, or nothing if there are too many pairs.
+/// The neighbour lists (CSR) of the pairs [`sweep_pairs`] finds in `events` when each pair is
+/// found once (one resident interval per buffer): one sweep counts the degrees, a second fills
+/// the lists. `None` above [`MAX_OVERLAP_PAIRS`] pairs.
+fn adjacency(events: &[(usize, bool, u32)], n: usize) -> Option<(Vec<usize>, Vec<u32>)> {
+    let mut degree = vec![0usize; n];
+    let mut pairs = 0usize;
+    sweep_pairs(events, n, |a, b| {
+        degree[a as usize] += 1;
+        degree[b as usize] += 1;
+        pairs += 1;
+        pairs <= MAX_OVERLAP_PAIRS
+    })?;
+    let mut adj_start = vec![0usize; n + 1];
+    for i in 0..n {
+        adj_start[i + 1] = adj_start[i] + degree[i];
+    }
+    let mut fill = adj_start.clone();
+    let mut adj = vec![0u32; 2 * pairs];
+    sweep_pairs(events, n, |a, b| {
+        adj[fill[a as usize]] = b;
+        fill[a as usize] += 1;
+        adj[fill[b as usize]] = a;
+        fill[b as usize] += 1;
+        true
+    })?;
+    Some((adj_start, adj))
+}
+
+/// [`adjacency`] when buffers have several resident intervals, so that a pair may be found
+/// once per pair of intervals that meet: the pairs are collected, sorted and deduplicated.
+/// `None` above [`MAX_OVERLAP_PAIRS`] pairs found (before deduplication).
+fn adjacency_dedup(events: &[(usize, bool, u32)], n: usize) -> Option<(Vec<usize>, Vec<u32>)> {
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    sweep_pairs(events, n, |a, b| {
+        pairs.push((a.min(b), a.max(b)));
+        pairs.len() <= MAX_OVERLAP_PAIRS
+    })?;
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut adj_start = vec![0usize; n + 1];
+    for &(a, b) in &pairs {
+        adj_start[a as usize + 1] += 1;
+        adj_start[b as usize + 1] += 1;
+    }
+    for i in 0..n {
+        adj_start[i + 1] += adj_start[i];
+    }
+    let mut fill = adj_start.clone();
+    let mut adj = vec![0u32; 2 * pairs.len()];
+    for (a, b) in pairs {
+        adj[fill[a as usize]] = b;
+        fill[a as usize] += 1;
+        adj[fill[b as usize]] = a;
+        fill[b as usize] += 1;
+    }
+    Some((adj_start, adj))
+}
+
+/// The buffers resident in each segment, or nothing if there are too many pairs.
 fn section_members(prep: &Prepared) -> Sections {
-    let total: usize = prep.segs.iter().map(|&(from, to)| to - from).sum();
+    let total: usize = (0..prep.len())
+        .flat_map(|i| prep.resident(i))
+        .map(|&(from, to)| to - from)
+        .sum();
     if total > MAX_SECTION_MEMBERS {
         return Sections {
             member_start: Vec::new(),
@@ -297,9 +367,11 @@ fn section_members(prep: &Prepared) -> Sections {
         };
     }
     let mut count = vec![0usize; prep.segments + 1];
-    for &(from, to) in &prep.segs {
-        for c in &mut count[from..to] {
-            *c += 1;
+    for i in 0..prep.len() {
+        for &(from, to) in prep.resident(i) {
+            for c in &mut count[from..to] {
+                *c += 1;
+            }
         }
     }
     let mut start = vec![0usize; prep.segments + 1];
@@ -308,10 +380,12 @@ fn section_members(prep: &Prepared) -> Sections {
     }
     let mut fill = start.clone();
     let mut members = vec![0u32; total];
-    for (i, &(from, to)) in prep.segs.iter().enumerate() {
-        for f in &mut fill[from..to] {
-            members[*f] = i as u32;
-            *f += 1;
+    for i in 0..prep.len() {
+        for &(from, to) in prep.resident(i) {
+            for f in &mut fill[from..to] {
+                members[*f] = i as u32;
+                *f += 1;
+            }
         }
     }
     Sections {
@@ -343,39 +417,25 @@ impl<'a> Dfs<'a> {
         if n > u32::MAX as usize {
             return None;
         }
-        // Time-overlapping pairs by a sweep (at each birth, pair with everything live), run
-        // twice: once to count the degrees, once to fill the lists.
+        // Pairs resident at a common instant, by a sweep over the resident intervals (at each
+        // start, pair with everything resident).
         let mut events: Vec<(usize, bool, u32)> = Vec::with_capacity(2 * n);
-        for (i, &(from, to)) in prep.segs.iter().enumerate() {
-            events.push((from, true, i as u32));
-            events.push((to, false, i as u32));
+        for i in 0..n {
+            for &(from, to) in prep.resident(i) {
+                events.push((from, true, i as u32));
+                events.push((to, false, i as u32));
+            }
         }
         events.sort_unstable();
-        let mut degree = vec![0usize; n];
-        let mut pairs = 0usize;
-        sweep_pairs(&events, n, |a, b| {
-            degree[a as usize] += 1;
-            degree[b as usize] += 1;
-            pairs += 1;
-            pairs <= MAX_OVERLAP_PAIRS
-        })?;
-        let mut adj_start = vec![0usize; n + 1];
-        for i in 0..n {
-            adj_start[i + 1] = adj_start[i] + degree[i];
-        }
-        let mut fill = adj_start.clone();
-        let mut adj = vec![0u32; 2 * pairs];
-        sweep_pairs(&events, n, |a, b| {
-            adj[fill[a as usize]] = b;
-            fill[a as usize] += 1;
-            adj[fill[b as usize]] = a;
-            fill[b as usize] += 1;
-            true
-        })?;
+        let (adj_start, adj) = if prep.has_absences() {
+            adjacency_dedup(&events, n)?
+        } else {
+            adjacency(&events, n)?
+        };
 
         let contention = prep.contention();
         let bufs = instance.buffers();
-        let len = |i: usize| bufs[i].upper - bufs[i].lower;
+        let len = |i: usize| instance.resident_length(i);
         let area = |i: usize| u128::from(prep.sizes[i]) * u128::from(len(i));
         let mut rankings = Vec::new();
         for key in 0..3 {
@@ -603,20 +663,26 @@ impl<'d, 'a> State<'d, 'a> {
             self.min_off[j] = top;
             self.keys.set(self.rank[j], top, top + prep.sizes[j]);
             if floors {
-                let (from, to) = prep.segs[j];
-                self.mark_affected(from, to);
+                for &(from, to) in prep.resident(j) {
+                    self.mark_affected(from, to);
+                }
             }
         }
-        let (from, to) = prep.segs[i];
-        self.totals.add(from, to, -i128::from(size));
+        // The unplaced buffers resident with `i` all go above `top`; all go above `offset`.
         let cap = u128::from(capacity);
-        let mut ok = u128::from(top) + self.totals.max_range(from, to) <= cap
-            && u128::from(offset) + self.totals.max_all() <= cap;
+        let mut ok = true;
+        for &(from, to) in prep.resident(i) {
+            self.totals.add(from, to, -i128::from(size));
+            ok = ok && u128::from(top) + self.totals.max_range(from, to) <= cap;
+        }
+        ok = ok && u128::from(offset) + self.totals.max_all() <= cap;
         if floors {
-            for t in from..to {
-                self.section_total[t] -= size;
+            for &(from, to) in prep.resident(i) {
+                for t in from..to {
+                    self.section_total[t] -= size;
+                }
+                self.mark_affected(from, to);
             }
-            self.mark_affected(from, to);
             ok = ok && self.floors_fit(offset, capacity);
         }
         (
@@ -640,11 +706,12 @@ impl<'d, 'a> State<'d, 'a> {
             self.min_off[j] = old;
             self.keys.set(self.rank[j], old, old + prep.sizes[j]);
         }
-        let (from, to) = prep.segs[i];
-        self.totals.add(from, to, i128::from(prep.sizes[i]));
-        if self.sections.is_some() {
-            for t in from..to {
-                self.section_total[t] += prep.sizes[i];
+        for &(from, to) in prep.resident(i) {
+            self.totals.add(from, to, i128::from(prep.sizes[i]));
+            if self.sections.is_some() {
+                for t in from..to {
+                    self.section_total[t] += prep.sizes[i];
+                }
             }
         }
         self.placed[i] = false;
@@ -848,5 +915,67 @@ impl MaxTree {
         let l = self.max_rec(2 * node, lo, mid, from, to);
         let r = self.max_rec(2 * node + 1, mid, hi, from, to);
         l.max(r) + self.add[node]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Absence, Alignment, Buffer, Instance, check};
+
+    #[test]
+    fn dfs_pairs_count_resident_meetings_once() {
+        // 0 and 1 meet in two resident intervals ([1,3) and [7,9)): one pair. 2 lives inside
+        // 0's window only: no pair with 0.
+        let buffers = vec![
+            Buffer {
+                id: 0,
+                lower: 0,
+                upper: 10,
+                size: 4,
+            },
+            Buffer {
+                id: 1,
+                lower: 1,
+                upper: 9,
+                size: 2,
+            },
+            Buffer {
+                id: 2,
+                lower: 4,
+                upper: 6,
+                size: 4,
+            },
+        ];
+        let absences = vec![Absence {
+            id: 0,
+            from: 3,
+            to: 7,
+        }];
+        let instance = Instance::with_absences(buffers, absences).unwrap();
+        let prep = Prepared::new(&instance, Alignment::NONE).unwrap();
+        let dfs = Dfs::new(&instance, &prep).unwrap();
+        let neighbours = |i: usize| dfs.adj[dfs.adj_start[i]..dfs.adj_start[i + 1]].to_vec();
+        assert_eq!(neighbours(0), vec![1]);
+        let mut n1 = neighbours(1);
+        n1.sort_unstable();
+        assert_eq!(n1, vec![0, 2]);
+        assert_eq!(neighbours(2), vec![1]);
+        // The optimum is the resident peak, 6: 0 and 2 share a range.
+        assert_eq!(prep.lower_bound, 6);
+        let mut stats = SearchStats::default();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let Verdict::Found(offsets) = dfs.solve(6, deadline, &mut stats) else {
+            panic!("the DFS misses a placement at the bound");
+        };
+        assert_eq!(offsets[0], offsets[2]);
+        assert_eq!(
+            check::validate_parts(&instance, &offsets, 6, Alignment::NONE),
+            Ok(())
+        );
+        assert!(matches!(
+            dfs.solve(5, deadline, &mut stats),
+            Verdict::Refuted
+        ));
     }
 }

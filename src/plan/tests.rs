@@ -191,6 +191,21 @@ fn random_intervals(rng: &mut SplitMix64, n: usize, horizon: u64, max_size: u64)
 /// (guillotine) into `pieces` rectangles, each a buffer (lifetime = its time span, size = its
 /// height). Every instant is covered exactly, so the peak is `width` and the box is a plan.
 fn guillotine(rng: &mut SplitMix64, pieces: usize, horizon: u64, width: u64) -> Instance {
+    let buffers = guillotine_boxes(rng, pieces, horizon, width)
+        .iter()
+        .enumerate()
+        .map(|(id, &(t0, t1, m0, m1))| b(id as u64, t0, t1, m1 - m0))
+        .collect();
+    inst(buffers)
+}
+
+/// The boxes `(t0, t1, m0, m1)` of [`guillotine`].
+fn guillotine_boxes(
+    rng: &mut SplitMix64,
+    pieces: usize,
+    horizon: u64,
+    width: u64,
+) -> Vec<(u64, u64, u64, u64)> {
     let mut boxes = vec![(0u64, horizon, 0u64, width)];
     while boxes.len() < pieces {
         let k = rng.below(boxes.len() as u64) as usize;
@@ -208,12 +223,7 @@ fn guillotine(rng: &mut SplitMix64, pieces: usize, horizon: u64, width: u64) -> 
             break;
         }
     }
-    let buffers = boxes
-        .iter()
-        .enumerate()
-        .map(|(id, &(t0, t1, m0, m1))| b(id as u64, t0, t1, m1 - m0))
-        .collect();
-    inst(buffers)
+    boxes
 }
 
 // ---------------------------------------------------------------- property tests
@@ -439,6 +449,333 @@ fn validator_agrees_with_the_pairwise_definition() {
     assert!(rejected > 50, "the generator should produce conflicts too");
 }
 
+// ---------------------------------------------------------------- absences (AutoSwap holes)
+
+fn out(id: u64, from: u64, to: u64) -> Absence {
+    Absence { id, from, to }
+}
+
+fn inst_out(buffers: Vec<Buffer>, absences: Vec<Absence>) -> Instance {
+    Instance::with_absences(buffers, absences).expect("a valid test instance")
+}
+
+#[test]
+fn a_buffer_inside_the_hole_shares_the_range() {
+    // 0 is swapped out during [3,7); 1 lives inside the window: one range for both.
+    let i = inst_out(
+        vec![b(0, 0, 10, 1024), b(1, 4, 6, 1024)],
+        vec![out(0, 3, 7)],
+    );
+    assert_eq!(i.peak_live(), 1024);
+    let fp = all_policies(&i, &options(512, 200));
+    assert_eq!(fp, [1024; 4]);
+    for policy in Policy::ALL {
+        let r = plan(&i, policy, &options(512, 200)).unwrap();
+        assert_eq!(r.plan.offsets, vec![0, 0], "{policy}");
+        assert_eq!((r.lower_bound, r.unaligned_peak), (1024, 1024));
+    }
+    // Without the window both are needed at once.
+    let whole = inst(i.buffers().to_vec());
+    assert_eq!(all_policies(&whole, &options(512, 200)), [2048; 4]);
+}
+
+#[test]
+fn a_swapped_buffer_fits_under_a_larger_one_placed_first() {
+    // The larger buffer 1 goes first (size order) at 0; 0 is absent for all of 1's life, so it
+    // takes offset 0 too although its lifetime contains 1's. Then 2, resident with both, goes
+    // above, and 3 fills 0's hole next to 1.
+    let i = inst_out(
+        vec![
+            b(0, 0, 10, 1024),
+            b(1, 3, 6, 2048),
+            b(2, 0, 10, 512),
+            b(3, 2, 8, 1024),
+        ],
+        vec![out(0, 2, 8)],
+    );
+    let p = place(&i, Order::SizeDesc, Fit::Best, Alignment::DEFAULT).unwrap();
+    assert_eq!(validate(&i, &p), Ok(()));
+    assert_eq!(p.offsets, vec![0, 0, 3072, 2048]);
+    assert_eq!(p.footprint, 3584);
+    let fp = all_policies(&i, &options(512, 200));
+    assert_eq!(
+        plan(&i, Policy::BestFit, &options(512, 0))
+            .unwrap()
+            .lower_bound,
+        3584
+    );
+    assert_eq!(fp[3], 3584);
+}
+
+#[test]
+fn a_buffer_with_two_windows_lends_its_range_twice() {
+    // Weights-like: 0 is resident at the start, in the middle and at the end; 1 and 2 use its
+    // range in its two absences, 3 is resident with it in the middle and must go elsewhere.
+    let i = inst_out(
+        vec![
+            b(0, 0, 20, 4096),
+            b(1, 2, 8, 4096),
+            b(2, 12, 18, 4096),
+            b(3, 9, 11, 512),
+        ],
+        vec![out(0, 2, 8), out(0, 12, 18)],
+    );
+    assert_eq!(
+        i.resident(0).collect::<Vec<_>>(),
+        [(0, 2), (8, 12), (18, 20)]
+    );
+    let fp = all_policies(&i, &options(512, 200));
+    assert_eq!(fp, [4608; 4]);
+    let r = plan(&i, Policy::BestFit, &options(512, 0)).unwrap();
+    assert_eq!(r.plan.offsets[..3], [0, 0, 0]);
+    assert_eq!(r.lower_bound, 4608);
+}
+
+#[test]
+fn validator_counts_only_resident_intervals() {
+    // 0 lives [0,10) at offset 0 and is out during [3,7).
+    let i = |other: Buffer| inst_out(vec![b(0, 0, 10, 100), other], vec![out(0, 3, 7)]);
+    // Exactly the window: no conflict (half-open at both ends).
+    assert_eq!(
+        validate(&i(b(1, 3, 7, 100)), &plan_of(vec![0, 50], 150, 1)),
+        Ok(())
+    );
+    // Still resident when 0 swaps back in at 7: conflict at 7.
+    assert_eq!(
+        validate(&i(b(1, 5, 8, 100)), &plan_of(vec![0, 50], 150, 1)),
+        Err(Conflict::Overlap {
+            a: 0,
+            b: 1,
+            a_id: 0,
+            b_id: 1,
+            time: 7,
+            a_range: (0, 100),
+            b_range: (50, 150)
+        })
+    );
+    // Born before 0 leaves, at 2: conflict at 2.
+    let err = validate(&i(b(1, 2, 5, 100)), &plan_of(vec![0, 99], 199, 1)).unwrap_err();
+    assert_eq!(err.pair(), Some((0, 1)));
+    assert!(matches!(err, Conflict::Overlap { time: 2, .. }), "{err}");
+    assert!(err.to_string().contains("both resident at 2"), "{err}");
+    // One offset for the whole life: 0 comes back to the range 1 now holds, which a plan
+    // cannot dodge by moving 0 (the plan has one offset per buffer).
+    let j = inst_out(vec![b(0, 0, 10, 100), b(1, 4, 10, 100)], vec![out(0, 3, 7)]);
+    let err = validate(&j, &plan_of(vec![0, 0], 100, 1)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Conflict::Overlap {
+                a: 0,
+                b: 1,
+                time: 7,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Two swapped buffers: 0 resident [0,2) [8,10), 1 resident [1,2) [11,12): they meet only
+    // during [1,2).
+    let k = inst_out(
+        vec![b(0, 0, 10, 100), b(1, 1, 12, 100)],
+        vec![out(0, 2, 8), out(1, 2, 11)],
+    );
+    assert_eq!(k.resident_overlap(0, 1), Some(1));
+    let err = validate(&k, &plan_of(vec![0, 0], 100, 1)).unwrap_err();
+    assert!(matches!(err, Conflict::Overlap { time: 1, .. }), "{err}");
+    let k = inst_out(
+        vec![b(0, 0, 10, 100), b(1, 2, 12, 100)],
+        vec![out(0, 2, 8), out(1, 3, 11)],
+    );
+    // 1 resident [2,3) [11,12): never with 0, so one range serves both.
+    assert_eq!(k.resident_overlap(0, 1), None);
+    assert_eq!(validate(&k, &plan_of(vec![0, 0], 100, 1)), Ok(()));
+}
+
+/// Random absence windows for `instance`'s buffers: about half of the buffers long enough get
+/// one or two windows strictly inside their lifetime (sometimes touching, to be joined).
+fn random_absences(rng: &mut SplitMix64, buffers: &[Buffer]) -> Vec<Absence> {
+    let mut absences = Vec::new();
+    for x in buffers {
+        if x.upper - x.lower < 3 || rng.below(2) == 0 {
+            continue;
+        }
+        // Cut points strictly inside: lower < p1 < p2 (< p3) < upper.
+        let mut cuts: Vec<u64> = (0..3).map(|_| rng.range(x.lower + 1, x.upper)).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        match cuts[..] {
+            [p, q] => absences.push(out(x.id, p, q)),
+            [p, q, r] => {
+                absences.push(out(x.id, p, q));
+                if rng.below(2) == 0 {
+                    absences.push(out(x.id, q, r)); // touching: joined
+                }
+            }
+            _ => {}
+        }
+    }
+    absences
+}
+
+/// Whether buffer `x` is resident at `t` under the raw windows (independent of `Instance`).
+fn resident_at(x: &Buffer, absences: &[Absence], t: u64) -> bool {
+    x.lower <= t
+        && t < x.upper
+        && !absences
+            .iter()
+            .any(|a| a.id == x.id && a.from <= t && t < a.to)
+}
+
+#[test]
+fn property_plans_with_absences_are_valid_and_holes_only_help() {
+    let mut rng = SplitMix64::new(0x5_0A9);
+    let mut helped = 0;
+    for round in 0..60 {
+        let n = 1 + rng.below(40) as usize;
+        let horizon = 4 + rng.below(60);
+        let whole = random_intervals(&mut rng, n, horizon, 5000);
+        let absences = random_absences(&mut rng, whole.buffers());
+        let holed = inst_out(whole.buffers().to_vec(), absences.clone());
+        let opts = options([1, 512, 3][round % 3], 20);
+        // Validity, footprint ≥ resident peak, best-of ≤ best-fit, search ≤ best-of.
+        let fp = all_policies(&holed, &opts);
+        // The resident peak, brute force from the raw windows.
+        let peak = (0..horizon * 2)
+            .map(|t| {
+                holed
+                    .buffers()
+                    .iter()
+                    .filter(|x| resident_at(x, &absences, t))
+                    .map(|x| x.size)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        assert_eq!(holed.peak_live(), peak);
+        let with = plan(&holed, Policy::BestFit, &opts).unwrap();
+        let without = plan(&whole, Policy::BestFit, &opts).unwrap();
+        assert!(fp[0] >= with.lower_bound && with.unaligned_peak == peak);
+        // Holes can only lower the bound, and every plan of the whole instance stays valid.
+        assert!(with.lower_bound <= without.lower_bound);
+        assert_eq!(validate(&holed, &without.plan), Ok(()));
+        if with.lower_bound < without.lower_bound {
+            helped += 1;
+        }
+    }
+    assert!(
+        helped > 10,
+        "the windows lowered the bound only {helped} times"
+    );
+}
+
+#[test]
+fn validator_with_absences_agrees_with_the_pairwise_definition() {
+    let mut rng = SplitMix64::new(0xAB5);
+    let mut rejected = 0;
+    for _ in 0..400 {
+        let n = 1 + rng.below(12) as usize;
+        let whole = random_intervals(&mut rng, n, 12, 8);
+        let absences = random_absences(&mut rng, whole.buffers());
+        let i = inst_out(whole.buffers().to_vec(), absences.clone());
+        let offsets: Vec<u64> = (0..n).map(|_| rng.below(24)).collect();
+        let sizes: Vec<u64> = i.buffers().iter().map(|x| x.size).collect();
+        let footprint = offsets
+            .iter()
+            .zip(&sizes)
+            .map(|(o, s)| o + s)
+            .max()
+            .unwrap();
+        let meet = |a: usize, b: usize| {
+            (0..40).find(|&t| {
+                resident_at(&i.buffers()[a], &absences, t)
+                    && resident_at(&i.buffers()[b], &absences, t)
+            })
+        };
+        let conflicting = |a: usize, b: usize| {
+            meet(a, b).is_some()
+                && offsets[a] < offsets[b] + sizes[b]
+                && offsets[b] < offsets[a] + sizes[a]
+        };
+        for a in 0..n {
+            for c in 0..n {
+                if a != c {
+                    assert_eq!(i.resident_overlap(a, c), meet(a, c));
+                }
+            }
+        }
+        let any = (0..n).any(|a| (a + 1..n).any(|c| conflicting(a, c)));
+        match validate(&i, &plan_of(offsets.clone(), footprint, 1)) {
+            Ok(()) => assert!(!any),
+            Err(e) => {
+                let Conflict::Overlap { a, b, time, .. } = e else {
+                    panic!("only overlaps are possible here: {e}");
+                };
+                assert!(a < b && conflicting(a, b), "{e}");
+                let (x, y) = (&i.buffers()[a], &i.buffers()[b]);
+                assert!(resident_at(x, &absences, time) && resident_at(y, &absences, time));
+                rejected += 1;
+            }
+        }
+    }
+    assert!(rejected > 50, "the generator should produce conflicts too");
+}
+
+/// A tight instance with holes: a guillotine cut ([`guillotine_boxes`]), then, for every run of
+/// three boxes with the same byte range back to back in time (X, Y, Z), X and Z become one
+/// buffer absent during Y. Every instant is still covered exactly and the box is still a plan
+/// (X keeps its range), so the optimum is `width`. Also returns the number of merges.
+fn guillotine_with_holes(
+    rng: &mut SplitMix64,
+    pieces: usize,
+    horizon: u64,
+    width: u64,
+) -> (Instance, usize) {
+    let mut boxes = guillotine_boxes(rng, pieces, horizon, width);
+    let mut absences = Vec::new();
+    let mut gone = vec![false; boxes.len()];
+    let mut merged = 0;
+    for x in 0..boxes.len() {
+        for y in 0..boxes.len() {
+            for z in 0..boxes.len() {
+                if gone[x] || gone[y] || gone[z] || x == y || y == z || x == z {
+                    continue;
+                }
+                let (bx, by, bz) = (boxes[x], boxes[y], boxes[z]);
+                let same_range = (bx.2, bx.3) == (by.2, by.3) && (by.2, by.3) == (bz.2, bz.3);
+                if same_range && bx.1 == by.0 && by.1 == bz.0 {
+                    boxes[x].1 = bz.1;
+                    gone[z] = true;
+                    absences.push(out(x as u64, by.0, by.1));
+                    merged += 1;
+                }
+            }
+        }
+    }
+    let buffers = boxes
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| !gone[k])
+        .map(|(k, &(t0, t1, m0, m1))| b(k as u64, t0, t1, m1 - m0))
+        .collect();
+    (inst_out(buffers, absences), merged)
+}
+
+#[test]
+fn property_search_reaches_the_optimum_of_tight_instances_with_holes() {
+    let mut rng = SplitMix64::new(0x401E);
+    let mut holes = 0;
+    for _ in 0..80 {
+        let pieces = 4 + rng.below(12) as usize;
+        let (i, merged) = guillotine_with_holes(&mut rng, pieces, 20, 64);
+        holes += merged;
+        let fp = all_policies(&i, &options(1, 5_000));
+        assert_eq!(i.peak_live(), 64);
+        assert_eq!(fp[3], 64, "search misses the optimum of {i:?}");
+    }
+    assert!(holes >= 20, "only {holes} holes generated");
+}
+
 // ---------------------------------------------------------------- real traces
 
 const REAL_TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/real-traces");
@@ -593,4 +930,26 @@ fn real_traces() {
         );
         assert!(footprints[3] <= footprints[2], "{}", trace.path);
     }
+}
+
+// ---------------------------------------------------------------- timing (manual)
+
+/// Best-fit on `bench_scaling(100_000, 1)`, 7 runs, median: run in release with
+/// `cargo test --release -p itermem --lib plan::tests::bench_best_fit_100k -- --ignored
+/// --nocapture` to compare planner changes on instances without absences.
+#[test]
+#[ignore]
+fn bench_best_fit_100k() {
+    let mut times: Vec<f64> = (0..7)
+        .map(|_| {
+            let r = bench_scaling(100_000, 1).unwrap();
+            assert!(r.valid);
+            r.plan_elapsed.as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "best-fit 100k seed 1: median {:.1} ms (min {:.1}, max {:.1})",
+        times[3], times[0], times[6]
+    );
 }
