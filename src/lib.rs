@@ -4,6 +4,7 @@
 //! is developed on lives in the `cuda-shim` workspace member.
 
 pub mod analysis;
+pub mod bo;
 pub mod config;
 pub mod detect;
 pub mod event;
@@ -15,4 +16,5 @@ pub mod plan;
 pub mod policy;
 pub mod rng;
 pub mod svg;
+pub mod swap;
 pub mod trace;

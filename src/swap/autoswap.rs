@@ -1,0 +1,585 @@
+//! AutoSwap (Zhang et al., "Efficient Memory Management for GPU-based Deep Learning Systems"):
+//! score the idle gaps of large tensors, take them in priority order until the memory load
+//! fits the limit, and schedule the copies.
+//!
+//! # Candidates
+//!
+//! A candidate is one idle gap of one tensor of at least [`AutoSwapOptions::min_bytes`]
+//! (1 MiB): between two consecutive accesses `o < i`, or, for a tensor alive across
+//! iterations, from its last access `o` of the iteration to its first access `i` of the next
+//! (wrapping). The paper keeps the gaps that span the peak-load op; we keep those spanning
+//! *any* op whose no-swap load `L_k` exceeds the limit (the same set when one region is over
+//! the limit), and during selection skip a gap whose absence would cover no op that is still
+//! over the limit.
+//!
+//! # Scores (b = bytes, L = limit, L(t) = no-swap load, gap `[E_o, S_i]`, unrolled for wraps)
+//!
+//! ```text
+//! G     = S_i − E_o                                  (wrapping: T0 − E_o + S_i)
+//! DOA   = G − c_out(b) − c_in(b)                     duration of absence
+//! AOA   = DOA · b          if DOA ≥ 0                area of absence (paper: "DOA/size when
+//!       = DOA / b          if DOA < 0                 DOA < 0", so big tensors that cannot
+//!                                                     make it rank last, not first)
+//! WDOA  = ∫_{E_o}^{S_i} (L(t) − L) dt                 load-weighted DOA (byte·ns; signed)
+//! SWDOA = ∫_{E_o + c_out}^{S_i − c_in} max(L(t) − L, 0) dt   (0 if DOA ≤ 0)
+//! ```
+//!
+//! WDOA follows the authors' reference implementation (Apache SINGA `SwapGPU::SelectBlock`,
+//! which adds `load − limit` over the ops in the gap); here it is weighted by time. The text
+//! of SWDOA was not available to us: our SWDOA is the *shrunk, rectified* WDOA — only the
+//! excess above the limit counts, and only while the tensor can actually be away (the gap
+//! minus both copies). Each score is standardised over the candidates (z-score, 0 when all
+//! are equal) and the priority is `a·z(AOA) + b·z(DOA) + c·z(WDOA) + d·z(SWDOA)`, weights
+//! clamped to [−1, 1] (NaN → 0). Ties break by tensor id, then gap.
+//!
+//! # Selection and scheduling
+//!
+//! Candidates are taken in priority order while the estimated op-level load exceeds the limit
+//! (a segment tree of `L_k` with range-add; a tensor counts as away during op k only if it is
+//! away for all of `[S_k, E_k]`): first with each gap's ideal absence
+//! `[E_o + c_out, S_i − c_in]`, then the chosen set is scheduled (swap-outs right after their
+//! last access, FIFO on the out stream; swap-ins as late as possible, backwards from the
+//! latest need on the in stream, each issued at the last op launch before its start plus a
+//! delay) and the load re-estimated with the scheduled absences; if it still exceeds the
+//! limit, selection continues (at most [`AutoSwapOptions::rounds`] times). A gap whose
+//! swap-in cannot be scheduled after its own swap-out is dropped. The final plan is simulated
+//! once to set [`SwapPlan::claims_zero_overhead`].
+//!
+//! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates.
+
+use super::profile::Profile;
+use super::sim::{SimOptions, SimResult, simulate_profile};
+use super::{CopyModel, Swap, SwapPlan};
+use crate::ops::{OpTrace, TensorId};
+
+/// Weights of the four standardised scores, each in [−1, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weights {
+    pub aoa: f64,
+    pub doa: f64,
+    pub wdoa: f64,
+    pub swdoa: f64,
+}
+
+impl Weights {
+    pub const AOA: Weights = Weights {
+        aoa: 1.0,
+        doa: 0.0,
+        wdoa: 0.0,
+        swdoa: 0.0,
+    };
+    pub const DOA: Weights = Weights {
+        aoa: 0.0,
+        doa: 1.0,
+        wdoa: 0.0,
+        swdoa: 0.0,
+    };
+    pub const WDOA: Weights = Weights {
+        aoa: 0.0,
+        doa: 0.0,
+        wdoa: 1.0,
+        swdoa: 0.0,
+    };
+    pub const SWDOA: Weights = Weights {
+        aoa: 0.0,
+        doa: 0.0,
+        wdoa: 0.0,
+        swdoa: 1.0,
+    };
+
+    /// `[a, b, c, d]` = (AOA, DOA, WDOA, SWDOA).
+    pub fn from_array(w: [f64; 4]) -> Weights {
+        Weights {
+            aoa: w[0],
+            doa: w[1],
+            wdoa: w[2],
+            swdoa: w[3],
+        }
+    }
+    pub fn to_array(self) -> [f64; 4] {
+        [self.aoa, self.doa, self.wdoa, self.swdoa]
+    }
+    fn sanitized(self) -> [f64; 4] {
+        self.to_array()
+            .map(|w| if w.is_nan() { 0.0 } else { w.clamp(-1.0, 1.0) })
+    }
+}
+
+impl Default for Weights {
+    /// Equal weight on every score.
+    fn default() -> Self {
+        Weights {
+            aoa: 1.0,
+            doa: 1.0,
+            wdoa: 1.0,
+            swdoa: 1.0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AutoSwapOptions {
+    /// Smallest tensor considered (bytes).
+    pub min_bytes: u64,
+    /// Schedule-and-reselect rounds.
+    pub rounds: usize,
+}
+
+impl Default for AutoSwapOptions {
+    fn default() -> Self {
+        AutoSwapOptions {
+            min_bytes: 1 << 20,
+            rounds: 8,
+        }
+    }
+}
+
+/// One idle gap with its raw scores.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub tensor: TensorId,
+    pub bytes: u64,
+    pub out_after: usize,
+    pub in_before: usize,
+    pub wraps: bool,
+    pub gap_ns: f64,
+    pub doa: f64,
+    pub aoa: f64,
+    pub wdoa: f64,
+    pub swdoa: f64,
+}
+
+/// The candidates of `trace` under `limit`, in (tensor, gap) order, with raw scores.
+pub fn candidates(
+    trace: &OpTrace,
+    limit: u64,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+) -> Vec<Candidate> {
+    let p = Profile::new(trace);
+    candidates_profile(&p, limit, copy, opts)
+}
+
+struct Integrals {
+    /// W[k] = Σ_{j<k} (L_j − L) d_j
+    signed: Vec<f64>,
+    /// X[k] = Σ_{j<k} max(L_j − L, 0) d_j
+    excess: Vec<f64>,
+}
+
+impl Integrals {
+    fn new(p: &Profile, limit: u64) -> Integrals {
+        let mut signed = Vec::with_capacity(p.n + 1);
+        let mut excess = Vec::with_capacity(p.n + 1);
+        let (mut w, mut x) = (0.0, 0.0);
+        signed.push(0.0);
+        excess.push(0.0);
+        for k in 0..p.n {
+            let e = p.load[k] as f64 - limit as f64;
+            w += e * p.dur[k];
+            x += e.max(0.0) * p.dur[k];
+            signed.push(w);
+            excess.push(x);
+        }
+        Integrals { signed, excess }
+    }
+    /// ∫_0^t max(L(t) − L, 0) for t in [0, T0].
+    fn excess_to(&self, p: &Profile, limit: u64, t: f64) -> f64 {
+        let t = t.clamp(0.0, p.t0());
+        match p.op_at(t) {
+            None => 0.0,
+            Some(k) => {
+                let e = (p.load[k] as f64 - limit as f64).max(0.0);
+                self.excess[k] + e * (t - p.start[k]).min(p.dur[k])
+            }
+        }
+    }
+    /// Excess integral on the unrolled axis [0, 2 T0).
+    fn excess_unrolled(&self, p: &Profile, limit: u64, t: f64) -> f64 {
+        let t0 = p.t0();
+        if t <= t0 {
+            self.excess_to(p, limit, t)
+        } else {
+            self.excess[p.n] + self.excess_to(p, limit, t - t0)
+        }
+    }
+}
+
+pub(crate) fn candidates_profile(
+    p: &Profile,
+    limit: u64,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+) -> Vec<Candidate> {
+    let n = p.n;
+    let mut out = Vec::new();
+    if n == 0 {
+        return out;
+    }
+    // over[k] = number of ops j < k with L_j > limit.
+    let mut over = vec![0usize; n + 1];
+    for k in 0..n {
+        over[k + 1] = over[k] + usize::from(p.load[k] > limit);
+    }
+    if over[n] == 0 {
+        return out;
+    }
+    let ints = Integrals::new(p, limit);
+    let t0 = p.t0();
+    for t in 0..p.bytes.len() {
+        let b = p.bytes[t];
+        if b < opts.min_bytes || b == 0 {
+            continue;
+        }
+        let acc = p.t_acc(t);
+        let mut gaps: Vec<(usize, usize, bool)> = acc
+            .windows(2)
+            .map(|w| (w[0] as usize, w[1] as usize, false))
+            .filter(|&(o, i, _)| over[i] - over[o + 1] > 0)
+            .collect();
+        if p.cross[t] {
+            if let (Some(&first), Some(&last)) = (acc.first(), acc.last()) {
+                let (o, i) = (last as usize, first as usize);
+                if over[n] - over[o + 1] + over[i] > 0 {
+                    gaps.push((o, i, true));
+                }
+            }
+        }
+        for (o, i, wraps) in gaps {
+            let (c_out, c_in) = (copy.out_ns(b), copy.in_ns(b));
+            let e_o = p.end(o);
+            let s_i = if wraps { t0 + p.start[i] } else { p.start[i] };
+            let gap_ns = s_i - e_o;
+            let doa = gap_ns - c_out - c_in;
+            let aoa = if doa >= 0.0 {
+                doa * b as f64
+            } else {
+                doa / b as f64
+            };
+            let wdoa = if wraps {
+                ints.signed[n] - ints.signed[o + 1] + ints.signed[i]
+            } else {
+                ints.signed[i] - ints.signed[o + 1]
+            };
+            let swdoa = if doa > 0.0 {
+                (ints.excess_unrolled(p, limit, s_i - c_in)
+                    - ints.excess_unrolled(p, limit, e_o + c_out))
+                .max(0.0)
+            } else {
+                0.0
+            };
+            out.push(Candidate {
+                tensor: t as TensorId,
+                bytes: b,
+                out_after: o,
+                in_before: i,
+                wraps,
+                gap_ns,
+                doa,
+                aoa,
+                wdoa,
+                swdoa,
+            });
+        }
+    }
+    out
+}
+
+fn zscores(xs: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
+    let v: Vec<f64> = xs.map(|x| if x.is_finite() { x } else { 0.0 }).collect();
+    if v.is_empty() {
+        return v;
+    }
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64;
+    let sd = var.sqrt();
+    if !(sd > 0.0 && sd.is_finite()) {
+        return vec![0.0; v.len()];
+    }
+    v.iter().map(|x| (x - m) / sd).collect()
+}
+
+/// Standardised aggregate priority of each candidate (same order).
+pub fn priorities(cands: &[Candidate], weights: Weights) -> Vec<f64> {
+    let w = weights.sanitized();
+    let z = [
+        zscores(cands.iter().map(|c| c.aoa)),
+        zscores(cands.iter().map(|c| c.doa)),
+        zscores(cands.iter().map(|c| c.wdoa)),
+        zscores(cands.iter().map(|c| c.swdoa)),
+    ];
+    (0..cands.len())
+        .map(|j| (0..4).map(|s| w[s] * z[s][j]).sum())
+        .collect()
+}
+
+/// Segment tree over ops: range add, range max.
+pub(crate) struct MaxTree {
+    n: usize,
+    mx: Vec<i128>,
+    lz: Vec<i128>,
+}
+
+impl MaxTree {
+    pub fn new(vals: &[u64]) -> MaxTree {
+        let n = vals.len().max(1);
+        let mut t = MaxTree {
+            n,
+            mx: vec![i128::MIN / 4; 4 * n],
+            lz: vec![0; 4 * n],
+        };
+        if !vals.is_empty() {
+            t.build(1, 0, n - 1, vals);
+        }
+        t
+    }
+    fn build(&mut self, x: usize, l: usize, r: usize, v: &[u64]) {
+        if l == r {
+            self.mx[x] = v[l] as i128;
+            return;
+        }
+        let m = (l + r) / 2;
+        self.build(2 * x, l, m, v);
+        self.build(2 * x + 1, m + 1, r, v);
+        self.mx[x] = self.mx[2 * x].max(self.mx[2 * x + 1]);
+    }
+    /// Add `d` on ops `[a, b)`.
+    pub fn add(&mut self, a: usize, b: usize, d: i128) {
+        if a < b && b <= self.n {
+            self.upd(1, 0, self.n - 1, a, b - 1, d);
+        }
+    }
+    fn upd(&mut self, x: usize, l: usize, r: usize, a: usize, b: usize, d: i128) {
+        if b < l || r < a {
+            return;
+        }
+        if a <= l && r <= b {
+            self.mx[x] += d;
+            self.lz[x] += d;
+            return;
+        }
+        let m = (l + r) / 2;
+        self.upd(2 * x, l, m, a, b, d);
+        self.upd(2 * x + 1, m + 1, r, a, b, d);
+        self.mx[x] = self.mx[2 * x].max(self.mx[2 * x + 1]) + self.lz[x];
+    }
+    /// Max on ops `[a, b)` (i128::MIN/4 when empty).
+    pub fn max(&self, a: usize, b: usize) -> i128 {
+        if a >= b || b > self.n {
+            return i128::MIN / 4;
+        }
+        self.qry(1, 0, self.n - 1, a, b - 1)
+    }
+    fn qry(&self, x: usize, l: usize, r: usize, a: usize, b: usize) -> i128 {
+        if b < l || r < a {
+            return i128::MIN / 4;
+        }
+        if a <= l && r <= b {
+            return self.mx[x];
+        }
+        let m = (l + r) / 2;
+        self.qry(2 * x, l, m, a, b)
+            .max(self.qry(2 * x + 1, m + 1, r, a, b))
+            + self.lz[x]
+    }
+    pub fn global(&self) -> i128 {
+        self.mx[1]
+    }
+}
+
+/// Ops entirely inside the time window `[a, b]` of the unrolled axis, restricted to the gap
+/// `(o, i)` (wrapping gaps give up to two ranges).
+pub(crate) fn away_ranges(
+    p: &Profile,
+    o: usize,
+    i: usize,
+    wraps: bool,
+    a: f64,
+    b: f64,
+) -> [(usize, usize); 2] {
+    let n = p.n;
+    let t0 = p.t0();
+    // First op with start ≥ x; number of ops with end ≤ y.
+    let first_from = |x: f64| p.start[..n].partition_point(|&s| s < x);
+    let ends_by = |y: f64| p.start[1..=n].partition_point(|&e| e <= y);
+    if !wraps {
+        let lo = first_from(a).max(o + 1);
+        let hi = ends_by(b).min(i);
+        return [(lo, hi.max(lo)), (0, 0)];
+    }
+    // Part in this iteration after o: [a, min(b, T0)]; part before i: [max(a − T0, 0), b − T0].
+    let lo1 = first_from(a).max(o + 1);
+    let hi1 = if b >= t0 { n } else { ends_by(b) };
+    let r1 = (lo1, hi1.max(lo1));
+    let lo2 = if a > t0 { first_from(a - t0) } else { 0 };
+    let hi2 = if b >= t0 { ends_by(b - t0).min(i) } else { 0 };
+    [r1, (lo2, hi2.max(lo2))]
+}
+
+/// AutoSwap with default options.
+pub fn plan(trace: &OpTrace, limit: u64, weights: Weights, copy: CopyModel) -> SwapPlan {
+    plan_with(trace, limit, weights, copy, &AutoSwapOptions::default())
+}
+
+/// Simulate `plan` (summary only): overhead, peak, swapped bytes, stalls.
+pub fn evaluate(trace: &OpTrace, plan: &SwapPlan, limit: u64, copy: CopyModel) -> SimResult {
+    super::sim::simulate(trace, plan, limit, copy, SimOptions::default())
+}
+
+pub fn plan_with(
+    trace: &OpTrace,
+    limit: u64,
+    weights: Weights,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+) -> SwapPlan {
+    let p = Profile::new(trace);
+    let cands = candidates_profile(&p, limit, copy, opts);
+    let pri = priorities(&cands, weights);
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_by(|&x, &y| {
+        pri[y]
+            .total_cmp(&pri[x])
+            .then(cands[x].tensor.cmp(&cands[y].tensor))
+            .then(cands[x].out_after.cmp(&cands[y].out_after))
+    });
+    select_and_schedule(&p, &cands, &order, limit, copy, opts.rounds)
+}
+
+/// One scheduled swap: its swap-out end and swap-in start, both on the iteration's axis
+/// (a wrapping swap's swap-in serves the next iteration: it is away on `[out_end, T0 + in_start]`).
+struct Sched {
+    cand: usize,
+    out_end: f64,
+    in_start: f64,
+}
+
+/// Serial out stream forward (each right after its last access); serial in stream backward from
+/// the latest need, as late as possible. The in stream is periodic: every swap-in is placed in
+/// `[0, T0)` before the op that needs it. A gap whose swap-in would have to start before its
+/// swap-out ends (for a wrapping gap: before the iteration starts) is dropped, and the rest is
+/// rescheduled without it (at most twice; dropping only moves the others' outs earlier).
+fn schedule(p: &Profile, cands: &[Candidate], chosen: &[usize], copy: CopyModel) -> Vec<Sched> {
+    let t0 = p.t0();
+    let mut keep: Vec<usize> = chosen.to_vec();
+    let mut res: Vec<Sched> = Vec::new();
+    for _ in 0..3 {
+        let mut outs = keep.clone();
+        outs.sort_by_key(|&c| (cands[c].out_after, cands[c].tensor));
+        let mut out_end = vec![0.0; cands.len()];
+        let mut free = f64::NEG_INFINITY;
+        for &c in &outs {
+            let s = p.end(cands[c].out_after).max(free);
+            free = s + copy.out_ns(cands[c].bytes);
+            out_end[c] = free;
+        }
+        let mut ins = keep.clone();
+        ins.sort_by(|&x, &y| {
+            let (a, b) = (&cands[x], &cands[y]);
+            b.in_before.cmp(&a.in_before).then(b.tensor.cmp(&a.tensor))
+        });
+        let mut next_start = f64::INFINITY;
+        res.clear();
+        let mut dropped = false;
+        for &c in &ins {
+            let cd = &cands[c];
+            let in_start = p.start[cd.in_before].min(next_start) - copy.in_ns(cd.bytes);
+            let lower = if cd.wraps {
+                (out_end[c] - t0).max(0.0)
+            } else {
+                out_end[c]
+            };
+            if in_start < lower {
+                dropped = true;
+                continue;
+            }
+            next_start = in_start;
+            res.push(Sched {
+                cand: c,
+                out_end: out_end[c],
+                in_start,
+            });
+        }
+        if !dropped {
+            break;
+        }
+        keep = res.iter().map(|s| s.cand).collect();
+    }
+    res
+}
+
+fn select_and_schedule(
+    p: &Profile,
+    cands: &[Candidate],
+    order: &[usize],
+    limit: u64,
+    copy: CopyModel,
+    rounds: usize,
+) -> SwapPlan {
+    let lim = limit as i128;
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut pos = 0;
+    let mut sched: Vec<Sched> = Vec::new();
+    let mut tree = MaxTree::new(&p.load);
+    let t0 = p.t0();
+    for _ in 0..rounds.max(1) {
+        // Continue selecting with ideal absences on top of the current estimate.
+        while p.n > 0 && tree.global() > lim && pos < order.len() {
+            let c = &cands[order[pos]];
+            pos += 1;
+            let a = p.end(c.out_after) + copy.out_ns(c.bytes);
+            let s_i = if c.wraps {
+                t0 + p.start[c.in_before]
+            } else {
+                p.start[c.in_before]
+            };
+            let b = s_i - copy.in_ns(c.bytes);
+            let rs = away_ranges(p, c.out_after, c.in_before, c.wraps, a, b);
+            if rs.iter().all(|&(x, y)| tree.max(x, y) <= lim) {
+                continue;
+            }
+            for (x, y) in rs {
+                tree.add(x, y, -(c.bytes as i128));
+            }
+            chosen.push(order[pos - 1]);
+        }
+        sched = schedule(p, cands, &chosen, copy);
+        chosen = sched.iter().map(|s| s.cand).collect();
+        tree = MaxTree::new(&p.load);
+        for s in &sched {
+            let c = &cands[s.cand];
+            let back = if c.wraps { s.in_start + t0 } else { s.in_start };
+            for (x, y) in away_ranges(p, c.out_after, c.in_before, c.wraps, s.out_end, back) {
+                tree.add(x, y, -(c.bytes as i128));
+            }
+        }
+        if p.n == 0 || tree.global() <= lim || pos >= order.len() {
+            break;
+        }
+    }
+    let swaps = sched
+        .iter()
+        .map(|s| {
+            let c = &cands[s.cand];
+            let start = s.in_start;
+            let lo = if c.wraps { 0 } else { c.out_after + 1 };
+            let j = p.op_at(start).unwrap_or(0).clamp(lo, c.in_before);
+            let delay = (start - p.start[j]).max(0.0);
+            Swap {
+                tensor: c.tensor,
+                out_after: c.out_after,
+                out_at: c.out_after,
+                in_before: c.in_before,
+                in_issue: j,
+                in_delay_ns: delay,
+            }
+        })
+        .collect();
+    let mut plan = SwapPlan {
+        swaps,
+        claims_zero_overhead: false,
+    };
+    let r = simulate_profile(p, &plan, limit, copy, SimOptions::default());
+    plan.claims_zero_overhead = r.overhead == 0.0 && r.peak_bytes <= limit && r.on_demand == 0;
+    plan
+}

@@ -1,0 +1,239 @@
+//! An upper bound on what any zero-stall plan can remove at the peak.
+//!
+//! Let `k*` be the first op of maximal no-swap load `L* = L_{k*}` and `S* = S_{k*}`. A plan
+//! that never stalls keeps the no-swap timeline, and its load right after op `k*` allocates
+//! is `L* − Σ_{t away at S*} b_t`, so its simulated peak is at least that. Tensor `t` can be
+//! away at `S*` only if it is live at `k*`, not accessed by `k*`, and has an idle gap around
+//! `k*`: a previous access `o` (release `r_t = E_o`; for a tensor alive across iterations
+//! whose last access precedes `k*`… its previous access may be last iteration's: `E_o − T0`)
+//! and a next access `i` (deadline `d_t = S_i`, or `S_i + T0` in the next iteration). Its
+//! swap-out runs in `[r_t, S*]` on the serial out stream and its swap-in in `[S*, d_t]` on
+//! the serial in stream, so for the chosen set X:
+//!
+//! ```text
+//! out: for every release value ρ:   Σ_{t∈X, r_t ≥ ρ} c_out(b_t) ≤ S* − ρ
+//! in:  for every deadline value δ:  Σ_{t∈X, d_t ≤ δ} c_in(b_t)  ≤ δ − S*
+//! ```
+//!
+//! (every job released at or after ρ must run within `[ρ, S*]`; every job due by δ within
+//! `[S*, δ]`). Maximising `Σ_{t∈X} b_t` under all of these is a knapsack with nested
+//! constraints; we relax it: for each single constraint `C`, items outside `C` are free and
+//! items inside are a fractional knapsack (densities `b / c(b)` grow with `b` for both copy
+//! directions, so the order is by size). The removal bound is the minimum over all
+//! constraints, and over `Σ eligible b` — a valid upper bound on the removal of *every*
+//! zero-stall plan (AutoSwap's included, any tensor size), computed in O(E log E) with Fenwick
+//! trees. `floor = L* − removal` is then a lower bound on the simulated peak of every
+//! zero-stall plan in this simulator.
+
+use super::CopyModel;
+use super::profile::Profile;
+use crate::ops::OpTrace;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bound {
+    /// First op of maximal no-swap load (None without ops).
+    pub peak_op: Option<usize>,
+    /// `L*`, the no-swap peak.
+    pub peak_bytes: u64,
+    /// Tensors that could be away at the peak.
+    pub eligible: usize,
+    pub eligible_bytes: u64,
+    /// Upper bound on the bytes a zero-stall plan can remove at the peak.
+    pub max_removal: u64,
+    /// `peak_bytes − max_removal`: no zero-stall plan simulates to a lower peak.
+    pub floor_bytes: u64,
+}
+
+struct Job {
+    bytes: u64,
+    release: f64,
+    deadline: f64,
+    c_out: f64,
+    c_in: f64,
+}
+
+/// Fenwick tree of (cost, bytes, count) over size ranks.
+struct Fenwick {
+    cost: Vec<f64>,
+    bytes: Vec<f64>,
+    cnt: Vec<usize>,
+}
+
+impl Fenwick {
+    fn new(n: usize) -> Fenwick {
+        Fenwick {
+            cost: vec![0.0; n + 1],
+            bytes: vec![0.0; n + 1],
+            cnt: vec![0; n + 1],
+        }
+    }
+    fn add(&mut self, i: usize, c: f64, b: f64) {
+        let mut x = i + 1;
+        while x < self.cost.len() {
+            self.cost[x] += c;
+            self.bytes[x] += b;
+            self.cnt[x] += 1;
+            x += x & x.wrapping_neg();
+        }
+    }
+    /// Fractional knapsack over the inserted items in rank order with capacity `cap`.
+    fn knapsack(&self, cap: f64, rank_cost: &[f64], rank_bytes: &[f64]) -> f64 {
+        let n = self.cost.len() - 1;
+        let mut step = n.next_power_of_two();
+        let (mut pos, mut c, mut b, mut k) = (0usize, 0.0, 0.0, 0usize);
+        while step > 0 {
+            let nx = pos + step;
+            if nx <= n && c + self.cost[nx] <= cap {
+                pos = nx;
+                c += self.cost[nx];
+                b += self.bytes[nx];
+                k += self.cnt[nx];
+            }
+            step >>= 1;
+        }
+        // The next inserted item after `pos` (rank ≥ pos): the (k+1)-th inserted.
+        let mut step = n.next_power_of_two();
+        let (mut q, mut seen) = (0usize, 0usize);
+        while step > 0 {
+            let nx = q + step;
+            if nx <= n && seen + self.cnt[nx] <= k {
+                q = nx;
+                seen += self.cnt[nx];
+            }
+            step >>= 1;
+        }
+        // q = number of ranks holding the first k items; item k+1 is at rank q (0-based).
+        if q < n && rank_cost[q] > 0.0 {
+            b += rank_bytes[q] * ((cap - c) / rank_cost[q]).clamp(0.0, 1.0);
+        }
+        b
+    }
+}
+
+/// Fractional knapsack bound with nested constraints; `key` orders constraints (suffixes by
+/// release for the out side, prefixes by deadline for the in side).
+fn side_bound(jobs: &[Job], ranks: &[usize], out_side: bool, s_star: f64, total: f64) -> f64 {
+    let m = jobs.len();
+    let mut idx: Vec<usize> = (0..m).collect();
+    if out_side {
+        idx.sort_by(|&a, &b| jobs[b].release.total_cmp(&jobs[a].release));
+    } else {
+        idx.sort_by(|&a, &b| jobs[a].deadline.total_cmp(&jobs[b].deadline));
+    }
+    let mut rank_cost = vec![0.0; m];
+    let mut rank_bytes = vec![0.0; m];
+    for (j, job) in jobs.iter().enumerate() {
+        rank_cost[ranks[j]] = if out_side { job.c_out } else { job.c_in };
+        rank_bytes[ranks[j]] = job.bytes as f64;
+    }
+    let mut fw = Fenwick::new(m);
+    let mut inside = 0.0;
+    let mut best = total;
+    let mut x = 0;
+    while x < m {
+        let key = if out_side {
+            jobs[idx[x]].release
+        } else {
+            jobs[idx[x]].deadline
+        };
+        while x < m {
+            let j = &jobs[idx[x]];
+            let kj = if out_side { j.release } else { j.deadline };
+            if kj != key {
+                break;
+            }
+            fw.add(
+                ranks[idx[x]],
+                if out_side { j.c_out } else { j.c_in },
+                j.bytes as f64,
+            );
+            inside += j.bytes as f64;
+            x += 1;
+        }
+        let cap = if out_side { s_star - key } else { key - s_star };
+        let bound = (total - inside) + fw.knapsack(cap.max(0.0), &rank_cost, &rank_bytes);
+        best = best.min(bound);
+    }
+    best
+}
+
+/// The zero-stall copy bound of `trace` under `copy`.
+pub fn zero_stall_bound(trace: &OpTrace, copy: CopyModel) -> Bound {
+    let p = Profile::new(trace);
+    let (peak_bytes, peak_op) = p.peak();
+    let Some(k) = peak_op else {
+        return Bound {
+            peak_op,
+            peak_bytes,
+            eligible: 0,
+            eligible_bytes: 0,
+            max_removal: 0,
+            floor_bytes: peak_bytes,
+        };
+    };
+    let t0 = p.t0();
+    let s_star = p.start[k];
+    let mut jobs = Vec::new();
+    for t in 0..p.bytes.len() {
+        let b = p.bytes[t];
+        let live = p.birth[t].is_some_and(|x| x <= k) && p.death[t] >= k;
+        if b == 0 || !live || p.born(k).contains(&(t as u32)) {
+            continue;
+        }
+        let acc = p.t_acc(t);
+        let at = acc.partition_point(|&a| (a as usize) < k);
+        if acc.get(at).is_some_and(|&a| a as usize == k) {
+            continue;
+        }
+        let prev = if at > 0 {
+            Some(p.end(acc[at - 1] as usize))
+        } else if p.cross[t] {
+            acc.last().map(|&o| p.end(o as usize) - t0)
+        } else {
+            None
+        };
+        let next = if at < acc.len() {
+            Some(p.start[acc[at] as usize])
+        } else if p.cross[t] {
+            acc.first().map(|&i| p.start[i as usize] + t0)
+        } else {
+            None
+        };
+        let (Some(release), Some(deadline)) = (prev, next) else {
+            continue;
+        };
+        let (c_out, c_in) = (copy.out_ns(b), copy.in_ns(b));
+        if release + c_out > s_star || s_star + c_in > deadline {
+            continue;
+        }
+        jobs.push(Job {
+            bytes: b,
+            release,
+            deadline,
+            c_out,
+            c_in,
+        });
+    }
+    // Size ranks, largest first (ties by position: deterministic).
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| jobs[b].bytes.cmp(&jobs[a].bytes).then(a.cmp(&b)));
+    let mut ranks = vec![0; jobs.len()];
+    for (r, &j) in order.iter().enumerate() {
+        ranks[j] = r;
+    }
+    let total: f64 = jobs.iter().map(|j| j.bytes as f64).sum();
+    let eligible_bytes = jobs.iter().map(|j| j.bytes).fold(0u64, u64::saturating_add);
+    let r = side_bound(&jobs, &ranks, true, s_star, total)
+        .min(side_bound(&jobs, &ranks, false, s_star, total))
+        .min(total);
+    // Round up so float error can only loosen the bound.
+    let max_removal = (r.max(0.0).ceil() as u64).min(eligible_bytes);
+    Bound {
+        peak_op,
+        peak_bytes,
+        eligible: jobs.len(),
+        eligible_bytes,
+        max_removal,
+        floor_bytes: peak_bytes.saturating_sub(max_removal),
+    }
+}

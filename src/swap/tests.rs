@@ -1,0 +1,703 @@
+//! Hand-checked examples (arithmetic in comments) and seeded property tests.
+
+use super::baselines::{self, Score};
+use super::*;
+use crate::ops::{Op, OpTrace, Tensor};
+use crate::rng::SplitMix64;
+
+/// 1 ns per byte both ways, no latency: a copy of b bytes takes b ns.
+const UNIT: CopyModel = CopyModel {
+    out_ns_per_byte: 1.0,
+    out_latency_ns: 0.0,
+    in_ns_per_byte: 1.0,
+    in_latency_ns: 0.0,
+};
+
+fn opts() -> AutoSwapOptions {
+    AutoSwapOptions {
+        min_bytes: 1,
+        ..AutoSwapOptions::default()
+    }
+}
+
+fn tensor(id: u32, bytes: u64, born: Option<usize>, dies: Option<usize>) -> Tensor {
+    Tensor {
+        id,
+        bytes,
+        resident: born.is_none(),
+        dies_after: dies,
+        born_at: born,
+    }
+}
+
+fn op(name: &str, t: f64, reads: &[u32], writes: &[u32]) -> Op {
+    Op {
+        name: name.into(),
+        reads: reads.to_vec(),
+        writes: writes.to_vec(),
+        time_ns: t,
+        measured: true,
+        flops: 0.0,
+    }
+}
+
+/// Fig. 7 of the paper in miniature: three 100 ns forward ops F0..F2 write x0..x2 (50 B each);
+/// the backward ops B2, B1, B0 read them back. No-swap loads per op: 50, 100, 150, 150, 100, 50
+/// (peak 150 at F2), T0 = 600 ns.
+fn fig7() -> OpTrace {
+    OpTrace {
+        source: "fig7".into(),
+        tensors: vec![
+            tensor(0, 50, Some(0), Some(5)),
+            tensor(1, 50, Some(1), Some(4)),
+            tensor(2, 50, Some(2), Some(3)),
+        ],
+        ops: vec![
+            op("F0", 100.0, &[], &[0]),
+            op("F1", 100.0, &[0], &[1]),
+            op("F2", 100.0, &[1], &[2]),
+            op("B2", 100.0, &[2], &[]),
+            op("B1", 100.0, &[1], &[]),
+            op("B0", 100.0, &[0], &[]),
+        ],
+    }
+}
+
+fn x0_swap(issue: usize, delay: f64) -> SwapPlan {
+    // x0's last forward access is F1 (op 1), its next access B0 (op 5).
+    SwapPlan {
+        swaps: vec![Swap {
+            tensor: 0,
+            out_after: 1,
+            out_at: 1,
+            in_before: 5,
+            in_issue: issue,
+            in_delay_ns: delay,
+        }],
+        claims_zero_overhead: false,
+    }
+}
+
+#[test]
+fn no_swap_baseline() {
+    let r = evaluate(&fig7(), &SwapPlan::default(), 1000, UNIT);
+    assert_eq!(
+        (r.time_ns, r.base_time_ns, r.overhead, r.peak_bytes),
+        (600.0, 600.0, 0.0, 150)
+    );
+    assert!(!r.over_limit);
+    // Under a limit of 100 with no plan the limit cannot be kept: F2 allocates over it.
+    let r = evaluate(&fig7(), &SwapPlan::default(), 100, UNIT);
+    assert!(r.over_limit);
+    assert_eq!((r.time_ns, r.peak_bytes), (600.0, 150));
+}
+
+#[test]
+fn fig7_planner_forward_delay() {
+    // Limit 100: ops F2 and B2 (loads 150) are over. Candidates: x0's gap (F1, B0) = [200, 500],
+    // G = 300, DOA = 300 − 50 − 50 = 200; x1's gap (F2, B1) = [300, 400], G = 100, DOA = 0.
+    // x2 has no op between its accesses. x0 ranks first on every score.
+    let c = candidates(&fig7(), 100, UNIT, &opts());
+    assert_eq!(c.len(), 2);
+    let (x0, x1) = (&c[0], &c[1]);
+    assert_eq!(
+        (x0.tensor, x0.out_after, x0.in_before, x0.wraps),
+        (0, 1, 5, false)
+    );
+    assert_eq!((x0.gap_ns, x0.doa, x0.aoa), (300.0, 200.0, 200.0 * 50.0));
+    assert_eq!((x1.gap_ns, x1.doa, x1.aoa), (100.0, 0.0, 0.0));
+    // WDOA(x0) = ∫_200^500 (L − 100) = (150−100)·100 + (150−100)·100 + (100−100)·100 = 10 000;
+    // WDOA(x1) = ∫_300^400 (L − 100) = 50·100 = 5 000.
+    assert_eq!((x0.wdoa, x1.wdoa), (10_000.0, 5_000.0));
+    // SWDOA(x0) = ∫_250^450 max(L − 100, 0) = 50·50 (F2 from 250) + 50·100 (B2) = 7 500;
+    // x1 has DOA = 0, so SWDOA = 0.
+    assert_eq!((x0.swdoa, x1.swdoa), (7_500.0, 0.0));
+
+    // Selection: x0's ideal absence [250, 450] fully covers only B2 ([300, 400]): B2 drops to
+    // 100, F2 ([200, 300]) stays at 150 > 100, so x1 is taken too: its ideal absence
+    // [350, 350] covers no op, so it is skipped. F2 stays over the limit → no zero-overhead
+    // plan exists here at op granularity; the simulator shows the cost (forward delay).
+    let plan = plan_with(&fig7(), 100, Weights::default(), UNIT, &opts());
+    assert_eq!(plan.swaps.len(), 1);
+    let s = &plan.swaps[0];
+    // Out after F1 (ends 200) → done 250; in needed at 500 → start 450: issued at B1's launch
+    // (op 4, 400) + 50.
+    assert_eq!(
+        (
+            s.tensor,
+            s.out_after,
+            s.in_before,
+            s.in_issue,
+            s.in_delay_ns
+        ),
+        (0, 1, 5, 4, 50.0)
+    );
+    // Simulation: F2 launched at 200 must allocate x2 (load 100 + 50 > 100): it waits for x0's
+    // swap-out to finish at 250 (forward delay 50), runs 250–350; B2 350–450; B1 450–550, the
+    // swap-in issued at 450 + 50 = 500 runs 500–550; B0 550–650. T = 650 → overhead 1/12.
+    let r = check(&fig7(), &plan, 100, UNIT).unwrap();
+    assert_eq!(
+        (r.time_ns, r.stall_forward_ns, r.stall_backward_ns),
+        (650.0, 50.0, 0.0)
+    );
+    assert!((r.overhead - 650.0 / 600.0 + 1.0).abs() < 1e-12);
+    assert_eq!(r.peak_bytes, 100);
+    assert!(!plan.claims_zero_overhead);
+}
+
+#[test]
+fn fig7_longer_gap_zero_overhead() {
+    // Copies of 50 B taking 2 ns (0.04 ns/B). In `fig7` x0 is last read by F1, which ends
+    // exactly when F2 allocates: even a 2 ns swap-out delays F2 by 2 ns (T = 602). Here F1
+    // does not read x0, so x0's gap is (F0, B0) = [100, 500]: out 100–102, in 498–500 (issued
+    // at B1's launch 400 + 98); its absence covers F2, B2, B1: loads 100, 100, 50 — the plan
+    // fits with zero overhead (F1 allocates x1 at 100 with x0 still held: 50 + 50 = 100).
+    let fast = UNIT.scaled_bandwidth(25.0);
+    let mut t = fig7();
+    t.ops[1].reads.clear();
+    let plan = plan_with(&t, 100, Weights::default(), fast, &opts());
+    assert_eq!(plan.swaps.len(), 1);
+    assert_eq!(
+        (
+            plan.swaps[0].out_after,
+            plan.swaps[0].in_issue,
+            plan.swaps[0].in_delay_ns
+        ),
+        (0, 4, 98.0)
+    );
+    let r = check(&t, &plan, 100, fast).unwrap();
+    assert_eq!((r.time_ns, r.overhead, r.peak_bytes), (600.0, 0.0, 100));
+    assert!(plan.claims_zero_overhead);
+    assert!(!r.over_limit);
+}
+
+#[test]
+fn fig7_forward_delay() {
+    // Out at 3 ns/B: x0's swap-out runs 200–350. F2, launched at 200, needs 50 B more than the
+    // limit of 100 allows until x0's bytes are released at 350: forward delay 150. F2 350–450,
+    // B2 450–550, B1 550–650; swap-in issued at B1's launch (550) + 0 runs 550–600 (load
+    // 50 + 50 = 100 after x2 died at 550); B0 650–750. T = 750.
+    let slow_out = CopyModel {
+        out_ns_per_byte: 3.0,
+        ..UNIT
+    };
+    let r = simulate(
+        &fig7(),
+        &x0_swap(4, 0.0),
+        100,
+        slow_out,
+        SimOptions { record: true },
+    );
+    assert_eq!(
+        (r.time_ns, r.stall_forward_ns, r.stall_backward_ns),
+        (750.0, 150.0, 0.0)
+    );
+    assert_eq!(r.peak_bytes, 100);
+    assert!(!r.over_limit);
+    assert!((r.overhead - 0.25).abs() < 1e-12);
+    // The drawing data: 6 ops + 1 out + 1 in; the load curve never exceeds the limit.
+    assert_eq!(r.events.len(), 8);
+    assert!(
+        r.events
+            .iter()
+            .any(|e| e.stream == Stream::SwapOut && e.start_ns == 200.0 && e.end_ns == 350.0)
+    );
+    assert!(
+        r.events
+            .iter()
+            .any(|e| e.stream == Stream::SwapIn && e.start_ns == 550.0 && e.end_ns == 600.0)
+    );
+    assert!(r.load_curve.iter().all(|&(_, l)| l <= 100));
+}
+
+#[test]
+fn fig7_backward_delay() {
+    // Swap-in issued early, at B2's launch (op 3, t = 300) — but memory is full (x1 + x2 = 100)
+    // until x2 dies after B2 at 400: the swap-in is delayed to 400. At 3 ns/B it runs 400–550;
+    // B0, launched at 500, waits for it: backward stall 50, B0 550–650. Out (1 ns/B) 200–250,
+    // so F2 allocates at 200? No: load is 100 (x0, x1) until 250 → forward delay 50 first:
+    // F2 250–350, B2 350–450, x2 dies at 450, swap-in 450–600, B1 450–550, B0 waits 550–600,
+    // runs 600–700. T = 700: forward 50 + backward 50.
+    let slow_in = CopyModel {
+        in_ns_per_byte: 3.0,
+        ..UNIT
+    };
+    let r = simulate(
+        &fig7(),
+        &x0_swap(3, 0.0),
+        100,
+        slow_in,
+        SimOptions { record: true },
+    );
+    assert_eq!(
+        (r.time_ns, r.stall_forward_ns, r.stall_backward_ns),
+        (700.0, 50.0, 50.0)
+    );
+    assert!(
+        r.events
+            .iter()
+            .any(|e| e.stream == Stream::SwapIn && e.start_ns == 450.0 && e.end_ns == 600.0)
+    );
+    assert_eq!(r.peak_bytes, 100);
+}
+
+/// W (50 B) is optimizer state, resident and alive across iterations, used only by the update
+/// (op 3); A (60 B) lives through ops 0–1. Loads 110, 110, 50, 50 (+ op 4: 50 when present).
+fn wrap_trace(with_tail: bool) -> OpTrace {
+    let mut ops = vec![
+        op("f", 100.0, &[], &[1]),
+        op("b", 100.0, &[1], &[]),
+        op("x", 100.0, &[], &[]),
+        op("update", 100.0, &[], &[0]),
+    ];
+    if with_tail {
+        ops.push(op("zero_grad", 100.0, &[], &[]));
+    }
+    OpTrace {
+        source: "wrap".into(),
+        tensors: vec![tensor(0, 50, None, None), tensor(1, 60, Some(0), Some(1))],
+        ops,
+    }
+}
+
+#[test]
+fn wrap_gap_zero_overhead() {
+    // T0 = 500. W's wrapping gap: after op 3 (E = 400) to op 3 of the next iteration
+    // (S = 300 + 500): G = 400, DOA = 400 − 50 − 50 = 300. Out 400–450; in as late as possible:
+    // 250–300, issued at op 2's launch (200) + 50. W is away during ops 4, 0, 1 (and 2 until
+    // 250): loads 60, 60 ≤ limit 60; at 250 the swap-in brings the load to 50.
+    let t = wrap_trace(true);
+    let plan = plan_with(&t, 60, Weights::default(), UNIT, &opts());
+    assert_eq!(plan.swaps.len(), 1);
+    let s = &plan.swaps[0];
+    assert!(s.wraps());
+    assert_eq!(
+        (s.out_after, s.in_before, s.in_issue, s.in_delay_ns),
+        (3, 3, 2, 50.0)
+    );
+    let r = check(&t, &plan, 60, UNIT).unwrap();
+    assert_eq!((r.time_ns, r.overhead, r.peak_bytes), (500.0, 0.0, 60));
+    assert!(plan.claims_zero_overhead);
+}
+
+#[test]
+fn wrap_spill_is_carried() {
+    // Without the tail op, W's swap-out (400–450) spills 50 ns into the next iteration: in the
+    // steady state op 0 starts with W still on the device (50 + A's 60 > 60) and waits 50 ns
+    // (forward delay). Then f 50–150, b 150–250 (A dies), x 250–350; the swap-in, issued at
+    // x's launch + 50 = 300, runs 300–350; update 350–450. T = 450, overhead 450/400 − 1.
+    let t = wrap_trace(false);
+    let plan = plan_with(&t, 60, Weights::default(), UNIT, &opts());
+    assert_eq!(plan.swaps.len(), 1);
+    let r = check(&t, &plan, 60, UNIT).unwrap();
+    assert_eq!((r.time_ns, r.stall_forward_ns), (450.0, 50.0));
+    assert!((r.overhead - 0.125).abs() < 1e-12);
+    assert_eq!(r.peak_bytes, 60);
+}
+
+#[test]
+fn validate_rejects() {
+    let t = fig7();
+    let mut p = x0_swap(4, 0.0);
+    p.swaps[0].in_before = 4;
+    assert!(matches!(
+        validate(&t, &p),
+        Err(PlanError::NotNextAccess { found: Some(5), .. })
+    ));
+    let mut p = x0_swap(4, 0.0);
+    p.swaps[0].out_after = 2;
+    p.swaps[0].out_at = 2;
+    assert!(matches!(
+        validate(&t, &p),
+        Err(PlanError::NotAnAccess { op: 2, .. })
+    ));
+    let mut p = x0_swap(1, 0.0);
+    p.swaps[0].in_issue = 1;
+    assert!(matches!(
+        validate(&t, &p),
+        Err(PlanError::BadIssueOrder { .. })
+    ));
+    let mut p = x0_swap(4, 0.0);
+    p.swaps.push(p.swaps[0].clone());
+    assert!(matches!(
+        validate(&t, &p),
+        Err(PlanError::DuplicateGap { .. })
+    ));
+    let mut p = x0_swap(4, 0.0);
+    p.swaps[0].tensor = 9;
+    assert!(matches!(
+        validate(&t, &p),
+        Err(PlanError::UnknownTensor { .. })
+    ));
+    // x0 is not alive across iterations: a wrapping swap is refused.
+    let p = SwapPlan {
+        swaps: vec![Swap {
+            tensor: 0,
+            out_after: 5,
+            out_at: 5,
+            in_before: 0,
+            in_issue: 0,
+            in_delay_ns: 0.0,
+        }],
+        claims_zero_overhead: false,
+    };
+    assert!(matches!(
+        validate(&t, &p),
+        Err(PlanError::WrapNotAcrossIterations { .. })
+    ));
+    // A false claim is caught by the simulation.
+    let mut p = x0_swap(4, 0.0);
+    p.claims_zero_overhead = true;
+    assert!(matches!(
+        check(
+            &t,
+            &p,
+            100,
+            CopyModel {
+                out_ns_per_byte: 3.0,
+                ..UNIT
+            }
+        ),
+        Err(PlanError::ClaimBroken { .. })
+    ));
+}
+
+#[test]
+fn degenerate_traces_do_not_panic() {
+    let empty = OpTrace::default();
+    let r = evaluate(
+        &empty,
+        &plan(&empty, 0, Weights::default(), CopyModel::pcie3()),
+        0,
+        CopyModel::pcie3(),
+    );
+    assert_eq!((r.time_ns, r.overhead, r.peak_bytes), (0.0, 0.0, 0));
+    let b = zero_stall_bound(&empty, CopyModel::pcie3());
+    assert_eq!((b.peak_op, b.max_removal), (None, 0));
+    // Zero-time ops, zero-size tensors, dangling ids, NaN durations, out-of-range lifetimes.
+    let weird = OpTrace {
+        source: String::new(),
+        tensors: vec![
+            Tensor {
+                id: 0,
+                bytes: 0,
+                resident: true,
+                dies_after: Some(99),
+                born_at: None,
+            },
+            Tensor {
+                id: 1,
+                bytes: 1 << 21,
+                resident: false,
+                dies_after: Some(0),
+                born_at: Some(7),
+            },
+            Tensor {
+                id: 2,
+                bytes: 1 << 21,
+                resident: true,
+                dies_after: None,
+                born_at: None,
+            },
+        ],
+        ops: vec![
+            op("a", 0.0, &[0, 2, 77], &[1]),
+            op("b", f64::NAN, &[], &[]),
+            op("c", -5.0, &[2], &[2]),
+        ],
+    };
+    for limit in [0, 1, 1 << 21, u64::MAX] {
+        for w in [
+            Weights::default(),
+            Weights::from_array([f64::NAN, -3.0, 0.5, f64::INFINITY]),
+        ] {
+            let p = plan(&weird, limit, w, CopyModel::pcie3());
+            assert!(validate(&weird, &p).is_ok());
+            let r = evaluate(&weird, &p, limit, CopyModel::pcie3());
+            assert!(r.time_ns >= 0.0 && r.overhead >= 0.0);
+        }
+        let _ = baselines::lru(&weird, limit, CopyModel::pcie3());
+        let _ = baselines::belady(&weird, limit, CopyModel::pcie3());
+        let _ = zero_stall_bound(&weird, CopyModel::pcie3());
+    }
+}
+
+#[test]
+fn bound_by_hand() {
+    // Fig. 7 at the peak op F2 (S* = 200): eligible tensors are x0 (previous access F1,
+    // release E = 200; next access B0, S = 500) and x1? x1 is read by F2: not eligible.
+    // x0: out must fit [200, 200] → c_out(50) = 50 > 0: not eligible either → removal 0.
+    let b = zero_stall_bound(&fig7(), UNIT);
+    assert_eq!(
+        (
+            b.peak_op,
+            b.peak_bytes,
+            b.eligible,
+            b.max_removal,
+            b.floor_bytes
+        ),
+        (Some(2), 150, 0, 0, 150)
+    );
+    // Zero-latency, infinitely fast copies: x0 is eligible ([200, 200] holds a 0-ns copy).
+    let free = CopyModel {
+        out_ns_per_byte: 0.0,
+        in_ns_per_byte: 0.0,
+        ..UNIT
+    };
+    let b = zero_stall_bound(&fig7(), free);
+    assert_eq!((b.eligible, b.max_removal, b.floor_bytes), (1, 50, 100));
+}
+
+#[test]
+fn bound_knapsack_by_hand() {
+    // Peak op P (op 3, S* = 300) with three 100-byte tensors written at op 0 and read at op 5
+    // (release E_0 = 100, deadline S_5 = 500; 1 ns/B: each copy takes 100 ns). Out side:
+    // Σ c_out ≤ 300 − 100 = 200 → at most 2 whole tensors; in side: Σ c_in ≤ 500 − 300 = 200.
+    // Removal bound = 200 bytes; floor = L* − 200.
+    let t = OpTrace {
+        source: "k".into(),
+        tensors: (0..3)
+            .map(|i| tensor(i, 100, Some(0), Some(5)))
+            .chain([tensor(3, 10, Some(3), Some(3))])
+            .collect(),
+        ops: vec![
+            op("w", 100.0, &[], &[0, 1, 2]),
+            op("n1", 100.0, &[], &[]),
+            op("n2", 100.0, &[], &[]),
+            op("P", 100.0, &[], &[3]),
+            op("n4", 100.0, &[], &[]),
+            op("r", 100.0, &[0, 1, 2], &[]),
+        ],
+    };
+    let b = zero_stall_bound(&t, UNIT);
+    assert_eq!(
+        (
+            b.peak_op,
+            b.peak_bytes,
+            b.eligible,
+            b.max_removal,
+            b.floor_bytes
+        ),
+        (Some(3), 310, 3, 200, 110)
+    );
+}
+
+#[test]
+fn copy_presets() {
+    let p3 = CopyModel::pcie3();
+    // 1 MiB: out 47.2 µs + 0.0756 · 1 048 576 ns; in 9.7 µs + 0.0823 · 1 048 576 ns.
+    assert!((p3.out_ns(1 << 20) - (47_200.0 + 0.0756 * 1_048_576.0)).abs() < 1e-6);
+    assert!((p3.in_ns(1 << 20) - (9_700.0 + 0.0823 * 1_048_576.0)).abs() < 1e-6);
+    assert!((CopyModel::pcie4().out_ns_per_byte - 0.0378).abs() < 1e-12);
+    assert!((CopyModel::pcie5().in_ns_per_byte - 0.0823 / 4.0).abs() < 1e-12);
+    assert!((CopyModel::nvlink().out_ns_per_byte - 1.0 / 75.0).abs() < 1e-12);
+    assert_eq!(p3.out_ns(0), 47_200.0);
+}
+
+/// A random training-like trace: resident parameters (alive across iterations) and optimizer
+/// state, activations born in "forward" and read again in "backward", temporaries.
+pub(crate) fn random_trace(
+    rng: &mut SplitMix64,
+    n_ops: usize,
+    n_tensors: usize,
+    unit: u64,
+) -> OpTrace {
+    let n = n_ops.max(1);
+    let mut tensors = Vec::with_capacity(n_tensors);
+    let mut ops: Vec<Op> = (0..n)
+        .map(|k| {
+            let t = if rng.below(10) == 0 {
+                0.0
+            } else {
+                rng.range(1, 2000) as f64 * 100.0
+            };
+            op(&format!("op{k}"), t, &[], &[])
+        })
+        .collect();
+    for id in 0..n_tensors {
+        let bytes = if rng.below(20) == 0 {
+            0
+        } else {
+            rng.range(1, 64) * unit
+        };
+        let kind = rng.below(4);
+        let (resident, born, dies) = match kind {
+            0 => (true, None, None),
+            1 => (true, None, Some(rng.below(n as u64) as usize)),
+            _ => {
+                let b = rng.below(n as u64) as usize;
+                let d = if rng.below(8) == 0 {
+                    None
+                } else {
+                    Some(b + rng.below((n - b) as u64) as usize)
+                };
+                (false, Some(b), d)
+            }
+        };
+        let lo = born.unwrap_or(0);
+        let hi = dies.unwrap_or(n - 1);
+        let mut acc = Vec::new();
+        if let Some(b) = born {
+            acc.push(b);
+        }
+        for _ in 0..rng.below(4) {
+            acc.push(rng.range(lo as u64, hi as u64 + 1) as usize);
+        }
+        acc.sort_unstable();
+        acc.dedup();
+        for (j, &k) in acc.iter().enumerate() {
+            if j == 0 && born.is_some() || rng.below(3) == 0 {
+                ops[k].writes.push(id as u32);
+            } else {
+                ops[k].reads.push(id as u32);
+            }
+        }
+        tensors.push(Tensor {
+            id: id as u32,
+            bytes,
+            resident,
+            dies_after: dies,
+            born_at: born,
+        });
+    }
+    OpTrace {
+        source: "random".into(),
+        tensors,
+        ops,
+    }
+}
+
+#[test]
+fn property_random_plans() {
+    let mut rng = SplitMix64::new(0x5eed_a070);
+    let copies = [
+        CopyModel::pcie3(),
+        CopyModel::pcie5(),
+        UNIT.scaled_bandwidth(1000.0),
+    ];
+    for case in 0..150 {
+        let n_ops = rng.range(1, 40) as usize;
+        let n_t = rng.range(0, 30) as usize;
+        let t = random_trace(&mut rng, n_ops, n_t, 1 << 20);
+        let copy = copies[case % copies.len()];
+        let p = profile::Profile::new(&t);
+        let (peak, _) = p.peak();
+        let limit = (peak as f64 * (0.3 + rng.unit() * 0.9)) as u64;
+        let w = Weights::from_array([0; 4].map(|_: i32| rng.unit() * 2.0 - 1.0));
+        let bound = zero_stall_bound(&t, copy);
+        let plans = [
+            ("autoswap", plan_with(&t, limit, w, copy, &opts())),
+            ("default", plan(&t, limit, Weights::default(), copy)),
+            ("aoa", baselines::single_score(&t, limit, Score::Aoa, copy)),
+            (
+                "swdoa",
+                baselines::single_score(&t, limit, Score::Swdoa, copy),
+            ),
+            ("lru", baselines::lru(&t, limit, copy)),
+            ("belady", baselines::belady(&t, limit, copy)),
+        ];
+        for (name, plan) in &plans {
+            let r = check(&t, plan, limit, copy)
+                .unwrap_or_else(|e| panic!("case {case} {name}: {e} ({plan:?})"));
+            assert!(
+                r.time_ns >= r.base_time_ns,
+                "case {case} {name}: faster than no swapping"
+            );
+            assert!(r.overhead >= 0.0);
+            if limit >= peak {
+                assert!(
+                    plan.swaps.is_empty() || *name == "lru" || *name == "belady",
+                    "case {case} {name}"
+                );
+                assert_eq!(r.overhead, 0.0, "case {case} {name}");
+            }
+            if r.stall_ns == 0.0 && r.time_ns == r.base_time_ns {
+                assert!(
+                    r.peak_bytes >= bound.floor_bytes,
+                    "case {case} {name}: beat the bound {r:?} {bound:?}"
+                );
+            }
+        }
+        // Determinism: the same inputs give the same plan.
+        assert_eq!(plan_with(&t, limit, w, copy, &opts()), plans[0].1);
+        // No limit pressure → no swaps and zero overhead.
+        let free = plan(&t, peak, w, copy);
+        assert!(free.swaps.is_empty() && free.claims_zero_overhead);
+        assert_eq!(evaluate(&t, &free, peak, copy).overhead, 0.0);
+    }
+}
+
+#[test]
+fn perf_evaluate_large() {
+    // ~5 000 ops, ~10 000 tensors. The budget (50 ms per evaluate) is asserted in release
+    // builds only; debug builds just run it.
+    let mut rng = SplitMix64::new(42);
+    let t = random_trace(&mut rng, 5_000, 10_000, 1 << 20);
+    let p = profile::Profile::new(&t);
+    let limit = p.peak().0 / 2;
+    let t_plan = std::time::Instant::now();
+    let plan = plan(&t, limit, Weights::default(), CopyModel::pcie3());
+    let plan_time = t_plan.elapsed();
+    let t_eval = std::time::Instant::now();
+    let r = evaluate(&t, &plan, limit, CopyModel::pcie3());
+    let eval_time = t_eval.elapsed();
+    assert!(r.time_ns >= r.base_time_ns);
+    eprintln!(
+        "perf: plan {:?}, evaluate {:?} ({} swaps, overhead {:.3})",
+        plan_time,
+        eval_time,
+        plan.swaps.len(),
+        r.overhead
+    );
+    if !cfg!(debug_assertions) {
+        assert!(eval_time.as_millis() < 50, "evaluate took {eval_time:?}");
+        assert!(plan_time.as_millis() < 125, "plan took {plan_time:?}");
+    }
+}
+
+#[test]
+fn real_dtr_traces() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces/dtr-op-logs");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("skipped: ../shared/real-traces not found");
+        return;
+    };
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".log.gz"))
+        .collect();
+    files.sort();
+    for f in files {
+        let t = match crate::ops::load(&f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("skipped {}: {e}", f.display());
+                continue;
+            }
+        };
+        let p = profile::Profile::new(&t);
+        let limit = p.peak().0 / 10 * 8;
+        let copy = CopyModel::pcie3();
+        let start = std::time::Instant::now();
+        let plan = plan(&t, limit, Weights::default(), copy);
+        let r = check(&t, &plan, limit, copy).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let lru = check(&t, &baselines::lru(&t, limit, copy), limit, copy).unwrap();
+        let b = zero_stall_bound(&t, copy);
+        eprintln!(
+            "{}: {} ops, {} tensors, peak {} MiB, limit 80%: autoswap {} swaps overhead {:.4} \
+             peak {} MiB; lru overhead {:.4}; bound floor {} MiB ({:?})",
+            f.file_name().unwrap_or_default().to_string_lossy(),
+            t.ops.len(),
+            t.tensors.len(),
+            p.peak().0 >> 20,
+            plan.swaps.len(),
+            r.overhead,
+            r.peak_bytes >> 20,
+            lru.overhead,
+            b.floor_bytes >> 20,
+            start.elapsed()
+        );
+        assert!(r.time_ns >= r.base_time_ns);
+    }
+}
