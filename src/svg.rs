@@ -6,6 +6,7 @@
 
 use crate::export::human_bytes;
 use crate::plan::Instance;
+use crate::swap::{SimResult, Stream, What};
 use std::fmt::Write;
 
 const WIDTH: f64 = 960.0;
@@ -141,6 +142,82 @@ pub fn placement(instance: &Instance, offsets: &[u64], footprint: u64, title: &s
         y(peak) - 3.0,
         human_bytes(peak)
     );
+    out.push_str("</svg>\n");
+    out
+}
+
+/// AutoSwap's effect: the memory load over the iteration without and with the plan (top), and
+/// the compute, swap-out and swap-in streams' timelines with the plan (bottom).
+pub fn swap_timeline(name: &str, before: &SimResult, after: &SimResult, limit: u64) -> String {
+    let end = before.time_ns.max(after.time_ns).max(1.0);
+    let top = before.peak_bytes.max(after.peak_bytes).max(limit).max(1);
+    let x = |t: f64| MARGIN + t / end * (WIDTH - 2.0 * MARGIN);
+    let load_bottom = HEIGHT * 0.55;
+    let y = |v: u64| load_bottom - v as f64 / top as f64 * (load_bottom - MARGIN);
+    let mut out = String::new();
+    header(
+        &mut out,
+        &format!(
+            "{name}: load without (grey) and with AutoSwap (blue), limit {}; overhead {:.2} %",
+            human_bytes(limit),
+            100.0 * after.overhead
+        ),
+    );
+    let curve = |points: &[(f64, u64)]| {
+        let mut path = String::new();
+        let mut last = 0u64;
+        for (i, &(t, v)) in points.iter().enumerate() {
+            let _ = write!(
+                path,
+                "{}{:.1},{:.1}",
+                if i == 0 { "M" } else { " L" },
+                x(t),
+                y(last)
+            );
+            let _ = write!(path, " L{:.1},{:.1}", x(t), y(v));
+            last = v;
+        }
+        path
+    };
+    for (result, colour) in [(before, "#999999"), (after, "#1f77b4")] {
+        if !result.load_curve.is_empty() {
+            let _ = writeln!(
+                out,
+                "<path d=\"{}\" fill=\"none\" stroke=\"{colour}\"/>",
+                curve(&result.load_curve)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "<line x1=\"{MARGIN}\" y1=\"{:.1}\" x2=\"{}\" y2=\"{:.1}\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/>",
+        y(limit),
+        WIDTH - MARGIN,
+        y(limit)
+    );
+    let lanes = [
+        (Stream::Compute, "compute"),
+        (Stream::SwapOut, "swap-out"),
+        (Stream::SwapIn, "swap-in"),
+    ];
+    for (lane, (stream, label)) in lanes.iter().enumerate() {
+        let top = load_bottom + 20.0 + lane as f64 * 28.0;
+        let _ = writeln!(out, "<text x=\"4\" y=\"{:.1}\">{label}</text>", top + 14.0);
+        for event in after.events.iter().filter(|e| e.stream == *stream) {
+            let colour = match event.what {
+                What::Op(_) => "#8c8c8c",
+                What::Out { .. } => "#2ca02c",
+                What::In { .. } => "#1f77b4",
+                What::OnDemandIn { .. } => "#d62728",
+            };
+            let _ = writeln!(
+                out,
+                "<rect x=\"{:.2}\" y=\"{top:.1}\" width=\"{:.2}\" height=\"20\" fill=\"{colour}\"/>",
+                x(event.start_ns),
+                (x(event.end_ns) - x(event.start_ns)).max(0.3)
+            );
+        }
+    }
     out.push_str("</svg>\n");
     out
 }

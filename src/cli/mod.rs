@@ -12,6 +12,7 @@
 
 mod bench_cmd;
 mod compare_cmd;
+mod plan_cmd;
 mod run_cmd;
 mod trace_cmd;
 
@@ -50,6 +51,8 @@ enum Command {
     Trace(trace_cmd::TraceArgs),
     /// Compare the device memory of allocation policies on recordings or DSA CSV files.
     Compare(compare_cmd::CompareArgs),
+    /// Choose tensors to swap to host memory under a limit (AutoSwap), and plan the pool.
+    Plan(plan_cmd::PlanArgs),
     /// Measure itermem itself.
     Bench(bench_cmd::BenchArgs),
 }
@@ -72,6 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run_cmd::run(args),
         Command::Trace(args) => trace_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Compare(args) => compare_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Plan(args) => plan_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
     }
 }

@@ -1,0 +1,180 @@
+//! `itermem plan`: AutoSwap on op-level traces. A hand-made DTR log (a forward pass whose
+//! activations are needed again only in the backward pass) and, when ../shared/real-traces is
+//! present, the real DTR logs: every plan is validated by the command itself, the JSON is
+//! stable, and Bayesian optimisation is never worse than the best single score.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::{itermem, scratch, stdout_ok};
+
+const MIB: u64 = 1 << 20;
+
+/// Four layers: forward f1..f4 make 64 MiB activations, backward b4..b1 read them in reverse
+/// order; each op takes 10 ms (a 64 MiB copy takes about 5 ms each way over PCIe 3). The
+/// activations of the first layers idle longest.
+fn toy_log() -> PathBuf {
+    let mut lines = vec![
+        r#"{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}"#.to_string(),
+        r#"{"INSTRUCTION":"CONSTANT","NAME":"w"}"#.to_string(),
+        format!(
+            r#"{{"INSTRUCTION":"MEMORY","MEMORY":"{}","NAME":"w"}}"#,
+            4 * MIB
+        ),
+    ];
+    let call = |name: &str, args: &[&str], result: &str, bytes: u64| {
+        let args: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
+        vec![
+            format!(
+                r#"{{"ARGS":[{}],"INSTRUCTION":"CALL","NAME":"{name}","RESULT":["{result}"],"TIME":"10000000"}}"#,
+                args.join(",")
+            ),
+            format!(r#"{{"INSTRUCTION":"MEMORY","MEMORY":"{bytes}","NAME":"{result}"}}"#),
+            format!(r#"{{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"{result}"}}"#),
+        ]
+    };
+    lines.extend(call("f1", &["w"], "a1", 64 * MIB));
+    lines.extend(call("f2", &["a1", "w"], "a2", 64 * MIB));
+    lines.extend(call("f3", &["a2", "w"], "a3", 64 * MIB));
+    lines.extend(call("f4", &["a3", "w"], "a4", 64 * MIB));
+    lines.extend(call("b4", &["a4", "w"], "g4", 64 * MIB));
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"a4"}"#.into());
+    lines.extend(call("b3", &["a3", "g4"], "g3", 64 * MIB));
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"a3"}"#.into());
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"g4"}"#.into());
+    lines.extend(call("b2", &["a2", "g3"], "g2", 64 * MIB));
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"a2"}"#.into());
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"g3"}"#.into());
+    lines.extend(call("b1", &["a1", "g2"], "g1", 64 * MIB));
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"a1"}"#.into());
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"g2"}"#.into());
+    lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"g1"}"#.into());
+    let path = scratch("toy-dtr.log");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn plan(args: &[&str], trace: &Path) -> Output {
+    Command::new(itermem())
+        .arg("plan")
+        .args(args)
+        .arg(trace)
+        .output()
+        .unwrap()
+}
+
+fn json(args: &[&str], trace: &Path) -> serde_json::Value {
+    serde_json::from_str(&stdout_ok(&plan(args, trace))).unwrap()
+}
+
+#[test]
+fn swaps_bring_an_iteration_under_the_limit_and_the_pool_keeps_one_address_per_tensor() {
+    let log = toy_log();
+    let full = json(&["--json", "--limit", "100%"], &log);
+    let peak = full["peak_bytes"].as_u64().unwrap();
+    assert_eq!(
+        full["swaps"].as_array().unwrap().len(),
+        0,
+        "nothing to do at the peak"
+    );
+    assert_eq!(full["overhead"], 0.0);
+
+    let limited = json(&["--json", "--limit", "75%"], &log);
+    let limit = limited["limit_bytes"].as_u64().unwrap();
+    assert_eq!(limit, peak * 3 / 4);
+    assert!(
+        !limited["swaps"].as_array().unwrap().is_empty(),
+        "{limited:#}"
+    );
+    assert!(
+        limited["peak_after_bytes"].as_u64().unwrap() <= limit,
+        "{limited:#}"
+    );
+    let footprint = limited["pool_footprint_bytes"].as_u64().unwrap();
+    assert!(
+        footprint < peak,
+        "holes of swapped tensors are lent: {limited:#}"
+    );
+    assert!(footprint >= limited["pool_lower_bound_bytes"].as_u64().unwrap());
+    for key in [
+        "trace",
+        "planner",
+        "overhead",
+        "weights",
+        "evaluations",
+        "plan_ms",
+        "swapped_bytes",
+    ] {
+        assert!(limited.get(key).is_some(), "missing {key}");
+    }
+    std::fs::remove_file(log).unwrap();
+}
+
+#[test]
+fn sweep_json_is_stable_and_bo_is_never_worse_than_a_single_score() {
+    let log = toy_log();
+    let sweep = json(&["--sweep", "--json"], &log);
+    for key in [
+        "trace",
+        "peak_bytes",
+        "copy_bound",
+        "zero_overhead_reduction",
+        "sweep",
+    ] {
+        assert!(sweep.get(key).is_some(), "missing {key}");
+    }
+    check_bo_never_worse(&sweep);
+    std::fs::remove_file(log).unwrap();
+}
+
+/// At every limit of a sweep, BO's overhead ≤ the best single score's (null = limit not met).
+fn check_bo_never_worse(sweep: &serde_json::Value) {
+    let value = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::INFINITY);
+    for point in sweep["sweep"].as_array().unwrap() {
+        let o = &point["overhead"];
+        let best_single = ["aoa", "doa", "wdoa", "swdoa"]
+            .iter()
+            .map(|k| value(&o[k]))
+            .fold(f64::INFINITY, f64::min);
+        assert!(value(&o["bo"]) <= best_single + 1e-12, "{point}");
+    }
+}
+
+#[test]
+fn real_dtr_logs_sweep_with_bo_never_worse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces/dtr-op-logs");
+    if !dir.is_dir() {
+        println!("skipped: ../shared/real-traces not found");
+        return;
+    }
+    let resnet = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("resnet32")
+        })
+        .unwrap();
+    let sweep = json(&["--sweep", "--json", "--evaluations", "16"], &resnet);
+    check_bo_never_worse(&sweep);
+    let zero = sweep["zero_overhead_reduction"]["bo"].as_f64().unwrap();
+    let bound = sweep["copy_bound"].as_f64().unwrap();
+    assert!(
+        zero > 0.05 && zero <= bound + 1e-9,
+        "zero-overhead {zero}, bound {bound}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_reported() {
+    let log = toy_log();
+    let output = plan(&["--limit", "12Q"], &log);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--limit \"12Q\""));
+    let output = plan(&["--limit", "80%", "--bandwidth", "fast"], &log);
+    assert_eq!(output.status.code(), Some(2));
+    std::fs::remove_file(log).unwrap();
+}
