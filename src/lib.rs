@@ -18,3 +18,6 @@ pub mod rng;
 pub mod svg;
 pub mod swap;
 pub mod trace;
+
+#[cfg(test)]
+mod test_support;

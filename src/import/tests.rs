@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde_pickle::{HashableValue, SerOptions, Value};
@@ -22,31 +21,7 @@ use crate::trace::{Clock, TraceHeader, TraceWriter};
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A fresh path in the temp directory, removed on drop.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(name: &str) -> TempPath {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        TempPath(std::env::temp_dir().join(format!(
-            "itermem-import-test-{}-{n}-{name}",
-            std::process::id()
-        )))
-    }
-
-    fn with(name: &str, bytes: &[u8]) -> TempPath {
-        let path = TempPath::new(name);
-        std::fs::write(&path.0, bytes).unwrap();
-        path
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use crate::test_support::TempPath;
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

@@ -5,7 +5,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
 use crate::event::{Event, EventKind, MemKind};
@@ -545,24 +544,7 @@ fn itermem_events_become_one_iteration_of_launches() {
     assert_eq!(t.peak().unwrap().bytes, 4096 + 64 + 1024 + 512 * 39 + 2048);
 }
 
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(name: &str) -> TempPath {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        TempPath(std::env::temp_dir().join(format!(
-            "itermem-ops-test-{}-{n}-{name}",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use crate::test_support::TempPath;
 
 #[test]
 fn itermem_trace_files_load_plain_and_gzipped() {

@@ -1,31 +1,10 @@
 //! Round trips, corruptions and concurrency of the trace format, writer and reader.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use super::format::{self, kind};
 use super::*;
 use crate::event::{CopyKind, Event, EventKind, MemKind};
 
-/// A fresh path in the temp directory, removed on drop.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(name: &str) -> TempPath {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        TempPath(std::env::temp_dir().join(format!(
-            "itermem-trace-test-{}-{n}-{name}",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use crate::test_support::TempPath;
 
 fn header() -> TraceHeader {
     TraceHeader {
