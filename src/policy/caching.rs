@@ -37,7 +37,7 @@
 //! Not modelled: streams and `recordStream` (events delay the reuse of a freed block), CUDA-graph
 //! private pools, expandable segments, `PYTORCH_CUDA_ALLOC_CONF` options.
 //!
-//! Structure: one [`Arena`] per pool over a shared [`RegionSource`]; each segment is a region of
+//! Structure: one `Arena` per pool over a shared [`RegionSource`]; each segment is a region of
 //! the arena of its pool, which gives the "within a segment" merging for free.
 
 use super::arena::Arena;

@@ -2,7 +2,7 @@
 //! interposer saw, written while the program runs and read back by the `itermem` CLI.
 //!
 //! The byte layout is specified in `docs/trace-format.md`; that document, not this code, is the
-//! contract a third-party reader is written from, and [`format`] follows it line by line.
+//! contract a third-party reader is written from, and [`format`](mod@format) follows it line by line.
 //!
 //! Why it is built this way:
 //! - **Self-describing records** (kind byte + body length + body): a reader skips kinds it does
