@@ -45,6 +45,14 @@
 //! swap-in cannot be scheduled after its own swap-out is dropped. The final plan is simulated
 //! once to set [`SwapPlan::claims_zero_overhead`].
 //!
+//! When that plan stalls or cannot keep the limit, a second plan trades stalls for memory
+//! (`Gaps::TradeStalls`): after the same selection, the gaps still left out are taken with
+//! the compute stream waiting for their copies (away from their swap-out until the op after
+//! the gap's last op over the limit), and short gaps are kept instead of dropped. The plan
+//! with the lower simulated overhead is returned (one that keeps the limit first, then fewer
+//! swapped bytes), so a limit below what hidden copies reach is kept at a measured cost
+//! instead of exceeded.
+//!
 //! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates.
 
 use super::profile::Profile;
@@ -443,7 +451,55 @@ pub fn plan_with(
             .then(cands[x].tensor.cmp(&cands[y].tensor))
             .then(cands[x].out_after.cmp(&cands[y].out_after))
     });
-    select_and_schedule(&p, &cands, &order, limit, copy, opts.rounds)
+    let (hide, hidden) =
+        select_and_schedule(&p, &cands, &order, limit, copy, opts.rounds, Gaps::Hide);
+    if hidden.overhead == 0.0 && !hidden.over_limit {
+        return hide;
+    }
+    let (trade, traded) = select_and_schedule(
+        &p,
+        &cands,
+        &order,
+        limit,
+        copy,
+        opts.rounds,
+        Gaps::TradeStalls,
+    );
+    let key = |r: &SimResult| (r.over_limit, r.overhead, r.swapped_bytes);
+    if key(&traded).partial_cmp(&key(&hidden)) == Some(std::cmp::Ordering::Less) {
+        trade
+    } else {
+        hide
+    }
+}
+
+/// What to do with a gap too short to copy the tensor out and back without stalling.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gaps {
+    /// Drop it: the plan hides every copy behind compute (the paper's AutoSwap).
+    Hide,
+    /// Keep it: its swap-in is issued when the op that needs it is launched, and the compute
+    /// stream waits for the copies. This trades stall time for memory when no stall-free plan
+    /// keeps the limit.
+    TradeStalls,
+}
+
+/// Where a gap kept under [`Gaps::TradeStalls`] issues its swap-in: at the launch of the op
+/// after the gap's last op over the limit (`last_over[k]` = the last op before `k` whose
+/// no-swap load exceeds the limit), so the tensor is away for every such op and back as early
+/// as that allows. Returns the issuing op and the ops the tensor is away for.
+fn stall_window(
+    p: &Profile,
+    c: &Candidate,
+    last_over: &[Option<usize>],
+) -> (usize, [(usize, usize); 2]) {
+    let (o, i) = (c.out_after, c.in_before);
+    match last_over[i] {
+        Some(m) if !c.wraps && m > o => (m + 1, [(o + 1, m + 1), (0, 0)]),
+        Some(m) if c.wraps => (m + 1, [(o + 1, p.n), (0, m + 1)]),
+        _ if c.wraps => (0, [(o + 1, p.n), (0, 0)]),
+        _ => (i, [(o + 1, i), (0, 0)]),
+    }
 }
 
 /// One scheduled swap: its swap-out end and swap-in start, both on the iteration's axis
@@ -452,14 +508,25 @@ struct Sched {
     cand: usize,
     out_end: f64,
     in_start: f64,
+    /// Kept under [`Gaps::TradeStalls`] although its copies cannot be hidden: the op whose
+    /// launch issues its swap-in.
+    stalled: Option<usize>,
 }
 
 /// Serial out stream forward (each right after its last access); serial in stream backward from
 /// the latest need, as late as possible. The in stream is periodic: every swap-in is placed in
 /// `[0, T0)` before the op that needs it. A gap whose swap-in would have to start before its
-/// swap-out ends (for a wrapping gap: before the iteration starts) is dropped, and the rest is
+/// swap-out ends (for a wrapping gap: before the iteration starts) is dropped (kept, issued at
+/// its [`stall_window`], under [`Gaps::TradeStalls`]), and the rest is
 /// rescheduled without it (at most twice; dropping only moves the others' outs earlier).
-fn schedule(p: &Profile, cands: &[Candidate], chosen: &[usize], copy: CopyModel) -> Vec<Sched> {
+fn schedule(
+    p: &Profile,
+    cands: &[Candidate],
+    chosen: &[usize],
+    copy: CopyModel,
+    gaps: Gaps,
+    last_over: &[Option<usize>],
+) -> Vec<Sched> {
     let t0 = p.t0();
     let mut keep: Vec<usize> = chosen.to_vec();
     let mut res: Vec<Sched> = Vec::new();
@@ -490,7 +557,17 @@ fn schedule(p: &Profile, cands: &[Candidate], chosen: &[usize], copy: CopyModel)
                 out_end[c]
             };
             if in_start < lower {
-                dropped = true;
+                if gaps == Gaps::TradeStalls {
+                    let (issue, _) = stall_window(p, cd, last_over);
+                    res.push(Sched {
+                        cand: c,
+                        out_end: out_end[c],
+                        in_start: p.start[issue],
+                        stalled: Some(issue),
+                    });
+                } else {
+                    dropped = true;
+                }
                 continue;
             }
             next_start = in_start;
@@ -498,6 +575,7 @@ fn schedule(p: &Profile, cands: &[Candidate], chosen: &[usize], copy: CopyModel)
                 cand: c,
                 out_end: out_end[c],
                 in_start,
+                stalled: None,
             });
         }
         if !dropped {
@@ -515,18 +593,40 @@ fn select_and_schedule(
     limit: u64,
     copy: CopyModel,
     rounds: usize,
-) -> SwapPlan {
+    gaps: Gaps,
+) -> (SwapPlan, SimResult) {
     let lim = limit as i128;
     let mut chosen: Vec<usize> = Vec::new();
     let mut pos = 0;
     let mut sched: Vec<Sched> = Vec::new();
     let mut tree = MaxTree::new(&p.load);
     let t0 = p.t0();
+    let mut last_over = Vec::with_capacity(p.n + 1);
+    last_over.push(None);
+    for k in 0..p.n {
+        let prev = last_over[k];
+        last_over.push(if p.load[k] > limit { Some(k) } else { prev });
+    }
+    // Under `TradeStalls`, a second pass over the order takes the gaps left out, each away for
+    // its stall window, once the hidden copies alone cannot keep the limit.
+    let mut stall_pass = false;
+    let mut taken = vec![false; cands.len()];
     for _ in 0..rounds.max(1) {
         // Continue selecting with ideal absences on top of the current estimate.
-        while p.n > 0 && tree.global() > lim && pos < order.len() {
+        while p.n > 0 && tree.global() > lim {
+            if pos == order.len() {
+                if gaps == Gaps::Hide || stall_pass {
+                    break;
+                }
+                stall_pass = true;
+                pos = 0;
+                continue;
+            }
             let c = &cands[order[pos]];
             pos += 1;
+            if taken[order[pos - 1]] {
+                continue;
+            }
             let a = p.end(c.out_after) + copy.out_ns(c.bytes);
             let s_i = if c.wraps {
                 t0 + p.start[c.in_before]
@@ -534,7 +634,11 @@ fn select_and_schedule(
                 p.start[c.in_before]
             };
             let b = s_i - copy.in_ns(c.bytes);
-            let rs = away_ranges(p, c.out_after, c.in_before, c.wraps, a, b);
+            let rs = if stall_pass {
+                stall_window(p, c, &last_over).1
+            } else {
+                away_ranges(p, c.out_after, c.in_before, c.wraps, a, b)
+            };
             if rs.iter().all(|&(x, y)| tree.max(x, y) <= lim) {
                 continue;
             }
@@ -542,18 +646,29 @@ fn select_and_schedule(
                 tree.add(x, y, -(c.bytes as i128));
             }
             chosen.push(order[pos - 1]);
+            taken[order[pos - 1]] = true;
         }
-        sched = schedule(p, cands, &chosen, copy);
+        sched = schedule(p, cands, &chosen, copy, gaps, &last_over);
         chosen = sched.iter().map(|s| s.cand).collect();
+        taken.fill(false);
+        for &c in &chosen {
+            taken[c] = true;
+        }
         tree = MaxTree::new(&p.load);
         for s in &sched {
             let c = &cands[s.cand];
             let back = if c.wraps { s.in_start + t0 } else { s.in_start };
-            for (x, y) in away_ranges(p, c.out_after, c.in_before, c.wraps, s.out_end, back) {
+            let away = if s.stalled.is_some() {
+                stall_window(p, c, &last_over).1
+            } else {
+                away_ranges(p, c.out_after, c.in_before, c.wraps, s.out_end, back)
+            };
+            for (x, y) in away {
                 tree.add(x, y, -(c.bytes as i128));
             }
         }
-        if p.n == 0 || tree.global() <= lim || pos >= order.len() {
+        let exhausted = pos >= order.len() && (gaps == Gaps::Hide || stall_pass);
+        if p.n == 0 || tree.global() <= lim || exhausted {
             break;
         }
     }
@@ -563,7 +678,9 @@ fn select_and_schedule(
             let c = &cands[s.cand];
             let start = s.in_start;
             let lo = if c.wraps { 0 } else { c.out_after + 1 };
-            let j = p.op_at(start).unwrap_or(0).clamp(lo, c.in_before);
+            let j = s
+                .stalled
+                .unwrap_or_else(|| p.op_at(start).unwrap_or(0).clamp(lo, c.in_before));
             let delay = (start - p.start[j]).max(0.0);
             Swap {
                 tensor: c.tensor,
@@ -581,5 +698,5 @@ fn select_and_schedule(
     };
     let r = simulate_profile(p, &plan, limit, copy, SimOptions::default());
     plan.claims_zero_overhead = r.overhead == 0.0 && r.peak_bytes <= limit && r.on_demand == 0;
-    plan
+    (plan, r)
 }

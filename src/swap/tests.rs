@@ -146,6 +146,47 @@ fn fig7_planner_forward_delay() {
 }
 
 #[test]
+fn short_gap_trades_stalls_for_the_limit() {
+    // A0 writes x (100 B), A1 allocates y (100 B), A2 reads x; 100 ns each, limit 100. Loads
+    // 100, 200, 100. x's only gap is A1 (100 ns), shorter than its two 100 ns copies (DOA
+    // −100): no plan hides them, and without swapping A1 goes over the limit. Trading stalls:
+    // out 100–200 while A1 waits for memory (forward 100), A1 200–300, y dies; x's swap-in is
+    // issued at A2's launch (the op after the last one over the limit), runs 300–400 while A2
+    // waits (backward 100); A2 400–500. T = 500 against T0 = 300, peak 100.
+    let t = OpTrace {
+        source: "short".into(),
+        tensors: vec![
+            tensor(0, 100, Some(0), Some(2)),
+            tensor(1, 100, Some(1), Some(1)),
+        ],
+        ops: vec![
+            op("A0", 100.0, &[], &[0]),
+            op("A1", 100.0, &[], &[1]),
+            op("A2", 100.0, &[0], &[]),
+        ],
+    };
+    assert!(evaluate(&t, &SwapPlan::default(), 100, UNIT).over_limit);
+    let plan = plan_with(&t, 100, Weights::default(), UNIT, &opts());
+    assert_eq!(plan.swaps.len(), 1);
+    let s = &plan.swaps[0];
+    assert_eq!(
+        (s.out_after, s.in_before, s.in_issue, s.in_delay_ns),
+        (0, 2, 2, 0.0)
+    );
+    let r = check(&t, &plan, 100, UNIT).unwrap();
+    assert_eq!(
+        (
+            r.time_ns,
+            r.stall_forward_ns,
+            r.stall_backward_ns,
+            r.peak_bytes
+        ),
+        (500.0, 100.0, 100.0, 100)
+    );
+    assert!(!r.over_limit && !plan.claims_zero_overhead);
+}
+
+#[test]
 fn fig7_longer_gap_zero_overhead() {
     // Copies of 50 B taking 2 ns (0.04 ns/B). In `fig7` x0 is last read by F1, which ends
     // exactly when F2 allocates: even a 2 ns swap-out delays F2 by 2 ns (T = 602). Here F1
