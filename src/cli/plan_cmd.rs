@@ -288,7 +288,11 @@ fn combined_footprint(trace: &OpTrace, plan: &SwapPlan) -> anyhow::Result<(u64, 
         let Some(&(lower, upper)) = live.get(&id) else {
             continue;
         };
-        let (after, before) = (s.out_after as u64 + 1, s.in_before as u64);
+        // A final swap lends its range until the tensor is freed.
+        let (after, before) = (
+            s.out_after as u64 + 1,
+            s.in_before.map_or(upper, |i| i as u64),
+        );
         let windows = if s.wraps() {
             vec![(after, upper), (lower, before)]
         } else {
@@ -317,7 +321,8 @@ struct SwapJson {
     tensor: u32,
     bytes: u64,
     out_after_op: usize,
-    in_before_op: usize,
+    /// None (null) for a final swap: not accessed again before it is freed, never copied back.
+    in_before_op: Option<usize>,
     wraps: bool,
 }
 
@@ -458,13 +463,16 @@ fn describe(p: &PlanJson, trace: &OpTrace) -> String {
     let mut swaps: Vec<&SwapJson> = p.swaps.iter().collect();
     swaps.sort_by_key(|s| std::cmp::Reverse(s.bytes));
     for s in swaps.iter().take(20) {
+        let back = match s.in_before_op {
+            Some(i) => format!("back before op {i:>5}"),
+            None => "not back (freed with no further access)".to_string(),
+        };
         let _ = writeln!(
             out,
-            "  tensor {:>6} {:>11}  out after op {:>5}, back before op {:>5}{}",
+            "  tensor {:>6} {:>11}  out after op {:>5}, {back}{}",
             s.tensor,
             human_bytes(s.bytes),
             s.out_after_op,
-            s.in_before_op,
             if s.wraps {
                 " (across the iteration boundary)"
             } else {

@@ -7,7 +7,9 @@
 //! A candidate is one idle gap of one tensor of at least [`AutoSwapOptions::min_bytes`]
 //! (1 MiB): between two consecutive accesses `o < i`, or, for a tensor alive across
 //! iterations, from its last access `o` of the iteration to its first access `i` of the next
-//! (wrapping). The paper keeps the gaps that span the peak-load op; we keep those spanning
+//! (wrapping), or, for a tensor the program frees without accessing it again, from its last
+//! access to its free (*final*: swapped out, never back; `c_in = 0` in the scores). The paper
+//! keeps the gaps that span the peak-load op; we keep those spanning
 //! *any* op whose no-swap load `L_k` exceeds the limit (the same set when one region is over
 //! the limit), and during selection skip a gap whose absence would cover no op that is still
 //! over the limit.
@@ -148,8 +150,12 @@ pub struct Candidate {
     pub tensor: TensorId,
     pub bytes: u64,
     pub out_after: usize,
+    /// The next access; for a final gap (`returns = false`), the op after the tensor is freed.
     pub in_before: usize,
     pub wraps: bool,
+    /// False for a final gap: the tensor is not accessed again before it is freed, so it
+    /// leaves the device for good (no swap-in, [`Swap::in_before`] = None).
+    pub returns: bool,
     pub gap_ns: f64,
     pub doa: f64,
     pub aoa: f64,
@@ -240,21 +246,23 @@ pub(crate) fn candidates_profile(
             continue;
         }
         let acc = p.t_acc(t);
-        let mut gaps: Vec<(usize, usize, bool)> = acc
+        let mut gaps: Vec<(usize, usize, bool, bool)> = acc
             .windows(2)
-            .map(|w| (w[0] as usize, w[1] as usize, false))
-            .filter(|&(o, i, _)| over[i] - over[o + 1] > 0)
+            .map(|w| (w[0] as usize, w[1] as usize, false, true))
+            .filter(|&(o, i, _, _)| over[i] - over[o + 1] > 0)
             .collect();
-        if p.cross[t] {
-            if let (Some(&first), Some(&last)) = (acc.first(), acc.last()) {
-                let (o, i) = (last as usize, first as usize);
-                if over[n] - over[o + 1] + over[i] > 0 {
-                    gaps.push((o, i, true));
-                }
+        if let (Some(&first), Some(&last)) = (acc.first(), acc.last()) {
+            let (o, i) = (last as usize, first as usize);
+            let after_death = p.death[t] + 1;
+            if p.cross[t] && over[n] - over[o + 1] + over[i] > 0 {
+                gaps.push((o, i, true, true));
+            } else if !p.cross[t] && after_death > o + 1 && over[after_death] - over[o + 1] > 0 {
+                gaps.push((o, after_death, false, false));
             }
         }
-        for (o, i, wraps) in gaps {
-            let (c_out, c_in) = (copy.out_ns(b), copy.in_ns(b));
+        for (o, i, wraps, returns) in gaps {
+            let c_out = copy.out_ns(b);
+            let c_in = if returns { copy.in_ns(b) } else { 0.0 };
             let e_o = p.end(o);
             let s_i = if wraps { t0 + p.start[i] } else { p.start[i] };
             let gap_ns = s_i - e_o;
@@ -282,6 +290,7 @@ pub(crate) fn candidates_profile(
                 out_after: o,
                 in_before: i,
                 wraps,
+                returns,
                 gap_ns,
                 doa,
                 aoa,
@@ -550,6 +559,21 @@ fn schedule(
         let mut dropped = false;
         for &c in &ins {
             let cd = &cands[c];
+            if !cd.returns {
+                // A final gap has no swap-in; it helps only if its swap-out ends before the
+                // tensor is freed (else the free waits for the copy).
+                if out_end[c] < p.start[cd.in_before] {
+                    res.push(Sched {
+                        cand: c,
+                        out_end: out_end[c],
+                        in_start: p.start[cd.in_before],
+                        stalled: None,
+                    });
+                } else {
+                    dropped = true;
+                }
+                continue;
+            }
             let in_start = p.start[cd.in_before].min(next_start) - copy.in_ns(cd.bytes);
             let lower = if cd.wraps {
                 (out_end[c] - t0).max(0.0)
@@ -633,8 +657,12 @@ fn select_and_schedule(
             } else {
                 p.start[c.in_before]
             };
-            let b = s_i - copy.in_ns(c.bytes);
-            let rs = if stall_pass {
+            let b = if c.returns {
+                s_i - copy.in_ns(c.bytes)
+            } else {
+                s_i
+            };
+            let rs = if stall_pass && c.returns {
                 stall_window(p, c, &last_over).1
             } else {
                 away_ranges(p, c.out_after, c.in_before, c.wraps, a, b)
@@ -676,6 +704,16 @@ fn select_and_schedule(
         .iter()
         .map(|s| {
             let c = &cands[s.cand];
+            if !c.returns {
+                return Swap {
+                    tensor: c.tensor,
+                    out_after: c.out_after,
+                    out_at: c.out_after,
+                    in_before: None,
+                    in_issue: c.out_after,
+                    in_delay_ns: 0.0,
+                };
+            }
             let start = s.in_start;
             let lo = if c.wraps { 0 } else { c.out_after + 1 };
             let j = s
@@ -686,7 +724,7 @@ fn select_and_schedule(
                 tensor: c.tensor,
                 out_after: c.out_after,
                 out_at: c.out_after,
-                in_before: c.in_before,
+                in_before: Some(c.in_before),
                 in_issue: j,
                 in_delay_ns: delay,
             }

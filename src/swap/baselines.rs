@@ -98,7 +98,7 @@ fn on_demand(p: &Profile, limit: u64, furthest: bool) -> SwapPlan {
                     tensor: t as u32,
                     out_after: o,
                     out_at: k.saturating_sub(1).max(o),
-                    in_before: i,
+                    in_before: Some(i),
                     in_issue: back,
                     in_delay_ns: 0.0,
                 });

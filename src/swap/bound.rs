@@ -6,7 +6,8 @@
 //! away at `S*` only if it is live at `k*`, not accessed by `k*`, and has an idle gap around
 //! `k*`: a previous access `o` (release `r_t = E_o`; for a tensor alive across iterations
 //! whose last access precedes `k*`… its previous access may be last iteration's: `E_o − T0`)
-//! and a next access `i` (deadline `d_t = S_i`, or `S_i + T0` in the next iteration). Its
+//! and a next access `i` (deadline `d_t = S_i`, or `S_i + T0` in the next iteration; none for
+//! a tensor freed without another access: a final swap, no swap-in). Its
 //! swap-out runs in `[r_t, S*]` on the serial out stream and its swap-in in `[S*, d_t]` on
 //! the serial in stream, so for the chosen set X:
 //!
@@ -197,12 +198,18 @@ pub fn zero_stall_bound(trace: &OpTrace, copy: CopyModel) -> Bound {
         } else if p.cross[t] {
             acc.first().map(|&i| p.start[i as usize] + t0)
         } else {
-            None
+            // Not accessed again before it is freed: a final swap, never copied back.
+            Some(f64::INFINITY)
         };
         let (Some(release), Some(deadline)) = (prev, next) else {
             continue;
         };
-        let (c_out, c_in) = (copy.out_ns(b), copy.in_ns(b));
+        let c_out = copy.out_ns(b);
+        let c_in = if deadline.is_finite() {
+            copy.in_ns(b)
+        } else {
+            0.0
+        };
         if release + c_out > s_star || s_star + c_in > deadline {
             continue;
         }

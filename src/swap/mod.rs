@@ -37,6 +37,8 @@
 //! * `o ∈ A_t`, and `i` is the next access after `o` (`A_t ∩ (o, i) = ∅`), or, wrapping,
 //!   `t` is alive across iterations, `o = max A_t` and `i = min A_t`;
 //! * non-wrapping: `o ≤ out_at < in_issue ≤ i`; wrapping: `in_issue ≤ i ≤ o ≤ out_at`;
+//! * final (`i = None`): `o = max A_t`, `t` is freed within the iteration, and
+//!   `o ≤ out_at ≤` the op after which it is freed;
 //! * no two swaps share a gap.
 //!
 //! [`check`] adds what only a simulation shows: every swapped tensor is back before its next
@@ -131,12 +133,17 @@ impl Default for CopyModel {
 /// access before the gap) and must be back before op `in_before` (its next access). The
 /// swap-in is issued when op `in_issue` is launched (when the op before it ends) plus
 /// `in_delay_ns` (0 for an executor that issues exactly at a launch).
+///
+/// A *final* swap (`in_before = None`) moves out a tensor that is not accessed again before
+/// the program frees it: it never comes back, its host copy is dropped when the program frees
+/// the tensor, and `in_issue`/`in_delay_ns` are unused. Frameworks hold such tensors (LSTM's
+/// DTR log: 24 % of its peak), and only a final swap can free their device memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Swap {
     pub tensor: TensorId,
     pub out_after: usize,
     pub out_at: usize,
-    pub in_before: usize,
+    pub in_before: Option<usize>,
     pub in_issue: usize,
     pub in_delay_ns: f64,
 }
@@ -144,7 +151,7 @@ pub struct Swap {
 impl Swap {
     /// The gap wraps the iteration boundary (out at the end, in at the start of the next).
     pub fn wraps(&self) -> bool {
-        self.in_before <= self.out_after
+        self.in_before.is_some_and(|i| i <= self.out_after)
     }
 }
 
@@ -277,7 +284,11 @@ pub(crate) fn validate_profile(p: &Profile, plan: &SwapPlan) -> Result<(), PlanE
                 tensor: s.tensor,
             });
         }
-        for op in [s.out_after, s.out_at, s.in_before, s.in_issue] {
+        let back = s.in_before.map(|i| [i, s.in_issue]);
+        for op in [s.out_after, s.out_at]
+            .into_iter()
+            .chain(back.into_iter().flatten())
+        {
             if op >= n {
                 return Err(PlanError::OpOutOfRange { swap: si, op });
             }
@@ -293,7 +304,7 @@ pub(crate) fn validate_profile(p: &Profile, plan: &SwapPlan) -> Result<(), PlanE
             if !p.cross[t] {
                 return Err(PlanError::WrapNotAcrossIterations { swap: si });
             }
-            if pos + 1 != acc.len() || acc[0] as usize != s.in_before {
+            if pos + 1 != acc.len() || s.in_before != Some(acc[0] as usize) {
                 let found = if pos + 1 == acc.len() {
                     acc.first()
                 } else {
@@ -304,18 +315,21 @@ pub(crate) fn validate_profile(p: &Profile, plan: &SwapPlan) -> Result<(), PlanE
                     found: found.map(|&k| k as usize),
                 });
             }
-            if !(s.in_issue <= s.in_before && s.out_after <= s.out_at) {
+            if !(Some(s.in_issue) <= s.in_before && s.out_after <= s.out_at) {
                 return Err(PlanError::BadIssueOrder { swap: si });
             }
         } else {
             let next = acc.get(pos + 1).map(|&k| k as usize);
-            if next != Some(s.in_before) {
+            if next != s.in_before || (next.is_none() && p.cross[t]) {
                 return Err(PlanError::NotNextAccess {
                     swap: si,
                     found: next,
                 });
             }
-            if !(s.out_after <= s.out_at && s.out_at < s.in_issue && s.in_issue <= s.in_before) {
+            let issue_ok = s
+                .in_before
+                .is_none_or(|i| s.out_at < s.in_issue && s.in_issue <= i);
+            if !(s.out_after <= s.out_at && s.out_at <= p.death[t] && issue_ok) {
                 return Err(PlanError::BadIssueOrder { swap: si });
             }
         }

@@ -250,11 +250,13 @@ impl<'a> Machine<'a> {
         let mut state = vec![St::Device; nt];
         for (i, s) in swaps.iter().enumerate() {
             let t = s.tensor as usize;
-            if t >= nt || s.out_at >= n || s.in_issue >= n {
+            if t >= nt || s.out_at >= n || s.in_before.is_some() && s.in_issue >= n {
                 continue;
             }
             out_by_op[s.out_at].push(i);
-            in_by_op[s.in_issue].push(i);
+            if s.in_before.is_some() {
+                in_by_op[s.in_issue].push(i);
+            }
             if s.wraps() && p.cross[t] {
                 state[t] = St::Host;
             }

@@ -70,7 +70,7 @@ fn x0_swap(issue: usize, delay: f64) -> SwapPlan {
             tensor: 0,
             out_after: 1,
             out_at: 1,
-            in_before: 5,
+            in_before: Some(5),
             in_issue: issue,
             in_delay_ns: delay,
         }],
@@ -130,7 +130,7 @@ fn fig7_planner_forward_delay() {
             s.in_issue,
             s.in_delay_ns
         ),
-        (0, 1, 5, 4, 50.0)
+        (0, 1, Some(5), 4, 50.0)
     );
     // Simulation: F2 launched at 200 must allocate x2 (load 100 + 50 > 100): it waits for x0's
     // swap-out to finish at 250 (forward delay 50), runs 250–350; B2 350–450; B1 450–550, the
@@ -171,7 +171,7 @@ fn short_gap_trades_stalls_for_the_limit() {
     let s = &plan.swaps[0];
     assert_eq!(
         (s.out_after, s.in_before, s.in_issue, s.in_delay_ns),
-        (0, 2, 2, 0.0)
+        (0, Some(2), 2, 0.0)
     );
     let r = check(&t, &plan, 100, UNIT).unwrap();
     assert_eq!(
@@ -184,6 +184,46 @@ fn short_gap_trades_stalls_for_the_limit() {
         (500.0, 100.0, 100.0, 100)
     );
     assert!(!r.over_limit && !plan.claims_zero_overhead);
+}
+
+#[test]
+fn final_swap_frees_a_tensor_never_accessed_again() {
+    // x (100 B) is written by A0 and never accessed again, but the program frees it only after
+    // A3; y (100 B) lives during A2. Ops 100, 400, 100, 100 ns; loads 100, 100, 200, 100;
+    // limit 100. x has no next access, so only a final swap (out, never back) can help: out
+    // 100–200 behind A1, and A2 allocates y at 500 with x gone. T = T0 = 700, peak 100, one
+    // copy of 100 B and no swap-in.
+    let t = OpTrace {
+        source: "final".into(),
+        tensors: vec![
+            tensor(0, 100, Some(0), Some(3)),
+            tensor(1, 100, Some(2), Some(2)),
+        ],
+        ops: vec![
+            op("A0", 100.0, &[], &[0]),
+            op("A1", 400.0, &[], &[]),
+            op("A2", 100.0, &[], &[1]),
+            op("A3", 100.0, &[], &[]),
+        ],
+    };
+    let plan = plan_with(&t, 100, Weights::default(), UNIT, &opts());
+    assert_eq!(plan.swaps.len(), 1);
+    let s = &plan.swaps[0];
+    assert_eq!((s.tensor, s.out_after, s.in_before), (0, 0, None));
+    assert!(!s.wraps());
+    let r = check(&t, &plan, 100, UNIT).unwrap();
+    assert_eq!(
+        (r.time_ns, r.peak_bytes, r.swapped_bytes),
+        (700.0, 100, 100)
+    );
+    assert!(plan.claims_zero_overhead);
+    // A final swap of a tensor that is accessed again is not valid.
+    let mut u = t.clone();
+    u.ops[3].reads.push(0);
+    assert!(matches!(
+        validate(&u, &plan),
+        Err(PlanError::NotNextAccess { found: Some(3), .. })
+    ));
 }
 
 #[test]
@@ -314,7 +354,7 @@ fn wrap_gap_zero_overhead() {
     assert!(s.wraps());
     assert_eq!(
         (s.out_after, s.in_before, s.in_issue, s.in_delay_ns),
-        (3, 3, 2, 50.0)
+        (3, Some(3), 2, 50.0)
     );
     let r = check(&t, &plan, 60, UNIT).unwrap();
     assert_eq!((r.time_ns, r.overhead, r.peak_bytes), (500.0, 0.0, 60));
@@ -340,7 +380,7 @@ fn wrap_spill_is_carried() {
 fn validate_rejects() {
     let t = fig7();
     let mut p = x0_swap(4, 0.0);
-    p.swaps[0].in_before = 4;
+    p.swaps[0].in_before = Some(4);
     assert!(matches!(
         validate(&t, &p),
         Err(PlanError::NotNextAccess { found: Some(5), .. })
@@ -376,7 +416,7 @@ fn validate_rejects() {
             tensor: 0,
             out_after: 5,
             out_at: 5,
-            in_before: 0,
+            in_before: Some(0),
             in_issue: 0,
             in_delay_ns: 0.0,
         }],
