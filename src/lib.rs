@@ -6,6 +6,7 @@
 pub mod analysis;
 pub mod bo;
 pub mod config;
+mod content;
 pub mod detect;
 pub mod event;
 pub mod export;

@@ -5,6 +5,7 @@
 //! plus the event index for JSON, a key path for the structure of a snapshot. For a gzip file,
 //! places inside the data refer to the *decompressed* bytes (the message says so).
 
+use crate::content::FirstBytes;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -106,15 +107,12 @@ impl fmt::Display for Problem {
             Problem::Io(err) => write!(f, "{err}"),
             Problem::Empty => write!(f, "the file is empty"),
             Problem::UnknownFormat { first_bytes } => {
-                write!(f, "unrecognised content (starts with")?;
-                for b in first_bytes {
-                    write!(f, " {b:02x}")?;
-                }
                 write!(
                     f,
-                    "): expected an itermem trace, a PyTorch memory snapshot pickle \
+                    "unrecognised content (starts with{}): expected an itermem trace, a PyTorch memory snapshot pickle \
                      (torch.cuda.memory._snapshot()), a PyTorch profiler / Chrome trace JSON with \
-                     [memory] events, or a DSA CSV `id,lower,upper,size`, each optionally gzipped"
+                     [memory] events, or a DSA CSV `id,lower,upper,size`, each optionally gzipped",
+                    FirstBytes(first_bytes)
                 )
             }
             Problem::Gzip {

@@ -200,9 +200,6 @@ pub fn detect_format(content: &[u8]) -> Option<Format> {
     None
 }
 
-/// Gzip magic.
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-
 /// A file's content, decompressed if it was gzip.
 pub(crate) struct Input {
     path: std::path::PathBuf,
@@ -249,7 +246,7 @@ impl Input {
         }
         let mut raw = head.to_vec();
         file.read_to_end(&mut raw).map_err(io_error)?;
-        if raw.starts_with(&GZIP_MAGIC) {
+        if raw.starts_with(&crate::content::GZIP_MAGIC) {
             let bytes = gunzip(path, &raw)?;
             if bytes.is_empty() {
                 return Err(ImportError::new(path, Location::File, Problem::Empty).gzipped(true));
@@ -283,41 +280,20 @@ impl Input {
     }
 }
 
-/// Decompresses a whole gzip file (every member of a multi-member file). A corrupt or truncated
-/// stream is an error with the compressed offset the decoder reached.
+/// Decompresses a whole gzip file; a corrupt or truncated stream is an error with the
+/// compressed offset the decoder reached.
 fn gunzip(path: &Path, raw: &[u8]) -> Result<Vec<u8>, ImportError> {
-    /// Counts the compressed bytes the decoder has consumed.
-    struct Counting<'a> {
-        data: &'a [u8],
-        pos: usize,
-    }
-    impl Read for Counting<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let rest = &self.data[self.pos..];
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            self.pos += n;
-            Ok(n)
-        }
-    }
-    let mut decoder = flate2::read::MultiGzDecoder::new(Counting { data: raw, pos: 0 });
-    // Profiler traces compress about 15:1; start with room for that, capped.
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(8).min(1 << 30));
-    match decoder.read_to_end(&mut out) {
-        Ok(_) => Ok(out),
-        Err(error) => {
-            let compressed_offset = decoder.get_ref().pos as u64;
-            Err(ImportError::new(
-                path,
-                Location::File,
-                Problem::Gzip {
-                    error,
-                    compressed_offset,
-                },
-            )
-            .gzipped(true))
-        }
-    }
+    crate::content::gunzip(raw).map_err(|corrupt| {
+        ImportError::new(
+            path,
+            Location::File,
+            Problem::Gzip {
+                error: corrupt.error,
+                compressed_offset: corrupt.compressed_offset,
+            },
+        )
+        .gzipped(true)
+    })
 }
 
 /// Picks the device: the requested one (an error if it has no events), else the one with the

@@ -15,8 +15,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -175,18 +173,9 @@ struct ChromeArgs {
 /// would credit the tail of a step to the next one.)
 pub fn profiler_kernel_steps(path: impl AsRef<Path>) -> Result<KernelSteps, OpsError> {
     let path = path.as_ref();
-    let mut raw = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut raw))
-        .map_err(|err| OpsError::file(path, Problem::Io(err)))?;
-    let gzip = raw.starts_with(&[0x1f, 0x8b]);
-    if gzip {
-        let mut out = Vec::with_capacity(raw.len().saturating_mul(8).min(1 << 30));
-        flate2::read::MultiGzDecoder::new(raw.as_slice())
-            .read_to_end(&mut out)
-            .map_err(|err| OpsError::file(path, Problem::Gzip(err)))?;
-        raw = out;
-    }
+    let raw = std::fs::read(path).map_err(|err| OpsError::file(path, Problem::Io(err)))?;
+    let (raw, gzip) = crate::content::gunzip_if_gzip(raw)
+        .map_err(|corrupt| OpsError::file(path, Problem::Gzip(corrupt.error)))?;
     let trace: ChromeTrace = serde_json::from_slice(&raw).map_err(|err| {
         let mut e = OpsError::line(path, err.line() as u64, Problem::Json(err.to_string()));
         e.gzip = gzip;

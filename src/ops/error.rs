@@ -6,6 +6,7 @@
 //! 0-based event indices for itermem traces. For a gzip file the line is one of the
 //! *decompressed* text (the message says so). Bad input is always an error, never a panic.
 
+use crate::content::FirstBytes;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -135,15 +136,12 @@ impl fmt::Display for Problem {
             Problem::Gzip(err) => write!(f, "corrupt or truncated gzip data: {err}"),
             Problem::Empty => write!(f, "the file is empty"),
             Problem::UnknownFormat { first_bytes } => {
-                write!(f, "unrecognised content (starts with")?;
-                for b in first_bytes {
-                    write!(f, " {b:02x}")?;
-                }
                 write!(
                     f,
-                    "): expected a DTR op log (JSON lines with \"INSTRUCTION\"), a generated \
+                    "unrecognised content (starts with{}): expected a DTR op log (JSON lines with \"INSTRUCTION\"), a generated \
                      dispatch trace (JSON lines with \"ev\") or an itermem trace, each \
-                     optionally gzipped"
+                     optionally gzipped",
+                    FirstBytes(first_bytes)
                 )
             }
             Problem::Json(msg) => write!(f, "not a JSON object: {msg}"),

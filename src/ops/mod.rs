@@ -56,8 +56,6 @@ mod generated;
 #[cfg(test)]
 mod tests;
 
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 pub use cost::{CostError, CostModel};
@@ -330,25 +328,14 @@ pub fn load(path: impl AsRef<Path>) -> Result<OpTrace, OpsError> {
 /// [`load`] with options, returning the format and the importer's statistics too.
 pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Loaded, OpsError> {
     let path = path.as_ref();
-    let mut raw = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut raw))
-        .map_err(|err| OpsError::file(path, Problem::Io(err)))?;
+    let raw = std::fs::read(path).map_err(|err| OpsError::file(path, Problem::Io(err)))?;
     parse(path, raw, options)
 }
 
 /// Converts the content of a file (`name` is used in messages and as the trace's `source`).
 pub fn parse(name: &Path, bytes: Vec<u8>, options: &LoadOptions) -> Result<Loaded, OpsError> {
-    let gzip = bytes.starts_with(&[0x1f, 0x8b]);
-    let bytes = if gzip {
-        let mut out = Vec::with_capacity(bytes.len().saturating_mul(8).min(1 << 30));
-        flate2::read::MultiGzDecoder::new(bytes.as_slice())
-            .read_to_end(&mut out)
-            .map_err(|err| OpsError::file(name, Problem::Gzip(err)))?;
-        out
-    } else {
-        bytes
-    };
+    let (bytes, gzip) = crate::content::gunzip_if_gzip(bytes)
+        .map_err(|corrupt| OpsError::file(name, Problem::Gzip(corrupt.error)))?;
     let result = match detect_format(&bytes) {
         Some(OpFormat::DtrLog) => dtr::parse(name, &bytes, options),
         Some(OpFormat::Generated) => generated::parse(name, &bytes, options),
