@@ -49,7 +49,19 @@ fn recorder() -> Option<&'static Recorder> {
     if !ACTIVE.load(Ordering::Relaxed) {
         return None;
     }
-    STATE.get_or_init(start).as_ref()
+    // Starting runs inside a hook too: a panic there must not reach the host program either.
+    STATE
+        .get_or_init(|| {
+            catch_unwind(start).unwrap_or_else(|_| {
+                ACTIVE.store(false, Ordering::Relaxed);
+                report(format_args!(
+                    "internal error while starting; passing every call through from now on \
+                     (the program is unaffected)"
+                ));
+                None
+            })
+        })
+        .as_ref()
 }
 
 fn start() -> Option<Recorder> {
