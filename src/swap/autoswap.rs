@@ -55,6 +55,16 @@
 //! swapped bytes), so a limit below what hidden copies reach is kept at a measured cost
 //! instead of exceeded.
 //!
+//! *Stretched plans* compete in the same way. Beyond what hidden copies reach, the compute
+//! stream must wait wherever a copy stream is saturated (the forward pass of an LSTM produces
+//! 16.6 GB/s of activations against PCIe 3's 13.2 GB/s out). A plan that hides its copies on
+//! a timeline where they are `f` times faster ([`STRETCHES`]) chooses the tensors such a
+//! stretched run can free; its swap-ins are then re-issued for the real copy time (as late as
+//! possible, serial, on the stall-free timeline, so they start early enough that each op
+//! waits only for what the saturated streams impose), and the simulator with the real copy
+//! model prices it: ops wait for swap-outs where the out stream lags. On the DTR logs this is
+//! what reaches the reference's reductions at ≤ 15 % overhead (LSTM: 80.4 → 89.2 %).
+//!
 //! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates.
 
 use super::profile::Profile;
@@ -451,35 +461,69 @@ pub fn plan_with(
     opts: &AutoSwapOptions,
 ) -> SwapPlan {
     let p = Profile::new(trace);
-    let cands = candidates_profile(&p, limit, copy, opts);
-    let pri = priorities(&cands, weights);
-    let mut order: Vec<usize> = (0..cands.len()).collect();
-    order.sort_by(|&x, &y| {
-        pri[y]
-            .total_cmp(&pri[x])
-            .then(cands[x].tensor.cmp(&cands[y].tensor))
-            .then(cands[x].out_after.cmp(&cands[y].out_after))
-    });
-    let (hide, hidden) =
-        select_and_schedule(&p, &cands, &order, limit, copy, opts.rounds, Gaps::Hide);
-    if hidden.overhead == 0.0 && !hidden.over_limit {
-        return hide;
+    let planned = |planning: CopyModel, gaps: Gaps| {
+        let plan = select_and_schedule(&p, limit, weights, planning, opts, gaps);
+        let plan = if planning == copy {
+            plan
+        } else {
+            reissue_swap_ins(&p, plan, copy)
+        };
+        priced(&p, plan, limit, copy)
+    };
+    let hidden = planned(copy, Gaps::Hide);
+    if hidden.1.overhead == 0.0 && !hidden.1.over_limit {
+        return hidden.0;
     }
-    let (trade, traded) = select_and_schedule(
-        &p,
-        &cands,
-        &order,
-        limit,
-        copy,
-        opts.rounds,
-        Gaps::TradeStalls,
-    );
     let key = |r: &SimResult| (r.over_limit, r.overhead, r.swapped_bytes);
-    if key(&traded).partial_cmp(&key(&hidden)) == Some(std::cmp::Ordering::Less) {
-        trade
-    } else {
-        hide
+    let mut best = hidden;
+    let stretched = STRETCHES.map(|f| (copy.scaled_time(1.0 / f), Gaps::Hide));
+    for (planning, gaps) in std::iter::once((copy, Gaps::TradeStalls)).chain(stretched) {
+        let tried = planned(planning, gaps);
+        if key(&tried.1).partial_cmp(&key(&best.1)) == Some(std::cmp::Ordering::Less) {
+            best = tried;
+        }
     }
+    best.0
+}
+
+/// The copy speed-ups the stretched plans are made for (see the module documentation).
+const STRETCHES: [f64; 4] = [1.1, 1.25, 1.5, 2.0];
+
+/// `plan` simulated under `copy`, with [`SwapPlan::claims_zero_overhead`] set from the result.
+fn priced(p: &Profile, mut plan: SwapPlan, limit: u64, copy: CopyModel) -> (SwapPlan, SimResult) {
+    let r = simulate_profile(p, &plan, limit, copy, SimOptions::default());
+    plan.claims_zero_overhead = r.overhead == 0.0 && r.peak_bytes <= limit && r.on_demand == 0;
+    (plan, r)
+}
+
+/// Re-issue the swap-ins of a plan made for faster copies so that, under `copy`, each would
+/// still end in time on the stall-free timeline: serial, as late as possible backwards from
+/// the latest need, each issued at the last op launch before its start plus a delay (as in
+/// [`schedule`]). Where that start precedes the tensor's swap-out end, the executor's
+/// swap-in simply waits for the swap-out.
+fn reissue_swap_ins(p: &Profile, mut plan: SwapPlan, copy: CopyModel) -> SwapPlan {
+    let mut returning: Vec<usize> = (0..plan.swaps.len())
+        .filter(|&s| plan.swaps[s].in_before.is_some())
+        .collect();
+    returning.sort_by(|&x, &y| {
+        let (a, b) = (&plan.swaps[x], &plan.swaps[y]);
+        b.in_before.cmp(&a.in_before).then(b.tensor.cmp(&a.tensor))
+    });
+    let mut next_start = f64::INFINITY;
+    for s in returning {
+        let swap = &mut plan.swaps[s];
+        let Some(need) = swap.in_before else {
+            continue;
+        };
+        let bytes = p.bytes.get(swap.tensor as usize).copied().unwrap_or(0);
+        let start = (p.start[need].min(next_start) - copy.in_ns(bytes)).max(0.0);
+        next_start = start;
+        let earliest = if swap.wraps() { 0 } else { swap.out_after + 1 };
+        let issue = p.op_at(start).unwrap_or(0).clamp(earliest, need);
+        swap.in_issue = issue;
+        swap.in_delay_ns = (start - p.start[issue]).max(0.0);
+    }
+    plan
 }
 
 /// What to do with a gap too short to copy the tensor out and back without stalling.
@@ -610,15 +654,26 @@ fn schedule(
     res
 }
 
+/// AutoSwap's selection and schedule for the copy model `copy` (the plan is not simulated).
 fn select_and_schedule(
     p: &Profile,
-    cands: &[Candidate],
-    order: &[usize],
     limit: u64,
+    weights: Weights,
     copy: CopyModel,
-    rounds: usize,
+    opts: &AutoSwapOptions,
     gaps: Gaps,
-) -> (SwapPlan, SimResult) {
+) -> SwapPlan {
+    let cands = candidates_profile(p, limit, copy, opts);
+    let cands = &cands[..];
+    let pri = priorities(cands, weights);
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_by(|&x, &y| {
+        pri[y]
+            .total_cmp(&pri[x])
+            .then(cands[x].tensor.cmp(&cands[y].tensor))
+            .then(cands[x].out_after.cmp(&cands[y].out_after))
+    });
+    let rounds = opts.rounds;
     let lim = limit as i128;
     let mut chosen: Vec<usize> = Vec::new();
     let mut pos = 0;
@@ -730,11 +785,8 @@ fn select_and_schedule(
             }
         })
         .collect();
-    let mut plan = SwapPlan {
+    SwapPlan {
         swaps,
         claims_zero_overhead: false,
-    };
-    let r = simulate_profile(p, &plan, limit, copy, SimOptions::default());
-    plan.claims_zero_overhead = r.overhead == 0.0 && r.peak_bytes <= limit && r.on_demand == 0;
-    (plan, r)
+    }
 }

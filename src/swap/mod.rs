@@ -113,6 +113,15 @@ impl CopyModel {
             ..self
         }
     }
+    /// Every copy `factor` times as long (latencies included).
+    pub fn scaled_time(self, factor: f64) -> CopyModel {
+        CopyModel {
+            out_ns_per_byte: self.out_ns_per_byte * factor,
+            out_latency_ns: self.out_latency_ns * factor,
+            in_ns_per_byte: self.in_ns_per_byte * factor,
+            in_latency_ns: self.in_latency_ns * factor,
+        }
+    }
     /// `c_out(b)` in ns (never negative or NaN).
     pub fn out_ns(&self, bytes: u64) -> f64 {
         profile::sane_ns(self.out_latency_ns + bytes as f64 * self.out_ns_per_byte)

@@ -187,6 +187,69 @@ fn short_gap_trades_stalls_for_the_limit() {
 }
 
 #[test]
+fn stretched_plan_spreads_the_stall_where_the_copy_streams_are_saturated() {
+    // F0..F3 write x0..x3 (100 B each), B3..B0 read them back; 100 ns per op, T0 = 800.
+    // Loads 100, 200, 300, 400, 400, 300, 200, 100; limit 200. Copies take 1.2 ns/B (120 ns
+    // each way), so no plan hides them: x0 would be away only [220, 580] (F2 starts at 200).
+    // Planned as if copies took 96 ns (stretch 1.25), x0 is away [196, 604] and x1
+    // [296, 504]: every op fits. The swap-ins are re-issued for 120 ns, as late as possible on
+    // the stall-free timeline: x0 needed by B0 at 700 → starts 580 = B2's launch (op 5) + 80;
+    // x1 needed by B1 at 600, but the in stream is taken from 580 → 460 = B3's launch + 60.
+    // Simulation: x0 out 100–220, x1 out 220–340 (after x0). F2 waits for x0's out (220, +20),
+    // F3 for x1's (340, +20), B3 440–540. x1's swap-in (due 500) waits for memory until x3
+    // dies at 540: in 540–660; B2 540–640; x0 in 660–780. B1 waits for x1 (+20) 660–760, B0
+    // for x0 (+20) 780–880. T = 880: forward 40, backward 40. (Stalling the short gaps at the
+    // end of the over-limit region instead, as the stall-trading plan does, takes 1060.)
+    let mut tensors = Vec::new();
+    let mut ops = Vec::new();
+    for k in 0..4u32 {
+        tensors.push(tensor(k, 100, Some(k as usize), Some(7 - k as usize)));
+        ops.push(op("F", 100.0, &[], &[k]));
+    }
+    for k in (0..4u32).rev() {
+        ops.push(op("B", 100.0, &[k], &[]));
+    }
+    let t = OpTrace {
+        source: "chain".into(),
+        tensors,
+        ops,
+    };
+    let copy = CopyModel {
+        out_ns_per_byte: 1.2,
+        out_latency_ns: 0.0,
+        in_ns_per_byte: 1.2,
+        in_latency_ns: 0.0,
+    };
+    let plan = plan_with(&t, 200, Weights::default(), copy, &opts());
+    let mut swaps: Vec<_> = plan
+        .swaps
+        .iter()
+        .map(|s| {
+            (
+                s.tensor,
+                s.out_after,
+                s.in_before,
+                s.in_issue,
+                s.in_delay_ns,
+            )
+        })
+        .collect();
+    swaps.sort_by_key(|s| s.0);
+    assert_eq!(swaps, [(0, 0, Some(7), 5, 80.0), (1, 1, Some(6), 4, 60.0)]);
+    let r = check(&t, &plan, 200, copy).unwrap();
+    assert_eq!(
+        (
+            r.time_ns,
+            r.stall_forward_ns,
+            r.stall_backward_ns,
+            r.peak_bytes
+        ),
+        (880.0, 40.0, 40.0, 200)
+    );
+    assert!(!r.over_limit && !plan.claims_zero_overhead);
+}
+
+#[test]
 fn final_swap_frees_a_tensor_never_accessed_again() {
     // x (100 B) is written by A0 and never accessed again, but the program frees it only after
     // A3; y (100 B) lives during A2. Ops 100, 400, 100, 100 ns; loads 100, 100, 200, 100;
