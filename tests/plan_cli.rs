@@ -97,6 +97,24 @@ fn swaps_bring_an_iteration_under_the_limit_and_the_pool_keeps_one_address_per_t
         "holes of swapped tensors are lent: {limited:#}"
     );
     assert!(footprint >= limited["pool_lower_bound_bytes"].as_u64().unwrap());
+    // What the executor follows: each swap's queueing ops, and the ops during which its range
+    // holds other tensors — only after its swap-out is queued and before its next access.
+    let mut lent = 0;
+    for s in limited["swaps"].as_array().unwrap() {
+        let op = |key: &str| s[key].as_u64();
+        let (out_at, need) = (op("out_at_op").unwrap(), op("in_before_op"));
+        assert!(out_at >= op("out_after_op").unwrap(), "{s}");
+        assert_eq!(need.is_some(), op("in_issue_op").is_some(), "{s}");
+        for window in s["lent_ops"].as_array().unwrap() {
+            let (from, to) = (window[0].as_u64().unwrap(), window[1].as_u64().unwrap());
+            assert!(from < to, "{s}");
+            if !s["wraps"].as_bool().unwrap() {
+                assert!(out_at < from && need.is_none_or(|need| to <= need), "{s}");
+            }
+            lent += 1;
+        }
+    }
+    assert!(lent > 0, "{limited:#}");
     for key in [
         "trace",
         "planner",

@@ -262,9 +262,10 @@ fn limit_bytes(text: &str, peak: u64) -> anyhow::Result<u64> {
 }
 
 /// The combined SmartPool + AutoSwap problem: every tensor a buffer over the ops it is live
-/// (resident ones over the whole iteration), with its absence windows while swapped out; one
-/// offset per tensor. Returns the pool footprint and the peak of resident bytes.
-fn combined_footprint(trace: &OpTrace, plan: &SwapPlan) -> anyhow::Result<(u64, u64)> {
+/// (resident ones over the whole iteration), with its range lent while it is away
+/// ([`swap::lent_windows`], on the plan's simulated timeline); one offset per tensor. Returns
+/// the pool footprint, the peak of resident bytes and the windows used.
+fn combined_footprint(trace: &OpTrace, lent: &[swap::Lent]) -> anyhow::Result<Combined> {
     let n = trace.ops.len() as u64;
     let mut buffers = Vec::new();
     for (index, tensor) in trace.tensors.iter().enumerate() {
@@ -287,27 +288,18 @@ fn combined_footprint(trace: &OpTrace, plan: &SwapPlan) -> anyhow::Result<(u64, 
     let live: std::collections::HashMap<u64, (u64, u64)> =
         buffers.iter().map(|b| (b.id, (b.lower, b.upper))).collect();
     let mut absences = Vec::new();
-    for s in &plan.swaps {
-        let id = u64::from(s.tensor);
+    let mut used = Vec::new();
+    for lent in lent {
+        let id = u64::from(lent.tensor);
         let Some(&(lower, upper)) = live.get(&id) else {
             continue;
         };
-        // A final swap lends its range until the tensor is freed.
-        let (after, before) = (
-            s.out_after as u64 + 1,
-            s.in_before.map_or(upper, |i| i as u64),
-        );
-        let windows = if s.wraps() {
-            vec![(after, upper), (lower, before)]
-        } else {
-            vec![(after, before)]
-        };
-        for (from, to) in windows {
-            // Strictly inside the lifetime: the tensor is needed at both ends.
-            let (from, to) = (from.max(lower + 1), to.min(upper.saturating_sub(1)));
-            if from < to {
-                absences.push(Absence { id, from, to });
-            }
+        // Strictly inside the lifetime: the tensor is needed at both ends.
+        let from = (lent.from as u64).max(lower + 1);
+        let to = (lent.to as u64).min(upper.saturating_sub(1));
+        if from < to {
+            absences.push(Absence { id, from, to });
+            used.push((lent.swap, [from as usize, to as usize]));
         }
     }
     let instance = Instance::with_absences(buffers, absences).map_err(|err| {
@@ -317,17 +309,38 @@ fn combined_footprint(trace: &OpTrace, plan: &SwapPlan) -> anyhow::Result<(u64, 
     dsa::validate(&instance, &report.plan).map_err(|conflict| {
         anyhow::anyhow!("internal error: the combined plan is invalid: {conflict}")
     })?;
-    Ok((report.footprint, report.lower_bound))
+    Ok(Combined {
+        footprint: report.footprint,
+        lower_bound: report.lower_bound,
+        lent: used,
+    })
+}
+
+/// The combined plan's figures, and the lending windows it used as (swap index, `[from, to)`
+/// ops): the absences strictly inside each tensor's lifetime.
+struct Combined {
+    footprint: u64,
+    lower_bound: u64,
+    lent: Vec<(usize, [usize; 2])>,
 }
 
 #[derive(Serialize)]
 struct SwapJson {
     tensor: u32,
     bytes: u64,
+    /// The tensor's last access before it leaves the device.
     out_after_op: usize,
+    /// The swap-out is queued when this op ends.
+    out_at_op: usize,
     /// None (null) for a final swap: not accessed again before it is freed, never copied back.
     in_before_op: Option<usize>,
+    /// The swap-in is queued when this op is launched, plus `in_delay_ns` (null for a final
+    /// swap).
+    in_issue_op: Option<usize>,
+    in_delay_ns: Option<f64>,
     wraps: bool,
+    /// Half-open op ranges during which the tensor's range holds other tensors of the pool.
+    lent_ops: Vec<[usize; 2]>,
 }
 
 #[derive(Serialize)]
@@ -373,7 +386,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         args.evaluations,
         !args.json,
     )?;
-    let (footprint, lower_bound) = combined_footprint(&trace, &outcome.plan)?;
+    let lent = swap::lent_windows(&trace, &outcome.plan, limit, copy);
+    let combined = combined_footprint(&trace, &lent)?;
     let json = PlanJson {
         trace: args.trace.display().to_string(),
         planner: args.planner,
@@ -388,18 +402,28 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         weights: outcome.weights,
         evaluations: outcome.evaluations,
         plan_ms: outcome.elapsed.as_secs_f64() * 1e3,
-        pool_footprint_bytes: footprint,
-        pool_lower_bound_bytes: lower_bound,
+        pool_footprint_bytes: combined.footprint,
+        pool_lower_bound_bytes: combined.lower_bound,
         swaps: outcome
             .plan
             .swaps
             .iter()
-            .map(|s| SwapJson {
+            .enumerate()
+            .map(|(index, s)| SwapJson {
                 tensor: s.tensor,
                 bytes: trace.tensors.get(s.tensor as usize).map_or(0, |t| t.bytes),
                 out_after_op: s.out_after,
+                out_at_op: s.out_at,
                 in_before_op: s.in_before,
+                in_issue_op: s.in_before.map(|_| s.in_issue),
+                in_delay_ns: s.in_before.map(|_| s.in_delay_ns),
                 wraps: s.wraps(),
+                lent_ops: combined
+                    .lent
+                    .iter()
+                    .filter(|(swap, _)| *swap == index)
+                    .map(|&(_, ops)| ops)
+                    .collect(),
             })
             .collect(),
     };

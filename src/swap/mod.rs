@@ -48,6 +48,7 @@
 pub mod autoswap;
 pub mod baselines;
 pub mod bound;
+pub mod lend;
 mod profile;
 pub mod sim;
 #[cfg(test)]
@@ -55,6 +56,7 @@ mod tests;
 
 pub use autoswap::{AutoSwapOptions, Candidate, Weights, candidates, evaluate, plan, plan_with};
 pub use bound::{Bound, zero_stall_bound};
+pub use lend::{Lent, lent_windows};
 pub use sim::{SimOptions, SimResult, Stream, StreamEvent, What, simulate};
 
 use crate::ops::{OpTrace, TensorId};

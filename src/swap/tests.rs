@@ -143,6 +143,18 @@ fn fig7_planner_forward_delay() {
     assert!((r.overhead - 650.0 / 600.0 + 1.0).abs() < 1e-12);
     assert_eq!(r.peak_bytes, 100);
     assert!(!plan.claims_zero_overhead);
+    // x0's range is lent from F2 (it starts at 250, when the swap-out has completed) until
+    // the swap-in starts at 500: B1 ends at 550, so only F2 and B2 (ops [2, 4)) may use it —
+    // exactly x2's lifetime, so the pool needs x1 + x0 = 100 bytes, the limit.
+    assert_eq!(
+        lent_windows(&fig7(), &plan, 100, UNIT),
+        [Lent {
+            swap: 0,
+            tensor: 0,
+            from: 2,
+            to: 4
+        }]
+    );
 }
 
 #[test]
@@ -280,6 +292,17 @@ fn final_swap_frees_a_tensor_never_accessed_again() {
         (700.0, 100, 100)
     );
     assert!(plan.claims_zero_overhead);
+    // x's range is lent from A2, the first op after its copy (100–200), until it is freed
+    // after A3: y (born and freed at A2) fits in it.
+    assert_eq!(
+        lent_windows(&t, &plan, 100, UNIT),
+        [Lent {
+            swap: 0,
+            tensor: 0,
+            from: 2,
+            to: 4
+        }]
+    );
     // A final swap of a tensor that is accessed again is not valid.
     let mut u = t.clone();
     u.ops[3].reads.push(0);
@@ -313,6 +336,17 @@ fn fig7_longer_gap_zero_overhead() {
     assert_eq!((r.time_ns, r.overhead, r.peak_bytes), (600.0, 0.0, 100));
     assert!(plan.claims_zero_overhead);
     assert!(!r.over_limit);
+    // F1 starts at 100 while x0's copy runs until 102, so x0's range is not lent to F1's x1:
+    // only from F2 (200) until B1, during which the swap-in (498–500) writes it.
+    assert_eq!(
+        lent_windows(&t, &plan, 100, fast),
+        [Lent {
+            swap: 0,
+            tensor: 0,
+            from: 2,
+            to: 4
+        }]
+    );
 }
 
 #[test]
@@ -422,6 +456,18 @@ fn wrap_gap_zero_overhead() {
     let r = check(&t, &plan, 60, UNIT).unwrap();
     assert_eq!((r.time_ns, r.overhead, r.peak_bytes), (500.0, 0.0, 60));
     assert!(plan.claims_zero_overhead);
+    // The swap-out ends at 450, after zero_grad (op 4) has started: nothing is lent in this
+    // iteration; in the next, ops 0 and 1 may use W's range (b ends at 200, the swap-in
+    // starts at 250).
+    assert_eq!(
+        lent_windows(&t, &plan, 60, UNIT),
+        [Lent {
+            swap: 0,
+            tensor: 0,
+            from: 0,
+            to: 2
+        }]
+    );
 }
 
 #[test]
@@ -437,6 +483,17 @@ fn wrap_spill_is_carried() {
     assert_eq!((r.time_ns, r.stall_forward_ns), (450.0, 50.0));
     assert!((r.overhead - 0.125).abs() < 1e-12);
     assert_eq!(r.peak_bytes, 60);
+    // The swap-out of this iteration runs 450–500, 50 ns into the next one, where op 0 starts
+    // at 50: W's range is lent from op 0 until b ends (250), before the swap-in at 300.
+    assert_eq!(
+        lent_windows(&t, &plan, 60, UNIT),
+        [Lent {
+            swap: 0,
+            tensor: 0,
+            from: 0,
+            to: 2
+        }]
+    );
 }
 
 #[test]
@@ -760,6 +817,27 @@ fn property_random_plans() {
                     r.peak_bytes >= bound.floor_bytes,
                     "case {case} {name}: beat the bound {r:?} {bound:?}"
                 );
+            }
+            // A range is lent only while its tensor is away: after its swap-out (or, wrapping,
+            // in the next iteration) and before its next access.
+            for lent in lent_windows(&t, plan, limit, copy) {
+                let s = &plan.swaps[lent.swap];
+                assert_eq!(s.tensor, lent.tensor);
+                assert!(
+                    lent.from < lent.to && lent.to <= n_ops,
+                    "case {case} {name}"
+                );
+                match s.in_before {
+                    Some(need) if s.wraps() => assert!(
+                        lent.from > s.out_at || lent.to <= need,
+                        "case {case} {name}: {lent:?} {s:?}"
+                    ),
+                    Some(need) => assert!(
+                        lent.from > s.out_at && lent.to <= need && lent.to >= s.in_issue,
+                        "case {case} {name}: {lent:?} {s:?}"
+                    ),
+                    None => assert!(lent.from > s.out_at, "case {case} {name}"),
+                }
             }
         }
         // Determinism: the same inputs give the same plan.
