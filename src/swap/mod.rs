@@ -1,8 +1,9 @@
 //! AutoSwap: which tensors to copy to host memory between two uses, when, and what it costs.
 //!
 //! This module owns the swap *plan* ([`SwapPlan`]), the timeline simulator that prices a plan
-//! ([`sim`]), the AutoSwap planner ([`autoswap`]), its baselines ([`baselines`]) and an upper
-//! bound on what any zero-stall plan can save ([`bound`]). Everything is a pure function of an
+//! ([`sim`]), the AutoSwap planner ([`autoswap`]), its baselines ([`baselines`]), an upper
+//! bound on what any zero-stall plan can save ([`bound`]) and when a swapped tensor's range
+//! may be lent to others ([`lend`]). Everything is a pure function of an
 //! [`OpTrace`] (`crate::ops`): deterministic, allocation-local, `Send + Sync`, no printing, no
 //! `unsafe`, and no panic on any trace (empty, zero-time ops, zero-size tensors, dangling ids).
 //!
