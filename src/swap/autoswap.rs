@@ -58,14 +58,15 @@
 //! *Stretched plans* compete in the same way. Beyond what hidden copies reach, the compute
 //! stream must wait wherever a copy stream is saturated (the forward pass of an LSTM produces
 //! 16.6 GB/s of activations against PCIe 3's 13.2 GB/s out). A plan that hides its copies on
-//! a timeline where they are `f` times faster ([`STRETCHES`]) chooses the tensors such a
+//! a timeline where they are `f` = 1.1, 1.25, 1.5 or 2 times faster chooses the tensors such a
 //! stretched run can free; its swap-ins are then re-issued for the real copy time (as late as
 //! possible, serial, on the stall-free timeline, so they start early enough that each op
 //! waits only for what the saturated streams impose), and the simulator with the real copy
 //! model prices it: ops wait for swap-outs where the out stream lags. On the DTR logs this is
 //! what reaches the reference's reductions at ≤ 15 % overhead (LSTM: 80.4 → 89.2 %).
 //!
-//! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates.
+//! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates, for each of up to
+//! six plans (hide, stall trading, four stretched), each also simulated once.
 
 use super::profile::Profile;
 use super::sim::{SimOptions, SimResult, simulate_profile};
