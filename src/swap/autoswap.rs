@@ -519,7 +519,7 @@ fn reissue_swap_ins(p: &Profile, mut plan: SwapPlan, copy: CopyModel) -> SwapPla
         let bytes = p.bytes.get(swap.tensor as usize).copied().unwrap_or(0);
         let start = (p.start[need].min(next_start) - copy.in_ns(bytes)).max(0.0);
         next_start = start;
-        let earliest = if swap.wraps() { 0 } else { swap.out_after + 1 };
+        let earliest = if swap.wraps() { 0 } else { swap.out_at + 1 };
         let issue = p.op_at(start).unwrap_or(0).clamp(earliest, need);
         swap.in_issue = issue;
         swap.in_delay_ns = (start - p.start[issue]).max(0.0);
