@@ -102,6 +102,34 @@ impl Iteration {
         }
         starts
     }
+
+    /// The last complete iteration of a stream of `n` events: `(start, length)` with
+    /// `length = min(period, n)` and `start` the largest index ≡ the boundary (mod length) whose
+    /// iteration ends inside the periodic stretch (inside the stream if the stretch is shorter
+    /// than one period). `(0, 0)` for a zero period.
+    pub fn last_window(&self, n: u64) -> (u64, u64) {
+        let length = self.period_events.min(n);
+        if length == 0 {
+            return (0, 0);
+        }
+        let stretch_end = self
+            .start_event
+            .saturating_add(self.iterations_seen.saturating_mul(length))
+            .min(n);
+        let limit = if stretch_end >= length {
+            stretch_end
+        } else {
+            n
+        };
+        let phase = self.boundary_event % length;
+        let last = limit - length;
+        let start = if last >= phase {
+            last - (last - phase) % length
+        } else {
+            last
+        };
+        (start, length)
+    }
 }
 
 /// Everything `itermem trace info` reports about a stream.

@@ -417,28 +417,7 @@ impl Recording {
     /// plus the persistent and long-lived bytes bounds the iteration's live bytes from above.
     pub fn iteration_buffers(&self, iteration: &Iteration) -> IterationBuffers {
         let n = self.events.len() as u64;
-        let length = iteration.period_events.min(n);
-        let stretch_end = iteration
-            .start_event
-            .saturating_add(iteration.iterations_seen.saturating_mul(length))
-            .min(n);
-        let limit = if stretch_end >= length {
-            stretch_end
-        } else {
-            n
-        };
-        // The largest start ≡ boundary (mod length) with start + length ≤ limit.
-        let start = if length == 0 {
-            0
-        } else {
-            let phase = iteration.boundary_event % length;
-            let last = limit - length;
-            if last >= phase {
-                last - (last - phase) % length
-            } else {
-                last
-            }
-        };
+        let (start, length) = iteration.last_window(n);
         let end = start + length;
         let mut out = IterationBuffers {
             start,

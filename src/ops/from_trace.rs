@@ -110,25 +110,8 @@ pub fn from_events(
     };
     let (start, length) = match iteration {
         Some(it) if it.period_events > 0 && it.period_events <= n => {
-            let length = it.period_events;
-            let stretch_end = it
-                .start_event
-                .saturating_add(it.iterations_seen.saturating_mul(length))
-                .min(n);
-            let limit = if stretch_end >= length {
-                stretch_end
-            } else {
-                n
-            };
-            let phase = it.boundary_event % length;
-            let last = limit - length;
-            let start = if last >= phase {
-                last - (last - phase) % length
-            } else {
-                last
-            };
             stats.window_detected = true;
-            (start, length)
+            it.last_window(n)
         }
         _ => (0, n),
     };
