@@ -520,11 +520,17 @@ fn reissue_swap_ins(p: &Profile, mut plan: SwapPlan, copy: CopyModel) -> SwapPla
         let start = (p.start[need].min(next_start) - copy.in_ns(bytes)).max(0.0);
         next_start = start;
         let earliest = if swap.wraps() { 0 } else { swap.out_at + 1 };
-        let issue = p.op_at(start).unwrap_or(0).clamp(earliest, need);
-        swap.in_issue = issue;
-        swap.in_delay_ns = (start - p.start[issue]).max(0.0);
+        (swap.in_issue, swap.in_delay_ns) = issue_at(p, start, earliest, need);
     }
     plan
+}
+
+/// How an executor that issues at op launches starts a swap-in at `start` (stall-free
+/// timeline): at the launch of the op running then, kept within `[earliest, need]`, plus the
+/// delay from that launch.
+fn issue_at(p: &Profile, start: f64, earliest: usize, need: usize) -> (usize, f64) {
+    let issue = p.op_at(start).unwrap_or(0).clamp(earliest, need);
+    (issue, (start - p.start[issue]).max(0.0))
 }
 
 /// What to do with a gap too short to copy the tensor out and back without stalling.
@@ -665,8 +671,7 @@ fn select_and_schedule(
     gaps: Gaps,
 ) -> SwapPlan {
     let cands = candidates_profile(p, limit, copy, opts);
-    let cands = &cands[..];
-    let pri = priorities(cands, weights);
+    let pri = priorities(&cands, weights);
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_by(|&x, &y| {
         pri[y]
@@ -732,7 +737,7 @@ fn select_and_schedule(
             chosen.push(order[pos - 1]);
             taken[order[pos - 1]] = true;
         }
-        sched = schedule(p, cands, &chosen, copy, gaps, &last_over);
+        sched = schedule(p, &cands, &chosen, copy, gaps, &last_over);
         chosen = sched.iter().map(|s| s.cand).collect();
         taken.fill(false);
         for &c in &chosen {
@@ -770,12 +775,11 @@ fn select_and_schedule(
                     in_delay_ns: 0.0,
                 };
             }
-            let start = s.in_start;
-            let lo = if c.wraps { 0 } else { c.out_after + 1 };
-            let j = s
-                .stalled
-                .unwrap_or_else(|| p.op_at(start).unwrap_or(0).clamp(lo, c.in_before));
-            let delay = (start - p.start[j]).max(0.0);
+            let earliest = if c.wraps { 0 } else { c.out_after + 1 };
+            let (j, delay) = match s.stalled {
+                Some(issue) => (issue, (s.in_start - p.start[issue]).max(0.0)),
+                None => issue_at(p, s.in_start, earliest, c.in_before),
+            };
             Swap {
                 tensor: c.tensor,
                 out_after: c.out_after,

@@ -63,6 +63,16 @@ fn fig7() -> OpTrace {
     }
 }
 
+/// The lending window `[from, to)` of tensor `tensor` away by the plan's first swap.
+fn x_lent(tensor: u32, from: usize, to: usize) -> Lent {
+    Lent {
+        swap: 0,
+        tensor,
+        from,
+        to,
+    }
+}
+
 fn x0_swap(issue: usize, delay: f64) -> SwapPlan {
     // x0's last forward access is F1 (op 1), its next access B0 (op 5).
     SwapPlan {
@@ -146,15 +156,7 @@ fn fig7_planner_forward_delay() {
     // x0's range is lent from F2 (it starts at 250, when the swap-out has completed) until
     // the swap-in starts at 500: B1 ends at 550, so only F2 and B2 (ops [2, 4)) may use it —
     // exactly x2's lifetime, so the pool needs x1 + x0 = 100 bytes, the limit.
-    assert_eq!(
-        lent_windows(&fig7(), &plan, 100, UNIT),
-        [Lent {
-            swap: 0,
-            tensor: 0,
-            from: 2,
-            to: 4
-        }]
-    );
+    assert_eq!(lent_windows(&fig7(), &plan, 100, UNIT), [x_lent(0, 2, 4)]);
 }
 
 #[test]
@@ -294,15 +296,7 @@ fn final_swap_frees_a_tensor_never_accessed_again() {
     assert!(plan.claims_zero_overhead);
     // x's range is lent from A2, the first op after its copy (100–200), until it is freed
     // after A3: y (born and freed at A2) fits in it.
-    assert_eq!(
-        lent_windows(&t, &plan, 100, UNIT),
-        [Lent {
-            swap: 0,
-            tensor: 0,
-            from: 2,
-            to: 4
-        }]
-    );
+    assert_eq!(lent_windows(&t, &plan, 100, UNIT), [x_lent(0, 2, 4)]);
     // A final swap of a tensor that is accessed again is not valid.
     let mut u = t.clone();
     u.ops[3].reads.push(0);
@@ -338,15 +332,7 @@ fn fig7_longer_gap_zero_overhead() {
     assert!(!r.over_limit);
     // F1 starts at 100 while x0's copy runs until 102, so x0's range is not lent to F1's x1:
     // only from F2 (200) until B1, during which the swap-in (498–500) writes it.
-    assert_eq!(
-        lent_windows(&t, &plan, 100, fast),
-        [Lent {
-            swap: 0,
-            tensor: 0,
-            from: 2,
-            to: 4
-        }]
-    );
+    assert_eq!(lent_windows(&t, &plan, 100, fast), [x_lent(0, 2, 4)]);
 }
 
 #[test]
@@ -459,15 +445,7 @@ fn wrap_gap_zero_overhead() {
     // The swap-out ends at 450, after zero_grad (op 4) has started: nothing is lent in this
     // iteration; in the next, ops 0 and 1 may use W's range (b ends at 200, the swap-in
     // starts at 250).
-    assert_eq!(
-        lent_windows(&t, &plan, 60, UNIT),
-        [Lent {
-            swap: 0,
-            tensor: 0,
-            from: 0,
-            to: 2
-        }]
-    );
+    assert_eq!(lent_windows(&t, &plan, 60, UNIT), [x_lent(0, 0, 2)]);
 }
 
 #[test]
@@ -485,15 +463,7 @@ fn wrap_spill_is_carried() {
     assert_eq!(r.peak_bytes, 60);
     // The swap-out of this iteration runs 450–500, 50 ns into the next one, where op 0 starts
     // at 50: W's range is lent from op 0 until b ends (250), before the swap-in at 300.
-    assert_eq!(
-        lent_windows(&t, &plan, 60, UNIT),
-        [Lent {
-            swap: 0,
-            tensor: 0,
-            from: 0,
-            to: 2
-        }]
-    );
+    assert_eq!(lent_windows(&t, &plan, 60, UNIT), [x_lent(0, 0, 2)]);
 }
 
 #[test]
