@@ -1,6 +1,8 @@
 //! Helpers shared by the unit tests of several modules.
 
-use std::path::PathBuf;
+use crate::event::Event;
+use crate::trace::{Clock, TraceHeader, TraceWriter};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A fresh path in the temp directory, removed on drop.
@@ -27,5 +29,33 @@ impl TempPath {
 impl Drop for TempPath {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An itermem trace of `events` at `path`, recorded on a 1 GiB device named "sim".
+pub fn write_trace(path: &Path, events: impl IntoIterator<Item = Event>) {
+    let header = TraceHeader {
+        word_size: 8,
+        clock: Clock::MonotonicSinceStart,
+        start_unix_ns: 0,
+        pid: 1,
+        device_name: "sim".into(),
+        device_total_memory: 1 << 30,
+        command_line: vec!["train".into()],
+    };
+    let writer = TraceWriter::create(path, header).unwrap();
+    for event in events {
+        writer.record(event);
+    }
+    writer.finish().unwrap();
+}
+
+/// A planner buffer: `size` bytes live over `[lower, upper)`.
+pub fn buffer(id: u64, lower: u64, upper: u64, size: u64) -> crate::plan::Buffer {
+    crate::plan::Buffer {
+        id,
+        lower,
+        upper,
+        size,
     }
 }

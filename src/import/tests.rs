@@ -14,14 +14,12 @@ use super::*;
 use crate::analysis::Iteration;
 use crate::detect::DetectorConfig;
 use crate::event::{Event, EventKind, MemKind};
-use crate::plan::Buffer;
-use crate::trace::{Clock, TraceHeader, TraceWriter};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-use crate::test_support::TempPath;
+use crate::test_support::{TempPath, buffer, write_trace};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -34,15 +32,6 @@ fn hex(text: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
         .collect()
-}
-
-fn buffer(id: u64, lower: u64, upper: u64, size: u64) -> Buffer {
-    Buffer {
-        id,
-        lower,
-        upper,
-        size,
-    }
 }
 
 fn recording_of(path: &Path) -> Recording {
@@ -850,23 +839,6 @@ fn profiler_errors_say_what_is_missing_and_where() {
 // ---------------------------------------------------------------------------------------------
 // itermem traces
 // ---------------------------------------------------------------------------------------------
-
-fn write_trace(path: &Path, events: Vec<Event>) {
-    let header = TraceHeader {
-        word_size: 8,
-        clock: Clock::MonotonicSinceStart,
-        start_unix_ns: 0,
-        pid: 1,
-        device_name: "sim".into(),
-        device_total_memory: 1 << 30,
-        command_line: vec!["train".into()],
-    };
-    let writer = TraceWriter::create(path, header).unwrap();
-    for event in events {
-        writer.record(event);
-    }
-    writer.finish().unwrap();
-}
 
 fn malloc_event(time_ns: u64, id: u64, size: u64, kind: MemKind) -> Event {
     Event {

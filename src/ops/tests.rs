@@ -548,22 +548,8 @@ use crate::test_support::TempPath;
 
 #[test]
 fn itermem_trace_files_load_plain_and_gzipped() {
-    use crate::trace::{Clock, TraceHeader, TraceWriter};
     let file = TempPath::new("run.trace");
-    let header = TraceHeader {
-        word_size: 8,
-        clock: Clock::MonotonicSinceStart,
-        start_unix_ns: 0,
-        pid: 1,
-        device_name: "sim".into(),
-        device_total_memory: 1 << 30,
-        command_line: vec![],
-    };
-    let writer = TraceWriter::create(&file.0, header).unwrap();
-    for event in training(4) {
-        writer.record(event);
-    }
-    writer.finish().unwrap();
+    crate::test_support::write_trace(&file.0, training(4));
     let plain = load_with(&file.0, &LoadOptions::default()).unwrap();
     assert_eq!(plain.trace.ops.len(), 80);
     let zipped = TempPath::new("run.trace.gz");

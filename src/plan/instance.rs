@@ -349,14 +349,7 @@ impl Iterator for Resident<'_> {
 mod tests {
     use super::*;
 
-    fn b(id: u64, lower: u64, upper: u64, size: u64) -> Buffer {
-        Buffer {
-            id,
-            lower,
-            upper,
-            size,
-        }
-    }
+    use crate::test_support::buffer as b;
 
     fn out(id: u64, from: u64, to: u64) -> Absence {
         Absence { id, from, to }

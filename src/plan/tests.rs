@@ -7,14 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::rng::SplitMix64;
 
-fn b(id: u64, lower: u64, upper: u64, size: u64) -> Buffer {
-    Buffer {
-        id,
-        lower,
-        upper,
-        size,
-    }
-}
+use crate::test_support::buffer as b;
 
 fn inst(buffers: Vec<Buffer>) -> Instance {
     Instance::new(buffers).expect("a valid test instance")

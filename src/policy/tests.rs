@@ -8,14 +8,7 @@ use crate::plan::{Buffer, Instance};
 const MIB: u64 = 1 << 20;
 const BASE: u64 = FakeAddressSpace::BASE;
 
-fn b(id: u64, lower: u64, upper: u64, size: u64) -> Buffer {
-    Buffer {
-        id,
-        lower,
-        upper,
-        size,
-    }
-}
+use crate::test_support::buffer as b;
 
 fn instance(buffers: Vec<Buffer>) -> Instance {
     Instance::new(buffers).unwrap()
