@@ -378,7 +378,7 @@ fn cnmem_mode_matches_the_real_cnmem_on_a_whole_program() {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let output = support::run_under_itermem(&["--mode", "cnmem"], &args, &env);
         let stdout = support::stdout_ok(&output);
-        let results: String = stdout.lines().filter(|l| !l.starts_with("shim_")).collect();
+        let results = support::results(&stdout);
         let peak = support::read_json(&shim_stats)["peak_device_bytes"]
             .as_u64()
             .unwrap();

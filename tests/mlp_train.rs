@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::{program, run_ok, value_of};
+use support::{number, program, results, run_ok, value_of};
 
 fn losses(output: &str) -> Vec<f64> {
     output
@@ -12,22 +12,6 @@ fn losses(output: &str) -> Vec<f64> {
         .filter_map(|line| line.strip_prefix("iter "))
         .map(|rest| rest.split_whitespace().nth(2).unwrap().parse().unwrap())
         .collect()
-}
-
-/// Everything the program prints about the training, without the platform's counters.
-fn results(output: &str) -> String {
-    output
-        .lines()
-        .filter(|line| !line.starts_with("shim_"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn number(output: &str, key: &str) -> u64 {
-    value_of(output, key)
-        .unwrap_or_else(|| panic!("no {key} in:\n{output}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -5,15 +5,9 @@
 
 mod support;
 
-use support::{program, read_json, run_ok, run_under_itermem, scratch, stdout_ok, value_of};
-
-fn results(output: &str) -> String {
-    output
-        .lines()
-        .filter(|line| !line.starts_with("shim_"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use support::{
+    program, read_json, results, run_ok, run_under_itermem, scratch, stdout_ok, value_of,
+};
 
 #[test]
 fn pool_mode_serves_every_planned_iteration_with_the_planned_footprint() {

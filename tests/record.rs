@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::{itermem, program, run_ok, run_under_itermem, scratch, stdout_ok, value_of};
+use support::{itermem, number, program, run_ok, run_under_itermem, scratch, stdout_ok};
 
 /// The interposer as `itermem run` finds it (`cargo test` leaves it in `deps/`).
 fn preload_library() -> PathBuf {
@@ -28,10 +28,6 @@ fn trace_info(trace: &Path) -> serde_json::Value {
         .output()
         .unwrap();
     serde_json::from_str(&stdout_ok(&output)).unwrap()
-}
-
-fn number(output: &str, key: &str) -> u64 {
-    value_of(output, key).unwrap().parse().unwrap()
 }
 
 #[test]

@@ -86,6 +86,24 @@ pub fn value_of<'a>(output: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
+/// The number on a `key=value` or `key value` line of a program's output.
+pub fn number(output: &str, key: &str) -> u64 {
+    value_of(output, key)
+        .unwrap_or_else(|| panic!("no {key} in:\n{output}"))
+        .parse()
+        .unwrap()
+}
+
+/// Everything a program prints about its work, without the simulated platform's counters
+/// (`shim_…` lines).
+pub fn results(output: &str) -> String {
+    output
+        .lines()
+        .filter(|line| !line.starts_with("shim_"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The `itermem` executable of this test run.
 pub fn itermem() -> &'static str {
     env!("CARGO_BIN_EXE_itermem")
