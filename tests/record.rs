@@ -8,17 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::{itermem, number, program, run_ok, run_under_itermem, scratch, stdout_ok};
 
-/// The interposer as `itermem run` finds it (`cargo test` leaves it in `deps/`).
+/// The interposer as `itermem run` finds it.
 fn preload_library() -> PathBuf {
-    let beside = Path::new(itermem()).with_file_name("libitermem.so");
-    let in_deps = Path::new(itermem())
-        .with_file_name("deps")
-        .join("libitermem.so");
-    if in_deps.is_file() && !beside.is_file() {
-        in_deps
-    } else {
-        beside
-    }
+    itermem::interposer::library_beside(Path::new(itermem()))
 }
 
 fn trace_info(trace: &Path) -> serde_json::Value {

@@ -80,17 +80,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(exit_code_of(status))
 }
 
-/// `libitermem.so` beside the running executable: `cargo build` puts both in
-/// `target/<profile>/`; `cargo test` leaves the library in `target/<profile>/deps/`.
+/// The interposer built with the running executable ([`itermem::interposer::library_beside`]).
 pub fn default_library() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the itermem executable")?;
-    let beside = exe.with_file_name("libitermem.so");
-    let in_deps = exe.with_file_name("deps").join("libitermem.so");
-    Ok(if !beside.is_file() && in_deps.is_file() {
-        in_deps
-    } else {
-        beside
-    })
+    Ok(itermem::interposer::library_beside(&exe))
 }
 
 /// The simulated CUDA libraries of the checkout this executable was built from, brought up to

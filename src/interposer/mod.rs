@@ -24,7 +24,7 @@ use crate::config::{Config, Mode};
 use serde::Serialize;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -149,6 +149,21 @@ pub fn intercept<F: FnOnce() -> u32>(
             }
             call.run()
         }
+    }
+}
+
+/// The interposer built with the executable `exe`: `libitermem.so` beside it (`cargo build`
+/// puts both in `target/<profile>/`) or in `deps/` (where `cargo test` leaves it); the newer
+/// when both exist, because only `cargo build` refreshes the copy beside the executable, and a
+/// stale one would run old code.
+pub fn library_beside(exe: &Path) -> PathBuf {
+    let beside = exe.with_file_name("libitermem.so");
+    let in_deps = exe.with_file_name("deps").join("libitermem.so");
+    let modified = |path: &Path| path.metadata().and_then(|m| m.modified()).ok();
+    match (modified(&beside), modified(&in_deps)) {
+        (Some(b), Some(d)) if d > b => in_deps,
+        (None, Some(_)) => in_deps,
+        _ => beside,
     }
 }
 
