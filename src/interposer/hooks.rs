@@ -8,7 +8,7 @@
 //! tests, so a test binary never interposes on anything.
 
 use super::real::RealFn;
-use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept};
+use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept, kept_by_itermem};
 use crate::event::{CopyKind, MemKind};
 use std::ffi::{CStr, c_void};
 
@@ -159,8 +159,11 @@ const fn symbol(name_with_nul: &'static str) -> &'static CStr {
     }
 }
 
+/// `fn name(args) [keeps ptr] => observer;` — `keeps ptr`: a free whose real call must never
+/// receive a block of itermem's own allocator, even when passing through
+/// ([`kept_by_itermem`]).
 macro_rules! hooks {
-    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $observer:expr; )*) => {
+    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? => $observer:expr; )*) => {
         $(
             $(#[$doc])*
             ///
@@ -175,8 +178,13 @@ macro_rules! hooks {
                 let Some(real) = (unsafe { REAL.get::<Real>() }) else {
                     return CUDA_ERROR_SYMBOL_NOT_FOUND;
                 };
-                // SAFETY: forwards the application's arguments unchanged.
-                let call = move || unsafe { real($($arg),*) };
+                let call = move || {
+                    $(if kept_by_itermem($kept as u64) {
+                        return SUCCESS;
+                    })?
+                    // SAFETY: forwards the application's arguments unchanged.
+                    unsafe { real($($arg),*) }
+                };
                 intercept(stringify!($name), call, |rec, call| {
                     let observe: fn(&'static Recorder, Run, $($ty),*) -> u32 = $observer;
                     observe(rec, &mut || call.run(), $($arg),*)
@@ -200,11 +208,11 @@ hooks! {
     fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) =>
         |rec, run, ptr, size, _| on_alloc(rec, run, ptr, size, MemKind::PinnedHost, 0);
 
-    fn cudaFree(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
+    fn cudaFree(ptr: *mut c_void) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
     fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0, false);
-    fn cudaFreeAsync(ptr: *mut c_void, stream: usize) =>
+    fn cudaFreeAsync(ptr: *mut c_void, stream: usize) keeps ptr =>
         |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64, true);
-    fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) =>
+    fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) keeps ptr =>
         |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
 
     fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) =>

@@ -167,6 +167,22 @@ pub fn library_beside(exe: &Path) -> PathBuf {
     }
 }
 
+/// Whether a free of `addr` must not reach the real runtime. After an internal error every
+/// call passes through, but a block of itermem's own allocator (pool or cnmem mode) was never
+/// the runtime's: forwarding its free would release the whole pool under live blocks, or fail.
+/// Such a free succeeds and the block stays allocated until exit. One relaxed load while
+/// itermem works normally (its own hooks never forward such a free).
+pub fn kept_by_itermem(addr: u64) -> bool {
+    if ACTIVE.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Some(Some(recorder)) = STATE.get() else {
+        return false;
+    };
+    // When even that check fails, keeping the block (a leak) is safer than freeing it.
+    catch_unwind(AssertUnwindSafe(|| recorder.serves(addr))).unwrap_or(true)
+}
+
 /// SIGTERM and SIGINT flush the trace and write the statistics. If the program left the signal
 /// at its default action, that action (termination) is carried out afterwards; a handler of the
 /// program's own runs as before (signal-hook chains it) and decides.
