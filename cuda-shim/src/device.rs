@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
+use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -133,6 +134,22 @@ impl Executor for Device {
         self.stats
             .jitter_digest
             .fetch_xor(old ^ new, Ordering::Relaxed);
+    }
+
+    /// A bug of the simulation on a stream thread: the context faults as after a kernel's
+    /// unspecified launch failure, so the program sees an error instead of wrong results.
+    fn failed(&self) {
+        if self
+            .sticky
+            .compare_exchange(0, LAUNCH_FAILED.0, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+        {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cuda-shim: internal error on a stream; the context now reports \
+                 CUDA_ERROR_LAUNCH_FAILED"
+            );
+        }
     }
 }
 

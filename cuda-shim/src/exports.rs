@@ -11,6 +11,7 @@ use crate::memory::DeviceKind;
 use crate::result::*;
 use crate::stats::StatsSnapshot;
 use std::ffi::{CStr, c_char, c_void};
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,7 +27,11 @@ fn guard(name: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
         Ok(result) => code(result),
         Err(_) => {
             if !REPORTED.swap(true, Ordering::Relaxed) {
-                eprintln!("cuda-shim: internal error in {name}; returning CUDA_ERROR_UNKNOWN");
+                // Not eprintln!: it panics when stderr fails, outside the guard.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cuda-shim: internal error in {name}; returning CUDA_ERROR_UNKNOWN"
+                );
             }
             UNKNOWN.0
         }
@@ -477,13 +482,17 @@ driver_api! {
         if host.is_null() || name.is_null() || nparams < 0 || (nparams > 0 && sizes.is_null()) {
             return Err(INVALID_VALUE);
         }
-        // SAFETY: `sizes` holds `nparams` entries and `name` is NUL-terminated (the contract).
-        let (sizes, name) = unsafe {
-            (
-                std::slice::from_raw_parts(sizes, nparams as usize),
-                CStr::from_ptr(name).to_string_lossy().into_owned(),
-            )
+        let sizes: &[usize] = if nparams == 0 {
+            // `sizes` may be NULL then, which `from_raw_parts` does not allow even for 0 entries.
+            &[]
+        } else {
+            // SAFETY: `sizes` is non-null and holds `nparams` entries (the contract).
+            unsafe { std::slice::from_raw_parts(sizes, nparams as usize) }
         };
+        // SAFETY: `name` is non-null and NUL-terminated (the contract).
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
         let layout = Layout {
             name,
             // SAFETY: the caller registers a function of the kernel-body signature.

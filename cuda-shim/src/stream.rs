@@ -23,6 +23,7 @@ use crate::result::{CuResult, INVALID_HANDLE, UNKNOWN};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -67,6 +68,9 @@ pub trait Executor: Send + Sync + 'static {
     fn execute(&self, work: Self::Work);
     /// Records the delay drawn for one operation (for the reproducibility digest).
     fn jittered(&self, stream_ordinal: u64, delay: Duration);
+    /// `execute` panicked (a bug of the simulation): the operation still counts as done, so
+    /// nothing waiting for it hangs; the executor decides what the program sees.
+    fn failed(&self) {}
 }
 
 struct Op<W> {
@@ -281,8 +285,11 @@ fn run<E: Executor>(
             executor.jittered(ordinal, delay);
             std::thread::sleep(delay);
         }
-        executor.execute(op.work);
+        let executed = catch_unwind(AssertUnwindSafe(|| executor.execute(op.work)));
         op.done.complete();
+        if executed.is_err() {
+            executor.failed();
+        }
     }
 }
 
@@ -298,14 +305,21 @@ mod tests {
         delays: AtomicU64,
     }
 
+    /// Value whose execution panics, as a bug of the simulation would.
+    const PANICS: u32 = u32::MAX;
+
     impl Executor for Log {
         type Work = (u32, Duration);
         fn execute(&self, (value, sleep): (u32, Duration)) {
+            assert_ne!(value, PANICS, "simulated bug");
             std::thread::sleep(sleep);
             self.entries.lock().push(value);
         }
         fn jittered(&self, _: u64, delay: Duration) {
             self.delays.fetch_add(delay.as_nanos() as u64, SeqCst);
+        }
+        fn failed(&self) {
+            self.entries.lock().push(PANICS);
         }
     }
 
@@ -326,6 +340,16 @@ mod tests {
         }
         last.unwrap().wait();
         assert_eq!(*log.entries.lock(), (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_panicking_operation_completes_and_its_stream_goes_on() {
+        let (log, streams) = setup(0);
+        let s = streams.create(false);
+        let failed = streams.submit(s, (PANICS, Duration::ZERO), None).unwrap();
+        failed.wait();
+        streams.submit(s, (1, Duration::ZERO), None).unwrap().wait();
+        assert_eq!(*log.entries.lock(), vec![PANICS, 1]);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use props::{DeviceProp, Dim3, FuncAttributes, LaunchConfig, PointerAttributes};
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_void};
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -60,7 +61,11 @@ fn call(name: &str, body: impl FnOnce() -> RtResult) -> u32 {
         Ok(result) => result.err().unwrap_or(SUCCESS),
         Err(_) => {
             if !REPORTED.swap(true, Ordering::Relaxed) {
-                eprintln!("cuda-shim: internal error in {name}; returning cudaErrorUnknown");
+                // Not eprintln!: it panics when stderr fails, outside the guard.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cuda-shim: internal error in {name}; returning cudaErrorUnknown"
+                );
             }
             UNKNOWN
         }
@@ -791,6 +796,12 @@ pub extern "C" fn __cudaPushCallConfiguration(
     shared_mem: usize,
     stream: usize,
 ) -> u32 {
-    CALL_CONFIGURATIONS.with(|stack| stack.borrow_mut().push((grid, block, shared_mem, stream)));
-    SUCCESS
+    // `try_with`: during thread teardown (a launch from a thread-local destructor) the stack is
+    // gone, and `with` would panic across this C boundary.
+    match CALL_CONFIGURATIONS.try_with(|stack| {
+        stack.borrow_mut().push((grid, block, shared_mem, stream));
+    }) {
+        Ok(()) => SUCCESS,
+        Err(_) => UNKNOWN,
+    }
 }
