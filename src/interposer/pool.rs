@@ -424,9 +424,15 @@ impl PoolState {
                     budget: std::time::Duration::from_millis(250),
                     ..Default::default()
                 };
-                let Ok(report) =
+                // A failure here must neither end the host (this thread is ours) nor go
+                // unnoticed: the pool just never serves, and says so.
+                let planned = std::panic::catch_unwind(|| {
                     crate::plan::plan(&instance, crate::plan::Policy::Search, &options)
-                else {
+                });
+                let Ok(Ok(report)) = planned else {
+                    super::report(format_args!(
+                        "internal error while planning the pool; pool mode records only"
+                    ));
                     return;
                 };
                 let slots = instance
