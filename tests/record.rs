@@ -188,6 +188,32 @@ fn a_panic_inside_a_hook_does_not_hurt_the_program() {
 }
 
 #[test]
+fn a_child_forked_without_exec_exits_and_leaves_the_parents_trace_alone() {
+    // The child's exit() runs itermem's exit handler: it must not wait for the writer thread
+    // it did not inherit (it would hang), nor write the parent's trace and statistics.
+    let fork_exit = program("fork_exit");
+    let trace = scratch("fork.itrace");
+    let stats = scratch("fork.json");
+    let output = run_under_itermem(
+        &[
+            "--trace",
+            trace.to_str().unwrap(),
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &[fork_exit.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(stdout_ok(&output), "parent ok\n");
+    let info = trace_info(&trace);
+    assert_eq!(info["events"]["malloc"], 1, "{info:#}");
+    assert_eq!(info["events"]["free"], 1, "{info:#}");
+    assert_eq!(support::read_json(&stats)["live_bytes_at_exit"], 0);
+    std::fs::remove_file(&trace).unwrap();
+    std::fs::remove_file(&stats).unwrap();
+}
+
+#[test]
 fn mode_off_is_pass_through_and_records_nothing() {
     let mlp = program("mlp_train");
     let args = [mlp.to_str().unwrap(), "--iters", "2"];

@@ -239,6 +239,11 @@ fn finish(closing: bool) {
     let Some(Some(recorder)) = STATE.get() else {
         return;
     };
+    // A child forked without exec inherits the recorder but not its writer thread (waiting
+    // for it would hang the child's exit), and the trace and statistics are the parent's.
+    if std::process::id() != recorder.pid {
+        return;
+    }
     recorder.flush(closing);
     if let Some(path) = &recorder.config.stats {
         write_stats(

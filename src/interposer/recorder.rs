@@ -105,6 +105,8 @@ impl Sequencer {
 
 pub struct Recorder {
     pub config: Config,
+    /// The process that started recording (a forked child inherits this value).
+    pub pid: u32,
     start: Instant,
     next_id: AtomicU64,
     live: RwLock<LiveIndex>,
@@ -130,6 +132,7 @@ impl Recorder {
             .expect("the detector configuration for CUDA events is valid");
         Recorder {
             config,
+            pid: std::process::id(),
             start: Instant::now(),
             next_id: AtomicU64::new(1),
             live: RwLock::new(LiveIndex::default()),
