@@ -78,18 +78,25 @@ struct TraceReport {
     iteration: Option<IterationReport>,
 }
 
-const BASELINES: [(&str, Baseline); 4] = [
-    ("cudamalloc", Baseline::CudaMalloc),
-    ("cnmem", Baseline::Cnmem),
-    ("cnmem_grow", Baseline::CnmemGrow),
-    ("caching", Baseline::Caching),
+/// (JSON key, column label, policy); the table's columns are these, in this order.
+const BASELINES: [(&str, &str, Baseline); 4] = [
+    ("cudamalloc", "cudaMalloc", Baseline::CudaMalloc),
+    ("cnmem", "cnmem", Baseline::Cnmem),
+    ("cnmem_grow", "cnmem_grow", Baseline::CnmemGrow),
+    ("caching", "caching", Baseline::Caching),
 ];
 
-const PLANNERS: [(&str, Planner); 3] = [
-    ("bestfit", Planner::BestFit),
-    ("firstfit", Planner::FirstFit),
-    ("best", Planner::Search),
+const PLANNERS: [(&str, &str, Planner); 3] = [
+    ("bestfit", "bestfit", Planner::BestFit),
+    ("firstfit", "firstfit", Planner::FirstFit),
+    ("best", "best", Planner::Search),
 ];
+
+/// Every policy's (JSON key, column label).
+fn policy_columns() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let baselines = BASELINES.iter().map(|b| (b.0, b.1));
+    baselines.chain(PLANNERS.iter().map(|p| (p.0, p.1)))
+}
 
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     let alignment =
@@ -141,11 +148,7 @@ fn compare_file(path: &Path, options: &PlanOptions) -> anyhow::Result<TraceRepor
             (whole, iteration)
         }
     };
-    let all: Vec<&str> = BASELINES
-        .iter()
-        .map(|b| b.0)
-        .chain(PLANNERS.iter().map(|p| p.0))
-        .collect();
+    let all: Vec<&str> = policy_columns().map(|(key, _)| key).collect();
     Ok(TraceReport {
         trace: path.display().to_string(),
         comparison: compare(&instance, options, &all)?,
@@ -166,13 +169,13 @@ fn compare(
         plan_ms: elapsed.as_secs_f64() * 1e3,
     };
     let mut policies = std::collections::BTreeMap::new();
-    for &(name, baseline) in BASELINES.iter().filter(|b| names.contains(&b.0)) {
+    for &(name, _, baseline) in BASELINES.iter().filter(|b| names.contains(&b.0)) {
         let start = Instant::now();
         let simulation = sim::simulate(instance, baseline)
             .with_context(|| format!("the {name} simulation failed"))?;
         policies.insert(name, result(simulation.footprint, start.elapsed()));
     }
-    for &(name, planner) in PLANNERS.iter().filter(|p| names.contains(&p.0)) {
+    for &(name, _, planner) in PLANNERS.iter().filter(|p| names.contains(&p.0)) {
         let report = plan::plan(instance, planner, options)?;
         plan::validate(instance, &report.plan).map_err(|conflict| {
             anyhow::anyhow!("internal error: the {name} plan is invalid: {conflict:?}")
@@ -187,31 +190,18 @@ fn compare(
 }
 
 fn table(reports: &[TraceReport]) -> String {
-    let columns = [
-        "cudamalloc",
-        "cnmem",
-        "cnmem_grow",
-        "caching",
-        "bestfit",
-        "firstfit",
-        "best",
-    ];
+    // Each policy's column is as wide as its label, and at least 7 (a ratio like 1.0000).
+    let width = |label: &str| label.len().max(7);
     let mut out = String::new();
-    let _ = writeln!(
+    let _ = write!(
         out,
-        "{:<44} {:>8} {:>11} {:>10} {:>7} {:>10} {:>7} {:>7} {:>8} {:>7} {:>9}",
-        "footprint / peak live",
-        "buffers",
-        "peak live",
-        "cudaMalloc",
-        "cnmem",
-        "cnmem_grow",
-        "caching",
-        "bestfit",
-        "firstfit",
-        "best",
-        "best (ms)"
+        "{:<44} {:>8} {:>11}",
+        "footprint / peak live", "buffers", "peak live"
     );
+    for (_, label) in policy_columns() {
+        let _ = write!(out, " {label:>width$}", width = width(label));
+    }
+    let _ = writeln!(out, " {:>9}", "best (ms)");
     let mut row = |name: String, c: &Comparison| {
         let _ = write!(
             out,
@@ -219,29 +209,12 @@ fn table(reports: &[TraceReport]) -> String {
             c.buffers,
             itermem::export::human_bytes(c.peak_live_bytes)
         );
-        for column in columns {
-            match c.policies.get(column) {
-                Some(p) => {
-                    let width = if column == "cudamalloc" || column == "cnmem_grow" {
-                        10
-                    } else if column == "firstfit" {
-                        8
-                    } else {
-                        7
-                    };
-                    let _ = write!(out, " {:>width$.4}", p.ratio);
-                }
-                None => {
-                    let width = if column == "cudamalloc" || column == "cnmem_grow" {
-                        10
-                    } else if column == "firstfit" {
-                        8
-                    } else {
-                        7
-                    };
-                    let _ = write!(out, " {:>width$}", "-");
-                }
-            }
+        for (key, label) in policy_columns() {
+            let width = width(label);
+            let _ = match c.policies.get(key) {
+                Some(p) => write!(out, " {:>width$.4}", p.ratio),
+                None => write!(out, " {:>width$}", "-"),
+            };
         }
         let best_ms = c.policies.get("best").map_or(0.0, |p| p.plan_ms);
         let _ = writeln!(out, " {best_ms:>9.1}");
