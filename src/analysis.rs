@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::detect::{self, DetectError, DetectorConfig, Period};
 use crate::event::{AllocId, Event, EventKind, KernelId, MemKind, StreamHandle};
+use crate::plan::Buffer;
 
 /// Event counts by kind. `malloc`/`free` count device memory only (device, managed, async);
 /// pinned host memory is counted in [`Analysis::host`].
@@ -364,16 +365,6 @@ pub fn analyze(
         analyzer.push(event.borrow());
     }
     analyzer.finish(config)
-}
-
-/// One buffer of an iteration, for DSA: alive during the half-open event range
-/// `[lower, upper)`, relative to the iteration's first event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Buffer {
-    pub id: AllocId,
-    pub lower: u64,
-    pub upper: u64,
-    pub size: u64,
 }
 
 /// The device buffers live during the access events `[start, start + length)`, lifetimes

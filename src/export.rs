@@ -10,8 +10,8 @@ use std::io::{self, Write};
 
 use serde_json::json;
 
-use crate::analysis::Buffer;
 use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle};
+use crate::plan::Buffer;
 use crate::trace::TraceHeader;
 
 pub fn mem_kind_name(kind: MemKind) -> &'static str {

@@ -429,7 +429,10 @@ fn export(args: &ExportArgs) -> anyhow::Result<()> {
 }
 
 /// The buffers of the chosen iteration.
-fn dsa_buffers(loaded: &Loaded, choice: Option<usize>) -> anyhow::Result<Vec<analysis::Buffer>> {
+fn dsa_buffers(
+    loaded: &Loaded,
+    choice: Option<usize>,
+) -> anyhow::Result<Vec<itermem::plan::Buffer>> {
     let path = loaded.file.path().display();
     let a = &loaded.analysis;
     let Some(it) = &a.iteration else {
