@@ -315,7 +315,6 @@ impl Recorder {
         in_pool.or_else(|| range_start(addr))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn on_memcpy(
         &self,
         dst: Option<AllocId>,
