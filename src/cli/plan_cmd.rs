@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use itermem::bo::{self, BoConfig, Objective};
+use itermem::bo;
 use itermem::export::human_bytes;
 use itermem::ops::{self, OpTrace, cost::CostModel};
-use itermem::plan::{self as dsa, Absence, Buffer, Instance, PlanOptions, Policy as Dsa};
-use itermem::swap::{self, CopyModel, SimOptions, SimResult, SwapPlan, Weights, baselines};
+use itermem::plan as dsa;
+use itermem::swap::combined::{self, ExecutorInputs, PlanJson, SwapJson};
+use itermem::swap::{self, CopyModel, SimOptions, SimResult, SwapPlan, baselines};
 use serde::Serialize;
 
 use super::BadInput;
@@ -31,7 +32,7 @@ pub struct PlanArgs {
     trace: PathBuf,
     /// Device memory limit: bytes with an optional K, M, G suffix, or a percentage of the
     /// trace's peak load (e.g. 80%).
-    #[arg(long, value_name = "BYTES|PERCENT", required_unless_present = "sweep")]
+    #[arg(long, value_name = "BYTES|PERCENT", required_unless_present_any = ["sweep", "timings"])]
     limit: Option<String>,
     /// Who chooses the tensors.
     #[arg(long, value_enum, default_value_t = Planner::Bo)]
@@ -55,6 +56,10 @@ pub struct PlanArgs {
     /// Write the plan (or the sweep) as JSON to this file.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Plan again what swap mode planned: the iteration window, op times, copy model and pool
+    /// budget come from this plan file (`ITERMEM_PLAN_OUT`) of the process that wrote TRACE.
+    #[arg(long, value_name = "PLAN.json", conflicts_with_all = ["sweep", "limit"])]
+    timings: Option<PathBuf>,
     /// Draw the load curves before and after, and the three streams' timelines, as SVG.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
@@ -105,13 +110,6 @@ struct Outcome {
     elapsed: Duration,
 }
 
-/// Simulated time of a plan as the objective: overhead first, swapped bytes second; a plan
-/// that cannot keep the limit at all ranks after every plan that can.
-fn objective(result: &SimResult) -> Objective {
-    let penalty = if result.over_limit { 1e6 } else { 0.0 };
-    Objective::new(result.overhead + penalty, result.swapped_bytes as f64)
-}
-
 fn run_planner(
     trace: &OpTrace,
     limit: u64,
@@ -123,38 +121,11 @@ fn run_planner(
     let start = Instant::now();
     let (plan, weights, evaluations) = match planner {
         Planner::Bo => {
-            let evaluate = |w: &[f64]| {
-                let weights = Weights::from_array([w[0], w[1], w[2], w[3]]);
-                objective(&swap::evaluate(
-                    trace,
-                    &swap::plan(trace, limit, weights, copy),
-                    limit,
-                    copy,
-                ))
-            };
-            let config = BoConfig {
-                evaluations: evaluations.max(4),
-                // The whole budget: overhead is flat over most weights with small pockets of
-                // zero (ResNet-32, PCIe 4, 77.5 %: first found in evaluations 27–30), which an
-                // early stop after four rounds without improvement misses.
-                patience: 0,
-                ..BoConfig::default()
-            };
-            let bar = ProgressBar::new(progress, config.evaluations);
-            let report = |done: usize, _budget: usize, _best: &Objective| bar.tick(done);
-            let found = bo::minimize_with_progress(evaluate, 4, (-1.0, 1.0), &config, &report)?;
+            let bar = ProgressBar::new(progress, evaluations.max(4));
+            let report = |done: usize, _budget: usize, _best: &bo::Objective| bar.tick(done);
+            let found = combined::bo_plan(trace, limit, copy, evaluations, Some(&report))?;
             bar.finish();
-            let w = [
-                found.best_x[0],
-                found.best_x[1],
-                found.best_x[2],
-                found.best_x[3],
-            ];
-            (
-                swap::plan(trace, limit, Weights::from_array(w), copy),
-                Some(w),
-                found.evaluations,
-            )
+            (found.plan, Some(found.weights), found.evaluations)
         }
         Planner::Aoa => (
             baselines::single_score(trace, limit, baselines::Score::Aoa, copy),
@@ -237,17 +208,11 @@ impl ProgressBar {
 }
 
 fn copy_model(text: &str) -> anyhow::Result<CopyModel> {
-    Ok(match text {
-        "pcie3" => CopyModel::pcie3(),
-        "pcie4" => CopyModel::pcie4(),
-        "pcie5" => CopyModel::pcie5(),
-        "nvlink" => CopyModel::nvlink(),
-        other => match other.parse::<f64>() {
-            Ok(gb_s) if gb_s.is_finite() && gb_s > 0.0 => CopyModel::with_bandwidth(gb_s, gb_s),
-            _ => bail!(BadInput(format!(
-                "--bandwidth {other:?}: expected pcie3, pcie4, pcie5, nvlink or a number of GB/s"
-            ))),
-        },
+    CopyModel::parse(text).ok_or_else(|| {
+        BadInput(format!(
+            "--bandwidth {text:?}: expected pcie3, pcie4, pcie5, nvlink or a number of GB/s"
+        ))
+        .into()
     })
 }
 
@@ -261,108 +226,6 @@ fn limit_bytes(text: &str, peak: u64) -> anyhow::Result<u64> {
     }
 }
 
-/// The combined SmartPool + AutoSwap problem: every tensor a buffer over the ops it is live
-/// (resident ones over the whole iteration), with its range lent while it is away
-/// ([`swap::lent_windows`], on the plan's simulated timeline); one offset per tensor. Returns
-/// the pool footprint, the peak of resident bytes and the windows used.
-fn combined_footprint(trace: &OpTrace, lent: &[swap::Lent]) -> anyhow::Result<Combined> {
-    let n = trace.ops.len() as u64;
-    let mut buffers = Vec::new();
-    for (index, tensor) in trace.tensors.iter().enumerate() {
-        let lower = if tensor.resident {
-            0
-        } else {
-            tensor.born_at.unwrap_or(0) as u64
-        };
-        let upper = tensor.dies_after.map_or(n, |d| d as u64 + 1).max(lower + 1);
-        if tensor.bytes == 0 || n == 0 {
-            continue;
-        }
-        buffers.push(Buffer {
-            id: index as u64,
-            lower,
-            upper,
-            size: tensor.bytes,
-        });
-    }
-    let live: std::collections::HashMap<u64, (u64, u64)> =
-        buffers.iter().map(|b| (b.id, (b.lower, b.upper))).collect();
-    let mut absences = Vec::new();
-    let mut used = Vec::new();
-    for lent in lent {
-        let id = u64::from(lent.tensor);
-        let Some(&(lower, upper)) = live.get(&id) else {
-            continue;
-        };
-        // Strictly inside the lifetime: the tensor is needed at both ends.
-        let from = (lent.from as u64).max(lower + 1);
-        let to = (lent.to as u64).min(upper.saturating_sub(1));
-        if from < to {
-            absences.push(Absence { id, from, to });
-            used.push((lent.swap, [from as usize, to as usize]));
-        }
-    }
-    let instance = Instance::with_absences(buffers, absences).map_err(|err| {
-        anyhow::anyhow!("internal error: the combined plan's instance is invalid: {err}")
-    })?;
-    let report = dsa::plan(&instance, Dsa::BestOf, &PlanOptions::default())?;
-    dsa::validate(&instance, &report.plan).map_err(|conflict| {
-        anyhow::anyhow!("internal error: the combined plan is invalid: {conflict}")
-    })?;
-    Ok(Combined {
-        footprint: report.footprint,
-        lower_bound: report.lower_bound,
-        lent: used,
-    })
-}
-
-/// The combined plan's figures, and the lending windows it used as (swap index, `[from, to)`
-/// ops): the absences strictly inside each tensor's lifetime.
-struct Combined {
-    footprint: u64,
-    lower_bound: u64,
-    lent: Vec<(usize, [usize; 2])>,
-}
-
-#[derive(Serialize)]
-struct SwapJson {
-    tensor: u32,
-    bytes: u64,
-    /// The tensor's last access before it leaves the device.
-    out_after_op: usize,
-    /// The swap-out is queued when this op ends.
-    out_at_op: usize,
-    /// None (null) for a final swap: not accessed again before it is freed, never copied back.
-    in_before_op: Option<usize>,
-    /// The swap-in is queued when this op is launched, plus `in_delay_ns` (null for a final
-    /// swap).
-    in_issue_op: Option<usize>,
-    in_delay_ns: Option<f64>,
-    wraps: bool,
-    /// Half-open op ranges during which the tensor's range holds other tensors of the pool.
-    lent_ops: Vec<[usize; 2]>,
-}
-
-#[derive(Serialize)]
-struct PlanJson {
-    trace: String,
-    planner: Planner,
-    limit_bytes: u64,
-    peak_bytes: u64,
-    peak_after_bytes: u64,
-    overhead: f64,
-    time_ns: f64,
-    base_time_ns: f64,
-    stall_ns: f64,
-    swapped_bytes: u64,
-    weights: Option<[f64; 4]>,
-    evaluations: usize,
-    plan_ms: f64,
-    pool_footprint_bytes: u64,
-    pool_lower_bound_bytes: u64,
-    swaps: Vec<SwapJson>,
-}
-
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let copy = copy_model(&args.bandwidth)?;
     let cost = CostModel::preset(&args.device).ok_or_else(|| {
@@ -371,8 +234,15 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             args.device
         ))
     })?;
-    let loaded = ops::load_with(&args.trace, &ops::LoadOptions { cost })?;
-    let trace = loaded.trace;
+    let timings = args.timings.as_deref().map(read_timings).transpose()?;
+    let options = ops::LoadOptions {
+        cost,
+        window: timings.as_ref().map(|t| (t.window[0], t.window[1])),
+    };
+    let trace = ops::load_with(&args.trace, &options)?.trace;
+    if let Some(inputs) = timings {
+        return replan(&args, &trace, inputs);
+    }
     let peak = trace.peak().map_or(0, |p| p.bytes);
     if args.sweep {
         return sweep(&args, &trace, peak, copy);
@@ -387,10 +257,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         !args.json,
     )?;
     let lent = swap::lent_windows(&trace, &outcome.plan, limit, copy);
-    let combined = combined_footprint(&trace, &lent)?;
+    let pool = combined::combined_pool(&trace, &lent, &Default::default())?;
     let json = PlanJson {
         trace: args.trace.display().to_string(),
-        planner: args.planner,
+        planner: args.planner.name().into(),
         limit_bytes: limit,
         peak_bytes: peak,
         peak_after_bytes: outcome.result.peak_bytes,
@@ -402,30 +272,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         weights: outcome.weights,
         evaluations: outcome.evaluations,
         plan_ms: outcome.elapsed.as_secs_f64() * 1e3,
-        pool_footprint_bytes: combined.footprint,
-        pool_lower_bound_bytes: combined.lower_bound,
-        swaps: outcome
-            .plan
-            .swaps
-            .iter()
-            .enumerate()
-            .map(|(index, s)| SwapJson {
-                tensor: s.tensor,
-                bytes: trace.tensors.get(s.tensor as usize).map_or(0, |t| t.bytes),
-                out_after_op: s.out_after,
-                out_at_op: s.out_at,
-                in_before_op: s.in_before,
-                in_issue_op: s.in_before.map(|_| s.in_issue),
-                in_delay_ns: s.in_before.map(|_| s.in_delay_ns),
-                wraps: s.wraps(),
-                lent_ops: combined
-                    .lent
-                    .iter()
-                    .filter(|(swap, _)| *swap == index)
-                    .map(|&(_, ops)| ops)
-                    .collect(),
-            })
-            .collect(),
+        pool_footprint_bytes: pool.footprint,
+        pool_lower_bound_bytes: pool.lower_bound,
+        swaps: SwapJson::list(&trace, &outcome.plan, &pool),
+        executor: None,
     };
     if let Some(path) = &args.output {
         write_json(path, &json)?;
@@ -437,6 +287,48 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{}", describe(&json, &trace));
+    }
+    Ok(())
+}
+
+/// The executor inputs of a plan file written by swap mode (`ITERMEM_PLAN_OUT`).
+fn read_timings(path: &Path) -> anyhow::Result<ExecutorInputs> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let json: PlanJson = serde_json::from_str(&text).map_err(|err| {
+        BadInput(format!(
+            "--timings {}: not a plan written by swap mode ({err})",
+            path.display()
+        ))
+    })?;
+    json.executor.ok_or_else(|| {
+        BadInput(format!(
+            "--timings {}: the plan has no executor inputs (write it with ITERMEM_PLAN_OUT in \
+             swap mode)",
+            path.display()
+        ))
+        .into()
+    })
+}
+
+/// `--timings`: the plan the swap executor made from this trace, made again.
+fn replan(args: &PlanArgs, trace: &OpTrace, inputs: ExecutorInputs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let (reduced, _, planned) = inputs.plan(trace)?;
+    let json = PlanJson::executed(
+        args.trace.display().to_string(),
+        &reduced,
+        &planned,
+        start.elapsed(),
+        inputs,
+    );
+    if let Some(path) = &args.output {
+        write_json(path, &json)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{}", describe(&json, &reduced));
     }
     Ok(())
 }
@@ -462,7 +354,7 @@ fn describe(p: &PlanJson, trace: &OpTrace) -> String {
     let _ = writeln!(
         out,
         "planner     {} ({} evaluations, {:.1} ms){}",
-        p.planner.name(),
+        p.planner,
         p.evaluations,
         p.plan_ms,
         p.weights.map_or(String::new(), |w| format!(

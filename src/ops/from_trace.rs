@@ -2,7 +2,7 @@
 //! launches and copies, over the device allocations.
 //!
 //! Decisions:
-//! - **The iteration** is chosen like the importer chooses one for SmartPool
+//! - **The iteration** is [`LoadOptions::window`] when given; otherwise it is chosen like the importer chooses one for SmartPool
 //!   ([`crate::import::choose_iteration`] over the detector's segments, [`crate::detect`]), but
 //!   on *every* access event (mallocs, frees, copies, memsets, launches, with the recorder's
 //!   tokens, [`crate::analysis::token`]) since the ops are launches; the window is the last
@@ -36,7 +36,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::error::{Location, OpsError, Problem};
-use super::{LoadOptions, Loaded, Op, OpFormat, OpStats, Tensor, TensorId, finish, push_unique};
+use super::{
+    LoadOptions, Loaded, Op, OpFormat, OpStats, Tensor, TensorId, finish, never_live, push_unique,
+};
 use crate::analysis::token;
 use crate::detect::{self, DetectorConfig};
 use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId};
@@ -64,6 +66,17 @@ pub fn from_events(
     events: &[Event],
     options: &LoadOptions,
 ) -> Result<Loaded, OpsError> {
+    from_events_with_births(name, events, options).map(|(loaded, _)| loaded)
+}
+
+/// [`from_events`], and for each tensor of the result the access-event index of the malloc
+/// that created it (None for a resident tensor): what the swap executor needs to find the
+/// tensor again at run time, in every iteration.
+pub fn from_events_with_births(
+    name: &Path,
+    events: &[Event],
+    options: &LoadOptions,
+) -> Result<(Loaded, Vec<Option<u64>>), OpsError> {
     // Pass 1: tokens and live device bytes per access event, for the iteration choice.
     let mut tokens = Vec::new();
     let mut live_series = Vec::new();
@@ -108,12 +121,26 @@ pub fn from_events(
         records: n,
         ..OpStats::default()
     };
-    let (start, length) = match iteration {
-        Some(it) if it.period_events > 0 && it.period_events <= n => {
+    let (start, length) = match (options.window, iteration) {
+        (Some((start, length)), _) => {
+            if length == 0 || start.checked_add(length).is_none_or(|end| end > n) {
+                return Err(OpsError::new(
+                    name,
+                    Location::File,
+                    Problem::NoOps(format!(
+                        "the window of events [{start}, {start} + {length}) is not inside the \
+                         trace's {n} access events"
+                    )),
+                ));
+            }
+            stats.window_detected = true;
+            (start, length)
+        }
+        (None, Some(it)) if it.period_events > 0 && it.period_events <= n => {
             stats.window_detected = true;
             it.last_window(n)
         }
-        _ => (0, n),
+        (None, _) => (0, n),
     };
     stats.window = Some((start, length));
     let end = start + length;
@@ -123,12 +150,15 @@ pub fn from_events(
     let mut names: HashMap<KernelId, String> = HashMap::new();
     let mut pre_live: HashMap<AllocId, u64> = HashMap::new();
     let mut tensors: Vec<Option<Tensor>> = Vec::new();
+    // Parallel to `tensors`: the access-event index of each tensor's malloc.
+    let mut births: Vec<Option<u64>> = Vec::new();
     let mut by_alloc: HashMap<AllocId, TensorId> = HashMap::new(); // live device allocations
     let mut ops: Vec<Op> = Vec::new();
     let mut index = 0u64;
     let mut in_window = false;
     let make_resident = |pre_live: &mut HashMap<AllocId, u64>,
                          tensors: &mut Vec<Option<Tensor>>,
+                         births: &mut Vec<Option<u64>>,
                          by_alloc: &mut HashMap<AllocId, TensorId>| {
         let mut ids: Vec<(AllocId, u64)> = pre_live.drain().collect();
         ids.sort_unstable();
@@ -141,6 +171,7 @@ pub fn from_events(
                 dies_after: None,
                 born_at: None,
             }));
+            births.push(None);
             by_alloc.insert(id, t);
         }
     };
@@ -172,7 +203,7 @@ pub fn from_events(
         }
         if !in_window {
             in_window = true;
-            make_resident(&mut pre_live, &mut tensors, &mut by_alloc);
+            make_resident(&mut pre_live, &mut tensors, &mut births, &mut by_alloc);
         }
         let op_count = ops.len();
         match &event.kind {
@@ -191,6 +222,7 @@ pub fn from_events(
                         // The next op; left out at the end if no op follows.
                         born_at: Some(op_count),
                     }));
+                    births.push(Some(index - 1));
                     by_alloc.insert(*id, t);
                 }
             }
@@ -298,7 +330,7 @@ pub fn from_events(
         }
     }
     if !in_window {
-        make_resident(&mut pre_live, &mut tensors, &mut by_alloc);
+        make_resident(&mut pre_live, &mut tensors, &mut births, &mut by_alloc);
     }
     // Births after the last op: the next iteration's blocks (left out by `finish`).
     let n_ops = ops.len();
@@ -321,12 +353,19 @@ pub fn from_events(
             ),
         ));
     }
+    let births = tensors
+        .iter()
+        .zip(births)
+        .filter(|(t, _)| t.as_ref().is_some_and(|t| !never_live(t, n_ops)))
+        .map(|(_, birth)| birth)
+        .collect();
     let trace = finish(name, tensors, ops, &mut stats)?;
-    Ok(Loaded {
+    let loaded = Loaded {
         trace,
         format: OpFormat::ItermemTrace,
         stats,
-    })
+    };
+    Ok((loaded, births))
 }
 
 /// Ends tensor `t`'s life at a free seen after `op_count` ops: it dies after op

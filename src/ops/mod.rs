@@ -60,7 +60,7 @@ use std::path::Path;
 
 pub use cost::{CostError, CostModel};
 pub use error::{InvariantError, Location, OpsError, Problem};
-pub use from_trace::from_events;
+pub use from_trace::{from_events, from_events_with_births};
 
 /// Index of a tensor in [`OpTrace::tensors`].
 pub type TensorId = u32;
@@ -285,6 +285,10 @@ pub enum OpFormat {
 pub struct LoadOptions {
     /// Durations of ops the file does not time (generated and itermem traces).
     pub cost: CostModel,
+    /// itermem traces: take these access events `[start, start + length)` as the iteration
+    /// instead of choosing one (the swap executor plans the iteration it timed, and
+    /// `itermem plan --timings` reproduces that plan from the trace).
+    pub window: Option<(u64, u64)>,
 }
 
 /// What an importer left out or inferred, for reports.
@@ -388,9 +392,7 @@ pub(crate) fn finish(
     let mut new_id: Vec<Option<TensorId>> = Vec::with_capacity(tensors.len());
     let mut kept = Vec::with_capacity(tensors.len());
     for t in tensors {
-        let dies_before_birth =
-            |t: &Tensor| matches!((t.born_at, t.dies_after), (Some(b), Some(d)) if d < b);
-        let t = t.filter(|t| n > 0 && !dies_before_birth(t));
+        let t = t.filter(|t| !never_live(t, n));
         match t {
             None => {
                 stats.dropped_tensors += 1;
@@ -428,6 +430,12 @@ pub(crate) fn finish(
         .validate()
         .map_err(|err| OpsError::file(path, Problem::Invariant(Box::new(err))))?;
     Ok(trace)
+}
+
+/// Whether `finish` leaves tensor `t` out of a trace of `n_ops` ops: no op, or it dies before
+/// it is born.
+pub(crate) fn never_live(t: &Tensor, n_ops: usize) -> bool {
+    n_ops == 0 || matches!((t.born_at, t.dies_after), (Some(b), Some(d)) if d < b)
 }
 
 /// Pushes `t` to `list` unless present (keeps the first-seen order).

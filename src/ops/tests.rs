@@ -740,6 +740,7 @@ fn real_generated_traces_load_and_match_the_v100_profile() {
             path,
             &LoadOptions {
                 cost: CostModel::h100(),
+                ..Default::default()
             },
         )
         .unwrap();

@@ -2,9 +2,9 @@
 //!
 //! This module owns the swap *plan* ([`SwapPlan`]), the timeline simulator that prices a plan
 //! ([`sim`]), the AutoSwap planner ([`autoswap`]), its baselines ([`baselines`]), an upper
-//! bound on what any zero-stall plan can save ([`bound`]) and when a swapped tensor's range
-//! may be lent to others ([`lend`]). Everything is a pure function of an
-//! [`OpTrace`] (`crate::ops`): deterministic, allocation-local, `Send + Sync`, no printing, no
+//! bound on what any zero-stall plan can save ([`bound`]), when a swapped tensor's range
+//! may be lent to others ([`lend`]) and the combined pool + swap plan ([`combined`]).
+//! Everything is a pure function of an [`OpTrace`] (`crate::ops`): deterministic, allocation-local, `Send + Sync`, no printing, no
 //! `unsafe`, and no panic on any trace (empty, zero-time ops, zero-size tensors, dangling ids).
 //!
 //! # Model
@@ -49,6 +49,7 @@
 pub mod autoswap;
 pub mod baselines;
 pub mod bound;
+pub mod combined;
 pub mod lend;
 mod profile;
 pub mod sim;
@@ -65,7 +66,7 @@ use profile::Profile;
 use std::fmt;
 
 /// Copy time model: `latency + bytes × ns_per_byte`, per direction.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CopyModel {
     pub out_ns_per_byte: f64,
     pub out_latency_ns: f64,
@@ -107,6 +108,19 @@ impl CopyModel {
             in_ns_per_byte: 1.0 / in_gb_s,
             ..CopyModel::PCIE3
         }
+    }
+    /// `pcie3`, `pcie4`, `pcie5`, `nvlink`, or a bandwidth in GB/s for both directions.
+    pub fn parse(text: &str) -> Option<CopyModel> {
+        Some(match text.trim() {
+            "pcie3" => CopyModel::pcie3(),
+            "pcie4" => CopyModel::pcie4(),
+            "pcie5" => CopyModel::pcie5(),
+            "nvlink" => CopyModel::nvlink(),
+            other => match other.parse::<f64>() {
+                Ok(gb_s) if gb_s.is_finite() && gb_s > 0.0 => CopyModel::with_bandwidth(gb_s, gb_s),
+                _ => return None,
+            },
+        })
     }
     /// The same latencies, bandwidth multiplied by `factor`.
     pub fn scaled_bandwidth(self, factor: f64) -> CopyModel {

@@ -1,0 +1,501 @@
+//! The combined SmartPool + AutoSwap plan: the swap plan AutoSwap chooses with weights tuned by
+//! Bayesian optimisation, and one pool offset per tensor, a swapped tensor's range being lent to
+//! other tensors while it is away ([`lent_windows`]). `itermem plan` prints it and the
+//! interposer's swap mode executes it: both call [`bo_plan`] and [`combined_pool`], and the
+//! executor's [`plan_within`] is what `itermem plan --timings` runs to reproduce a live plan.
+
+use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows, plan};
+use crate::bo::{self, BoConfig, BoError, Objective, Progress};
+use crate::ops::{Op, OpTrace, Tensor, TensorId};
+use crate::plan::{self as dsa, Absence, Buffer, Instance, PlanOptions, Policy};
+use std::collections::HashMap;
+
+/// The objective BO minimises: simulated overhead first, swapped bytes second; a plan that
+/// cannot keep the limit ranks after every plan that can.
+pub fn objective(result: &SimResult) -> Objective {
+    let penalty = if result.over_limit { 1e6 } else { 0.0 };
+    Objective::new(result.overhead + penalty, result.swapped_bytes as f64)
+}
+
+/// A swap plan with the weights BO chose for it.
+#[derive(Clone, Debug)]
+pub struct BoPlan {
+    pub plan: SwapPlan,
+    pub weights: [f64; 4],
+    pub evaluations: usize,
+}
+
+/// AutoSwap with its weights `a·AOA + b·DOA + c·WDOA + d·SWDOA` tuned by BO against the
+/// simulator, `evaluations` objective evaluations (seeded: the same inputs give the same plan).
+pub fn bo_plan(
+    trace: &OpTrace,
+    limit: u64,
+    copy: CopyModel,
+    evaluations: usize,
+    progress: Option<Progress<'_>>,
+) -> Result<BoPlan, BoError> {
+    let score = |w: &[f64]| {
+        let weights = Weights::from_array([w[0], w[1], w[2], w[3]]);
+        objective(&evaluate(
+            trace,
+            &plan(trace, limit, weights, copy),
+            limit,
+            copy,
+        ))
+    };
+    let config = BoConfig {
+        evaluations: evaluations.max(4),
+        // The whole budget: overhead is flat over most weights with small pockets of zero
+        // (ResNet-32, PCIe 4, 77.5 %: first found in evaluations 27–30), which an early stop
+        // after four rounds without improvement misses.
+        patience: 0,
+        ..BoConfig::default()
+    };
+    let found = match progress {
+        Some(progress) => bo::minimize_with_progress(score, 4, (-1.0, 1.0), &config, progress)?,
+        None => bo::minimize(score, 4, (-1.0, 1.0), &config)?,
+    };
+    let weights = [
+        found.best_x[0],
+        found.best_x[1],
+        found.best_x[2],
+        found.best_x[3],
+    ];
+    Ok(BoPlan {
+        plan: plan(trace, limit, Weights::from_array(weights), copy),
+        weights,
+        evaluations: found.evaluations,
+    })
+}
+
+/// The pool of a combined plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CombinedPool {
+    /// Offset of each tensor (by id) in the pool; None for a tensor of no bytes.
+    pub offsets: Vec<Option<u64>>,
+    pub footprint: u64,
+    /// Peak of the bytes resident at once (the footprint's lower bound).
+    pub lower_bound: u64,
+    /// The lending windows used, as (swap index, `[from, to)` ops): the absences strictly inside
+    /// each tensor's lifetime.
+    pub lent: Vec<(usize, [usize; 2])>,
+}
+
+/// The combined SmartPool + AutoSwap problem: every tensor a buffer over the ops it is live
+/// (resident ones over the whole iteration), with its range lent while it is away (`lent`, from
+/// [`lent_windows`] on the plan's simulated timeline); one offset per tensor.
+///
+/// `guards[t]` bytes are put in front of tensor `t`, and its offset is after them: the executor
+/// tells tensors apart by address, so a tensor whose range is lent must not have the address
+/// of a borrower ([`distinct_addresses`]). Empty for a plan that is only reported.
+pub fn combined_pool(
+    trace: &OpTrace,
+    lent: &[Lent],
+    guards: &HashMap<TensorId, u64>,
+) -> anyhow::Result<CombinedPool> {
+    let n = trace.ops.len() as u64;
+    let guard_of = |id: u64| guards.get(&(id as TensorId)).copied().unwrap_or(0);
+    let mut buffers = Vec::new();
+    for (index, tensor) in trace.tensors.iter().enumerate() {
+        let lower = if tensor.resident {
+            0
+        } else {
+            tensor.born_at.unwrap_or(0) as u64
+        };
+        let upper = tensor.dies_after.map_or(n, |d| d as u64 + 1).max(lower + 1);
+        if tensor.bytes == 0 || n == 0 {
+            continue;
+        }
+        buffers.push(Buffer {
+            id: index as u64,
+            lower,
+            upper,
+            size: tensor.bytes + guard_of(index as u64),
+        });
+    }
+    let live: HashMap<u64, (u64, u64)> =
+        buffers.iter().map(|b| (b.id, (b.lower, b.upper))).collect();
+    let mut absences = Vec::new();
+    let mut used = Vec::new();
+    for lent in lent {
+        let id = u64::from(lent.tensor);
+        let Some(&(lower, upper)) = live.get(&id) else {
+            continue;
+        };
+        // Strictly inside the lifetime: the tensor is needed at both ends.
+        let from = (lent.from as u64).max(lower + 1);
+        let to = (lent.to as u64).min(upper.saturating_sub(1));
+        if from < to {
+            absences.push(Absence { id, from, to });
+            used.push((lent.swap, [from as usize, to as usize]));
+        }
+    }
+    let instance = Instance::with_absences(buffers, absences).map_err(|err| {
+        anyhow::anyhow!("internal error: the combined plan's instance is invalid: {err}")
+    })?;
+    let report = dsa::plan(&instance, Policy::BestOf, &PlanOptions::default())?;
+    dsa::validate(&instance, &report.plan).map_err(|conflict| {
+        anyhow::anyhow!("internal error: the combined plan is invalid: {conflict}")
+    })?;
+    let mut offsets = vec![None; trace.tensors.len()];
+    for (buffer, &offset) in instance.buffers().iter().zip(&report.plan.offsets) {
+        offsets[buffer.id as usize] = Some(offset + guard_of(buffer.id));
+    }
+    Ok(CombinedPool {
+        offsets,
+        footprint: report.footprint,
+        lower_bound: report.lower_bound,
+        lent: used,
+    })
+}
+
+/// What the executor can serve from its pool: the tensors born and freed within the iteration.
+/// Resident tensors (weights, optimizer state) keep the blocks the program allocated before the
+/// plan, and a tensor that outlives the iteration cannot take the same offset every iteration;
+/// both are left out (their accesses too: the ops keep their time). Returns the reduced trace
+/// and, for each of its tensors, its id in `trace`.
+pub fn poolable(trace: &OpTrace) -> (OpTrace, Vec<TensorId>) {
+    let mut new_id = vec![None; trace.tensors.len()];
+    let mut kept = Vec::new();
+    let mut tensors = Vec::new();
+    for t in &trace.tensors {
+        if t.resident || t.dies_after.is_none() {
+            continue;
+        }
+        new_id[t.id as usize] = Some(tensors.len() as TensorId);
+        kept.push(t.id);
+        tensors.push(Tensor {
+            id: tensors.len() as TensorId,
+            ..t.clone()
+        });
+    }
+    let keep = |list: &[TensorId]| -> Vec<TensorId> {
+        list.iter()
+            .filter_map(|&t| new_id.get(t as usize).copied().flatten())
+            .collect()
+    };
+    let ops = trace
+        .ops
+        .iter()
+        .map(|op| Op {
+            reads: keep(&op.reads),
+            writes: keep(&op.writes),
+            ..op.clone()
+        })
+        .collect();
+    let reduced = OpTrace {
+        source: trace.source.clone(),
+        tensors,
+        ops,
+    };
+    (reduced, kept)
+}
+
+/// The plan the swap executor follows: on [`poolable`]'s trace, a swap plan whose combined
+/// pool fits `budget` bytes.
+#[derive(Clone, Debug)]
+pub struct Executable {
+    pub plan: SwapPlan,
+    pub result: SimResult,
+    /// None when no swap was allowed or needed.
+    pub weights: Option<[f64; 4]>,
+    pub evaluations: usize,
+    pub pool: CombinedPool,
+    /// The limit the swap planner was given (the budget, less what the pool's fragmentation
+    /// needed).
+    pub swap_limit: u64,
+    /// Whether the pool fits the budget.
+    pub fits: bool,
+}
+
+/// The unit of the guards in front of lent tensors ([`combined_pool`]): one allocation granule
+/// of cnmem and PyTorch.
+pub const GUARD: u64 = 512;
+/// Rounds of growing guards until no two tensors alive at once share an address.
+const GUARD_ROUNDS: usize = 16;
+
+/// [`combined_pool`] for execution: every lent tensor gets a guard of [`GUARD`] bytes, and a
+/// tensor that still has the address of another one alive at the same time (a lent tensor
+/// placed at the start of another's range) gets a larger one, until every address names one
+/// tensor at any time.
+pub fn distinct_addresses(trace: &OpTrace, lent: &[Lent]) -> anyhow::Result<CombinedPool> {
+    let mut guards: HashMap<TensorId, u64> = lent.iter().map(|l| (l.tensor, GUARD)).collect();
+    let mut pool = combined_pool(trace, lent, &guards)?;
+    for _ in 0..GUARD_ROUNDS {
+        let shared = shared_addresses(trace, &pool);
+        if shared.is_empty() {
+            return Ok(pool);
+        }
+        for t in shared {
+            *guards.entry(t).or_insert(0) += GUARD;
+        }
+        pool = combined_pool(trace, lent, &guards)?;
+    }
+    anyhow::ensure!(
+        shared_addresses(trace, &pool).is_empty(),
+        "internal error: the combined plan gives two live tensors one address"
+    );
+    Ok(pool)
+}
+
+/// Tensors whose address is that of another tensor alive at the same time (the later-born of
+/// each such pair).
+fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<TensorId> {
+    let n = trace.ops.len();
+    let life = |t: &Tensor| {
+        let born = if t.resident {
+            0
+        } else {
+            t.born_at.unwrap_or(0)
+        };
+        (born, t.dies_after.map_or(n, |d| d + 1))
+    };
+    let mut by_address: Vec<(u64, usize, usize, TensorId)> = trace
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            let (born, dead) = life(t);
+            Some((
+                pool.offsets.get(t.id as usize).copied().flatten()?,
+                born,
+                dead,
+                t.id,
+            ))
+        })
+        .collect();
+    by_address.sort_unstable();
+    let mut shared = Vec::new();
+    for group in by_address.chunk_by(|a, b| a.0 == b.0) {
+        for (i, a) in group.iter().enumerate() {
+            if group[..i].iter().any(|b| b.1 < a.2 && a.1 < b.2) {
+                shared.push(a.3);
+            }
+        }
+    }
+    shared
+}
+
+/// Attempts at lowering the swap limit until the pool fits the budget.
+const FIT_ATTEMPTS: usize = 8;
+
+/// The plan for the executor: the pool of the iteration's tensors must fit `budget` bytes. The
+/// swap planner gets `budget` as its limit first; where the pool's fragmentation (a lent range
+/// is lent only whole) makes the footprint exceed it, the limit is lowered by the excess and the
+/// plan made again. `allow_swaps` false (an access the interposer could not see) plans the pool
+/// alone. Deterministic: the same trace, budget and copy model give the same plan.
+pub fn plan_within(
+    trace: &OpTrace,
+    budget: u64,
+    copy: CopyModel,
+    evaluations: usize,
+    allow_swaps: bool,
+) -> anyhow::Result<Executable> {
+    let no_swaps = || -> anyhow::Result<Executable> {
+        let plan = SwapPlan::default();
+        let result = check(trace, &plan, u64::MAX, copy)?;
+        let pool = combined_pool(trace, &[], &HashMap::new())?;
+        Ok(Executable {
+            fits: pool.footprint <= budget,
+            plan,
+            result,
+            weights: None,
+            evaluations: 0,
+            pool,
+            swap_limit: budget,
+        })
+    };
+    let unswapped = no_swaps()?;
+    if unswapped.fits || !allow_swaps {
+        return Ok(unswapped);
+    }
+    let mut limit = budget;
+    let mut best: Option<Executable> = None;
+    for _ in 0..FIT_ATTEMPTS {
+        let chosen = bo_plan(trace, limit, copy, evaluations, None)?;
+        let result = check(trace, &chosen.plan, limit, copy)
+            .map_err(|err| anyhow::anyhow!("internal error: the swap plan is invalid: {err}"))?;
+        let lent = lent_windows(trace, &chosen.plan, limit, copy);
+        let pool = distinct_addresses(trace, &lent)?;
+        let excess = pool.footprint.saturating_sub(budget);
+        let candidate = Executable {
+            fits: excess == 0 && !result.over_limit,
+            plan: chosen.plan,
+            result,
+            weights: Some(chosen.weights),
+            evaluations: chosen.evaluations,
+            pool,
+            swap_limit: limit,
+        };
+        let better = best.as_ref().is_none_or(|b| {
+            (candidate.fits, std::cmp::Reverse(candidate.pool.footprint))
+                > (b.fits, std::cmp::Reverse(b.pool.footprint))
+        });
+        let done = candidate.fits || candidate.result.over_limit;
+        if better {
+            best = Some(candidate);
+        }
+        if done {
+            break;
+        }
+        limit = limit.saturating_sub(excess.max(budget / 100));
+    }
+    Ok(best.unwrap_or(unswapped))
+}
+
+/// One swap of a plan, as `itermem plan --json` prints it and the swap executor writes it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SwapJson {
+    pub tensor: u32,
+    pub bytes: u64,
+    /// The tensor's last access before it leaves the device.
+    pub out_after_op: usize,
+    /// The swap-out is queued when this op ends.
+    pub out_at_op: usize,
+    /// None (null) for a final swap: not accessed again before it is freed, never copied back.
+    pub in_before_op: Option<usize>,
+    /// The swap-in is queued when this op is launched, plus `in_delay_ns` (null for a final
+    /// swap).
+    pub in_issue_op: Option<usize>,
+    pub in_delay_ns: Option<f64>,
+    pub wraps: bool,
+    /// Half-open op ranges during which the tensor's range holds other tensors of the pool.
+    pub lent_ops: Vec<[usize; 2]>,
+}
+
+impl SwapJson {
+    /// The swaps of `plan` on `trace`, with the lending windows of `pool`.
+    pub fn list(trace: &OpTrace, plan: &SwapPlan, pool: &CombinedPool) -> Vec<SwapJson> {
+        plan.swaps
+            .iter()
+            .enumerate()
+            .map(|(index, s)| SwapJson {
+                tensor: s.tensor,
+                bytes: trace.tensors.get(s.tensor as usize).map_or(0, |t| t.bytes),
+                out_after_op: s.out_after,
+                out_at_op: s.out_at,
+                in_before_op: s.in_before,
+                in_issue_op: s.in_before.map(|_| s.in_issue),
+                in_delay_ns: s.in_before.map(|_| s.in_delay_ns),
+                wraps: s.wraps(),
+                lent_ops: pool
+                    .lent
+                    .iter()
+                    .filter(|(swap, _)| *swap == index)
+                    .map(|&(_, ops)| ops)
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// What the swap executor planned from, so `itermem plan --timings` can plan it again: the
+/// iteration's access events in the trace, the measured op times, the copy model and the
+/// device budget of the pool.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ExecutorInputs {
+    /// Access events `[start, start + length)` of the process's trace: the timed iteration.
+    pub window: [u64; 2],
+    /// Measured duration of each op of that iteration, ns.
+    pub op_time_ns: Vec<f64>,
+    pub copy: CopyModel,
+    /// Device bytes the pool may take (the limit less the blocks outside the pool).
+    pub budget_bytes: u64,
+    pub evaluations: usize,
+    /// False when a launch's accesses could not be seen: the pool is planned without swaps.
+    pub allow_swaps: bool,
+}
+
+impl ExecutorInputs {
+    /// [`plan_within`] on [`poolable`]'s part of the iteration `trace` (read with the
+    /// window), its ops timed: the reduced trace, the ids its tensors have in `trace`, the plan.
+    pub fn plan(&self, trace: &OpTrace) -> anyhow::Result<(OpTrace, Vec<TensorId>, Executable)> {
+        let timed = self.timed(trace)?;
+        let (reduced, kept) = poolable(&timed);
+        let plan = plan_within(
+            &reduced,
+            self.budget_bytes,
+            self.copy,
+            self.evaluations,
+            self.allow_swaps,
+        )?;
+        Ok((reduced, kept, plan))
+    }
+
+    /// `trace` with the measured op times.
+    pub fn timed(&self, trace: &OpTrace) -> anyhow::Result<OpTrace> {
+        if trace.ops.len() != self.op_time_ns.len() {
+            anyhow::bail!(
+                "the timings give {} op times but the iteration has {} ops",
+                self.op_time_ns.len(),
+                trace.ops.len()
+            );
+        }
+        let mut timed = trace.clone();
+        for (op, &ns) in timed.ops.iter_mut().zip(&self.op_time_ns) {
+            op.time_ns = ns;
+            op.measured = true;
+        }
+        Ok(timed)
+    }
+}
+
+/// A plan as `itermem plan --json` prints it and swap mode writes it (`ITERMEM_PLAN_OUT`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlanJson {
+    pub trace: String,
+    pub planner: String,
+    pub limit_bytes: u64,
+    pub peak_bytes: u64,
+    pub peak_after_bytes: u64,
+    pub overhead: f64,
+    pub time_ns: f64,
+    pub base_time_ns: f64,
+    pub stall_ns: f64,
+    pub swapped_bytes: u64,
+    pub weights: Option<[f64; 4]>,
+    pub evaluations: usize,
+    pub plan_ms: f64,
+    pub pool_footprint_bytes: u64,
+    pub pool_lower_bound_bytes: u64,
+    pub swaps: Vec<SwapJson>,
+    /// Swap mode (and `itermem plan --timings`): what the executor planned from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorInputs>,
+}
+
+impl PlanJson {
+    /// The executor's plan `planned` of the [`poolable`] trace `reduced`.
+    pub fn executed(
+        trace: String,
+        reduced: &OpTrace,
+        planned: &Executable,
+        elapsed: std::time::Duration,
+        inputs: ExecutorInputs,
+    ) -> PlanJson {
+        let r = &planned.result;
+        PlanJson {
+            trace,
+            planner: if planned.weights.is_some() {
+                "bo"
+            } else {
+                "none"
+            }
+            .into(),
+            limit_bytes: planned.swap_limit,
+            peak_bytes: reduced.peak().map_or(0, |p| p.bytes),
+            peak_after_bytes: r.peak_bytes,
+            overhead: r.overhead,
+            time_ns: r.time_ns,
+            base_time_ns: r.base_time_ns,
+            stall_ns: r.stall_ns,
+            swapped_bytes: r.swapped_bytes,
+            weights: planned.weights,
+            evaluations: planned.evaluations,
+            plan_ms: elapsed.as_secs_f64() * 1e3,
+            pool_footprint_bytes: planned.pool.footprint,
+            pool_lower_bound_bytes: planned.pool.lower_bound,
+            swaps: SwapJson::list(reduced, &planned.plan, &planned.pool),
+            executor: Some(inputs),
+        }
+    }
+}
