@@ -7,6 +7,7 @@
 //! accepted forms, and the default is kept: a typo must never crash or silently change the host
 //! program.
 
+use crate::swap::CopyModel;
 use std::fmt;
 use std::io::Write;
 use std::path::PathBuf;
@@ -37,11 +38,6 @@ impl Mode {
             "cnmem" => Mode::Cnmem,
             _ => return None,
         })
-    }
-
-    /// Modes this version carries out; the others (swap) record only, and say so.
-    pub fn implemented(self) -> bool {
-        matches!(self, Mode::Off | Mode::Record | Mode::Pool | Mode::Cnmem)
     }
 }
 
@@ -81,6 +77,13 @@ pub struct Config {
     /// Fault injection for tests: the hook of this CUDA function panics inside itermem's code
     /// (after the real call), to prove the host program survives any bug of ours.
     pub inject_panic: Option<String>,
+    /// Swap mode: a swapped-out range is filled with `0xFF` before anything else may use it,
+    /// so an access itermem did not see shows as wrong results.
+    pub swap_verify: bool,
+    /// Swap mode: write the plan in use here (the JSON of `itermem plan --json`).
+    pub plan_out: Option<PathBuf>,
+    /// Swap mode: the host link the planner assumes for its copies.
+    pub bandwidth: CopyModel,
 }
 
 impl Default for Config {
@@ -94,6 +97,9 @@ impl Default for Config {
             cnmem_reservation: 0,
             cnmem_library: None,
             inject_panic: None,
+            swap_verify: false,
+            plan_out: None,
+            bandwidth: CopyModel::default(),
         }
     }
 }
@@ -168,6 +174,34 @@ pub const OPTIONS: &[Opt] = &[
                 .is_some()
         },
     },
+    Opt {
+        name: "ITERMEM_SWAP_VERIFY",
+        forms: "0 or 1",
+        doc: "swap mode: poison swapped-out ranges, so an access itermem missed shows in results",
+        apply: |c, v| match v.trim() {
+            "0" => {
+                c.swap_verify = false;
+                true
+            }
+            "1" => {
+                c.swap_verify = true;
+                true
+            }
+            _ => false,
+        },
+    },
+    Opt {
+        name: "ITERMEM_PLAN_OUT",
+        forms: "a file path",
+        doc: "swap mode: write the plan in use to this file (JSON of itermem plan)",
+        apply: |c, v| path(v).map(|p| c.plan_out = Some(p)).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_BANDWIDTH",
+        forms: "pcie3, pcie4, pcie5, nvlink or GB/s (e.g. 12.5)",
+        doc: "swap mode: the host link the planner assumes (default pcie3)",
+        apply: |c, v| CopyModel::parse(v).map(|m| c.bandwidth = m).is_some(),
+    },
 ];
 
 fn path(value: &str) -> Option<PathBuf> {
@@ -240,11 +274,12 @@ impl Config {
                 ))),
             }
         }
-        if !config.mode.implemented() {
-            problems.push(Problem(format!(
-                "ITERMEM_MODE={} is not available in this version; recording only",
-                config.mode
-            )));
+        if config.mode == Mode::Swap && config.limit.is_none() {
+            problems.push(Problem(
+                "ITERMEM_MODE=swap without ITERMEM_LIMIT: nothing is swapped (the pool serves \
+                 as in pool mode)"
+                    .into(),
+            ));
         }
         (config, problems)
     }
@@ -313,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_variables_and_unimplemented_modes_are_reported() {
+    fn unknown_variables_and_swap_without_a_limit_are_reported() {
         let (c, problems) = config(&[("ITERMEM_TRACEFILE", "x"), ("ITERMEM_MODE", "swap")]);
         assert_eq!(c.mode, Mode::Swap);
         assert!(
@@ -321,7 +356,30 @@ mod tests {
                 .iter()
                 .any(|p| p.0.contains("unknown variable ITERMEM_TRACEFILE"))
         );
-        assert!(problems.iter().any(|p| p.0.contains("recording only")));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.0.contains("without ITERMEM_LIMIT"))
+        );
+        let (_, problems) = config(&[("ITERMEM_MODE", "swap"), ("ITERMEM_LIMIT", "60%")]);
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+
+    #[test]
+    fn swap_options() {
+        let (c, problems) = config(&[
+            ("ITERMEM_SWAP_VERIFY", "1"),
+            ("ITERMEM_PLAN_OUT", "plan.json"),
+            ("ITERMEM_BANDWIDTH", "pcie4"),
+        ]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(c.swap_verify);
+        assert_eq!(c.plan_out, Some(PathBuf::from("plan.json")));
+        assert_eq!(c.bandwidth, CopyModel::pcie4());
+        let (c, problems) = config(&[("ITERMEM_SWAP_VERIFY", "yes"), ("ITERMEM_BANDWIDTH", "x")]);
+        assert!(!c.swap_verify);
+        assert_eq!(c.bandwidth, CopyModel::pcie3());
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! when asked for 0 bytes, so a reservation of 0 is passed as 512 bytes (its smallest), which
 //! then grows region by region like the re-creation.
 
-use super::pool::cuda;
+use super::driver as cuda;
 use crate::policy::{Cnmem, CnmemConfig, RegionSource};
 use rustc_hash::FxHashSet;
 use std::ffi::{CString, c_void};

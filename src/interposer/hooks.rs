@@ -106,14 +106,42 @@ fn on_copy(
     stream: u64,
     asynchronous: bool,
 ) -> u32 {
-    let (dst, src) = (rec.resolve(dst as u64), rec.resolve(src as u64));
-    rec.before_use([dst, src].into_iter().flatten(), stream);
-    let result = run();
-    if result == SUCCESS {
-        let kind = CopyKind::from_u8(kind as u8).unwrap_or(CopyKind::Default);
-        rec.on_memcpy(dst, src, count as u64, kind, stream, asynchronous);
+    if rec.host_backed(dst as u64) || rec.host_backed(src as u64) {
+        // Device memory itermem serves from mapped host memory: the driver must infer the
+        // direction (with unified addressing), not take the program's word for it.
+        INFER_COPY_KIND.with(|infer| infer.set(true));
     }
+    let (dst, src) = (rec.resolve(dst as u64), rec.resolve(src as u64));
+    let ids: smallvec::SmallVec<[u64; 2]> = [dst, src].into_iter().flatten().collect();
+    let prepared = rec.before_use(&ids, stream);
+    let result = run();
+    let index = (result == SUCCESS).then(|| {
+        let kind = CopyKind::from_u8(kind as u8).unwrap_or(CopyKind::Default);
+        rec.on_memcpy(dst, src, count as u64, kind, stream, asynchronous)
+    });
+    rec.after_use(prepared, stream, index);
     result
+}
+
+thread_local! {
+    /// Set by a copy hook for the real call it is about to make: pass `cudaMemcpyDefault`.
+    static INFER_COPY_KIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `cudaMemcpyDefault`: the direction inferred from the pointers (unified addressing).
+const COPY_DEFAULT: u32 = 4;
+
+/// The kind the real copy is called with: the program's, or [`COPY_DEFAULT`] when the copy
+/// hook asked for it (once: the request is taken).
+fn copy_kind(kind: u32) -> u32 {
+    if INFER_COPY_KIND
+        .try_with(|infer| infer.replace(false))
+        .unwrap_or(false)
+    {
+        COPY_DEFAULT
+    } else {
+        kind
+    }
 }
 
 fn on_set(
@@ -125,11 +153,10 @@ fn on_set(
     asynchronous: bool,
 ) -> u32 {
     let dst = rec.resolve(dst as u64);
-    rec.before_use(dst, stream);
+    let prepared = rec.before_use(dst.as_slice(), stream);
     let result = run();
-    if result == SUCCESS {
-        rec.on_memset(dst, count as u64, stream, asynchronous);
-    }
+    let index = (result == SUCCESS).then(|| rec.on_memset(dst, count as u64, stream, asynchronous));
+    rec.after_use(prepared, stream, index);
     result
 }
 
@@ -143,11 +170,10 @@ fn on_launch(
     // SAFETY: the caller's argument array holds one valid pointer per parameter (the launch's
     // contract); it is read before the launch, while the caller is blocked in this call.
     let accesses = unsafe { rec.launch_accesses(func, args as *const *const c_void) };
-    rec.before_use(accesses.touched.iter().copied(), stream);
+    let prepared = rec.before_use(&accesses.touched, stream);
     let result = run();
-    if result == SUCCESS {
-        rec.on_launch(accesses, stream);
-    }
+    let index = (result == SUCCESS).then(|| rec.on_launch(accesses, stream));
+    rec.after_use(prepared, stream, index);
     result
 }
 
@@ -159,11 +185,12 @@ const fn symbol(name_with_nul: &'static str) -> &'static CStr {
     }
 }
 
-/// `fn name(args) [keeps ptr] => observer;` — `keeps ptr`: a free whose real call must never
-/// receive a block of itermem's own allocator, even when passing through
-/// ([`kept_by_itermem`]).
+/// `fn name(args) [keeps ptr | infers kind] => observer;` — `keeps ptr`: a free whose real
+/// call must never receive a block of itermem's own allocator, even when passing through
+/// ([`kept_by_itermem`]); `infers kind`: a copy whose real call gets `cudaMemcpyDefault` when
+/// its observer asks ([`copy_kind`]).
 macro_rules! hooks {
-    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? => $observer:expr; )*) => {
+    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? $(infers $kind:ident)? => $observer:expr; )*) => {
         $(
             $(#[$doc])*
             ///
@@ -182,6 +209,7 @@ macro_rules! hooks {
                     $(if kept_by_itermem($kept as u64) {
                         return SUCCESS;
                     })?
+                    $(let $kind = copy_kind($kind);)?
                     // SAFETY: forwards the application's arguments unchanged.
                     unsafe { real($($arg),*) }
                 };
@@ -215,13 +243,13 @@ hooks! {
     fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) keeps ptr =>
         |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
 
-    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) =>
+    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
         |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, 0, false);
-    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) =>
+    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
         |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, per_thread(0), false);
-    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) =>
+    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind =>
         |rec, run, dst, src, count, kind, stream| on_copy(rec, run, dst, src, count, kind, stream as u64, true);
-    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) =>
+    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind =>
         |rec, run, dst, src, count, kind, stream| on_copy(rec, run, dst, src, count, kind, per_thread(stream), true);
 
     fn cudaMemset(ptr: *mut c_void, value: i32, count: usize) =>

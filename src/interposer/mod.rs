@@ -12,11 +12,13 @@
 //! exit (atexit), and at SIGTERM/SIGINT, the trace is flushed and the statistics written.
 
 mod cnmem;
+mod driver;
 pub mod hooks;
 mod live;
 mod pool;
 mod real;
 mod recorder;
+mod swap;
 
 pub use recorder::{Recorder, Summary};
 

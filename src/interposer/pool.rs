@@ -21,6 +21,8 @@
 //!   first used on wait for those events (`cudaStreamWaitEvent`), unless it is the same stream.
 //!   Real `cudaFree` synchronises the device; this gives the same safety without the stall.
 
+use super::driver as cuda;
+use super::swap::{Executor, Schedule, SwapConfig};
 use crate::event::AllocId;
 use crate::plan::{Buffer, Instance};
 use rustc_hash::FxHashMap;
@@ -150,6 +152,43 @@ impl Pool {
         Some(self.base + offset)
     }
 
+    /// The live blocks overlapping offsets `[start, end)`: (offset, end, id).
+    pub fn overlapping(&self, start: u64, end: u64) -> Vec<(u64, u64, AllocId)> {
+        let before = self
+            .live
+            .range(..start)
+            .next_back()
+            .filter(|(_, (e, _))| *e > start);
+        before
+            .into_iter()
+            .chain(self.live.range(start..end))
+            .map(|(&offset, &(end, id))| (offset, end, id))
+            .collect()
+    }
+
+    /// The offsets `[start, end)` of live block `id`.
+    pub fn offset_of(&self, id: AllocId) -> Option<(u64, u64)> {
+        self.live
+            .iter()
+            .find(|(_, (_, owner))| *owner == id)
+            .map(|(&offset, &(end, _))| (offset, end))
+    }
+
+    /// Takes the block at `offset` out of the live blocks (its bytes went to the host, or it
+    /// was moved aside): its range may be served to others.
+    pub fn take_out(&mut self, offset: u64) {
+        self.live.remove(&offset);
+    }
+
+    /// Puts block `id` back at `[offset, end)`; false if a live block holds part of the range.
+    pub fn put_back(&mut self, offset: u64, end: u64, id: AllocId) -> bool {
+        if self.overlaps_live(offset, end) {
+            return false;
+        }
+        self.live.insert(offset, (end, id));
+        true
+    }
+
     fn overlaps_live(&self, start: u64, end: u64) -> bool {
         // The block starting at or before `start`, and any block starting inside the range.
         let before = self.live.range(..=start).next_back();
@@ -239,110 +278,6 @@ mod tests {
     }
 }
 
-/// The CUDA calls pool mode makes itself. They go to the driver API, never the runtime's, so
-/// they cannot change the program's view of the runtime (its per-thread last error); the
-/// runtime's handles (streams, events, device pointers) are the driver's.
-pub(super) mod cuda {
-    use super::super::real::driver_function;
-    use std::sync::OnceLock;
-
-    type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
-    type MemFree = unsafe extern "C" fn(u64) -> u32;
-    type EventCreate = unsafe extern "C" fn(*mut usize, u32) -> u32;
-    type EventRecord = unsafe extern "C" fn(usize, usize) -> u32;
-    type EventQuery = unsafe extern "C" fn(usize) -> u32;
-    type StreamWaitEvent = unsafe extern "C" fn(usize, usize, u32) -> u32;
-
-    struct Driver {
-        mem_alloc: Option<MemAlloc>,
-        mem_free: Option<MemFree>,
-        event_create: Option<EventCreate>,
-        event_record: Option<EventRecord>,
-        event_query: Option<EventQuery>,
-        stream_wait_event: Option<StreamWaitEvent>,
-    }
-
-    fn driver() -> &'static Driver {
-        static DRIVER: OnceLock<Driver> = OnceLock::new();
-        // SAFETY: each name is looked up with the function pointer type of its CUDA 12
-        // prototype (cuMemAlloc_v2, cuMemFree_v2, cuEventCreate, cuEventRecord, cuEventQuery,
-        // cuStreamWaitEvent).
-        DRIVER.get_or_init(|| unsafe {
-            Driver {
-                mem_alloc: driver_function(c"cuMemAlloc_v2"),
-                mem_free: driver_function(c"cuMemFree_v2"),
-                event_create: driver_function(c"cuEventCreate"),
-                event_record: driver_function(c"cuEventRecord"),
-                event_query: driver_function(c"cuEventQuery"),
-                stream_wait_event: driver_function(c"cuStreamWaitEvent"),
-            }
-        })
-    }
-
-    const DISABLE_TIMING: u32 = 0x2;
-
-    /// `cudaFree(NULL)`, the usual way to make the runtime initialise itself (driver, primary
-    /// context current on this thread) without doing anything else; once per thread.
-    fn initialise_runtime() {
-        use super::super::real::RealFn;
-        type Free = unsafe extern "C" fn(*mut std::ffi::c_void) -> u32;
-        static FREE: RealFn = RealFn::new(c"cudaFree");
-        thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
-        if DONE.with(|done| done.replace(true)) {
-            return;
-        }
-        // SAFETY: cudaFree's prototype; freeing NULL does nothing and succeeds.
-        if let Some(free) = unsafe { FREE.get::<Free>() } {
-            // SAFETY: as above.
-            unsafe { free(std::ptr::null_mut()) };
-        }
-    }
-
-    pub fn malloc(bytes: u64) -> Option<u64> {
-        initialise_runtime();
-        let alloc = driver().mem_alloc?;
-        let mut ptr = 0u64;
-        // SAFETY: valid out-parameter; the calling thread has the runtime's context current.
-        (unsafe { alloc(&mut ptr, bytes as usize) } == 0).then_some(ptr)
-    }
-
-    pub fn free(addr: u64) {
-        if let Some(free) = driver().mem_free {
-            // SAFETY: `addr` came from `malloc` above.
-            unsafe { free(addr) };
-        }
-    }
-
-    /// A new event without timing (the cheapest kind), or None.
-    pub fn event() -> Option<usize> {
-        let create = driver().event_create?;
-        let mut event = 0usize;
-        // SAFETY: valid out-parameter.
-        (unsafe { create(&mut event, DISABLE_TIMING) } == 0).then_some(event)
-    }
-
-    pub fn record(event: usize, stream: u64) -> bool {
-        // SAFETY: an event of ours and a stream handle of the program's.
-        driver()
-            .event_record
-            .is_some_and(|record| unsafe { record(event, stream as usize) } == 0)
-    }
-
-    pub fn completed(event: usize) -> bool {
-        // SAFETY: an event of ours.
-        driver()
-            .event_query
-            .is_some_and(|query| unsafe { query(event) } == 0)
-    }
-
-    pub fn wait(stream: u64, event: usize) -> bool {
-        // SAFETY: the program's stream and an event of ours.
-        driver()
-            .stream_wait_event
-            .is_some_and(|wait| unsafe { wait(stream as usize, event, 0) } == 0)
-    }
-}
-
 /// A freed pool range whose last users may still be running: `event` completes on `stream` when
 /// they are done.
 #[derive(Clone, Copy, Debug)]
@@ -378,35 +313,56 @@ pub struct PoolStats {
 
 /// The fences a pool block's users must wait for, and the streams that already did.
 #[derive(Default)]
-struct Waits {
-    fences: smallvec::SmallVec<[(u64, usize); 4]>,
-    waited: smallvec::SmallVec<[u64; 2]>,
+pub(super) struct Waits {
+    pub fences: smallvec::SmallVec<[(u64, usize); 4]>,
+    pub waited: smallvec::SmallVec<[u64; 2]>,
+    /// An event of itermem's that only these waits use (a swap-in's), reused once it is done.
+    pub owned: Option<usize>,
+    /// The waits are for a swap-in: the time they cost is a stall.
+    pub swap_in: bool,
 }
 
-/// Everything pool mode keeps, behind one lock (taken only in pool mode).
+/// A plan of swap mode, made by its planning thread: the pool, the swaps, the planning time.
+pub(super) type SwapReady = (PoolPlan, std::sync::Arc<Schedule>, f64);
+
+/// Everything pool mode (and swap mode) keeps, behind one lock (taken only in those modes).
 #[derive(Default)]
 pub struct PoolState {
     pub history: History,
     /// The pool in service, and retired pools that still have live blocks.
-    pools: Vec<Pool>,
+    pub(super) pools: Vec<Pool>,
     /// A plan made by the planning thread, waiting to be taken.
     ready: std::sync::Arc<parking_lot::Mutex<Option<(PoolPlan, f64)>>>,
+    /// Swap mode's plans, from its own planning thread.
+    pub(super) swap_ready: std::sync::Arc<parking_lot::Mutex<Option<SwapReady>>>,
     /// A taken plan whose first iteration has not started yet: its pool is allocated at that
     /// boundary, where the live memory is least, not while an iteration's blocks still live.
-    next: Option<PoolPlan>,
+    next: Option<(PoolPlan, Option<std::sync::Arc<Schedule>>)>,
     fences: Vec<Fence>,
     /// Streams that used each live pool block (to fence it when freed).
-    used_on: FxHashMap<AllocId, smallvec::SmallVec<[u64; 2]>>,
+    pub(super) used_on: FxHashMap<AllocId, smallvec::SmallVec<[u64; 2]>>,
     /// Fences a pool block's users must wait for (stream fenced on, event), and the streams
     /// that have already waited.
-    waits: FxHashMap<AllocId, Waits>,
+    pub(super) waits: FxHashMap<AllocId, Waits>,
     /// Serves since the fences were last pruned of completed ones.
     serves_since_prune: u32,
-    spare_events: Vec<usize>,
+    pub(super) spare_events: Vec<usize>,
+    /// Events of finished waits, reused once they have completed.
+    retired_events: Vec<usize>,
+    /// Swap mode's executor (None in pool mode).
+    pub(super) executor: Option<Executor>,
     pub stats: PoolStats,
 }
 
 impl PoolState {
+    /// Swap mode's state: the pool with its executor.
+    pub fn for_swaps(config: SwapConfig) -> PoolState {
+        PoolState {
+            executor: Some(Executor::new(config)),
+            ..PoolState::default()
+        }
+    }
+
     /// Plans iteration `[start, start + length)` on a background thread.
     pub fn plan_iteration(&mut self, start: u64, length: u64) {
         self.retire();
@@ -463,22 +419,32 @@ impl PoolState {
         for pool in &mut self.pools {
             pool.serving = false;
         }
+        self.abandon();
     }
 
     /// Takes a ready plan, to serve from the first iteration boundary at or after `index`, and
     /// allocates its pool (one real allocation of the footprint) once that boundary is reached.
     fn install(&mut self, index: u64) {
-        if let Some((mut plan, plan_ms)) = self.ready.lock().take() {
+        let pool_plan = self.ready.lock().take().map(|(plan, ms)| (plan, None, ms));
+        let swap_plan = || self.swap_ready.lock().take();
+        let taken = pool_plan.or_else(|| swap_plan().map(|(plan, s, ms)| (plan, Some(s), ms)));
+        if let Some((mut plan, schedule, plan_ms)) = taken {
             let behind = index.saturating_sub(plan.start);
             plan.start += behind.div_ceil(plan.length) * plan.length;
             self.stats.plans += 1;
             self.stats.plan_ms = plan_ms;
-            self.next = Some(plan);
+            self.next = Some((plan, schedule));
         }
-        if self.next.as_ref().is_none_or(|plan| index < plan.start) {
+        if self
+            .next
+            .as_ref()
+            .is_none_or(|(plan, _)| index < plan.start)
+        {
             return;
         }
-        let Some(plan) = self.next.take() else { return };
+        let Some((plan, schedule)) = self.next.take() else {
+            return;
+        };
         let Some(base) = cuda::malloc(plan.footprint.max(1)) else {
             super::report(format_args!(
                 "cannot allocate a pool of {} bytes; pool mode records only",
@@ -490,42 +456,46 @@ impl PoolState {
         self.stats.planned_peak_live_bytes = plan.peak_live;
         self.stats.first_planned_event.get_or_insert(plan.start);
         self.pools.push(Pool::new(base, plan));
+        if let Some(schedule) = schedule {
+            self.start_schedule(schedule, index);
+        }
     }
 
     /// Serves the device malloc of `size` that will be event `index`, or None (fallback).
     pub fn malloc(&mut self, index: u64, size: u64, id: AllocId) -> Option<u64> {
         self.install(index);
-        let served = self
-            .pools
-            .iter_mut()
-            .rev()
-            .find(|p| p.serving)
-            .and_then(|pool| pool.serve(index, size, id));
+        self.roll(index);
+        let serving = self.pools.iter_mut().rev().find(|p| p.serving);
+        let position = serving.as_ref().and_then(|pool| pool.position(index));
+        let served = serving.and_then(|pool| pool.serve(index, size, id));
+        // A pointer names one allocation: never hand out the address of a tensor that is away.
+        let served = served.filter(|&addr| !self.is_away_start(addr) || !self.undo_serve(addr));
         let Some(addr) = served else {
             match self.stats.first_planned_event {
-                Some(first) if index >= first => self.stats.fallback_after_plan += 1,
+                Some(first) if index >= first => {
+                    log::debug!("malloc of {size} bytes at position {position:?} not served");
+                    self.stats.fallback_after_plan += 1
+                }
                 _ => self.stats.fallback_before_plan += 1,
             }
-            return None;
+            return self.overflow(size);
         };
+        if let Some(position) = position {
+            self.served_slot(position, id);
+        }
         self.stats.served += 1;
         self.serves_since_prune += 1;
         if self.serves_since_prune >= 64 {
             self.serves_since_prune = 0;
             self.prune_fences();
         }
-        let fences: smallvec::SmallVec<[(u64, usize); 4]> = self
-            .fences
-            .iter()
-            .filter(|f| f.start < addr + size && addr < f.end && !cuda::completed(f.event))
-            .map(|f| (f.stream, f.event))
-            .collect();
+        let fences = self.pending_fences(addr, addr + size);
         if !fences.is_empty() {
             self.waits.insert(
                 id,
                 Waits {
                     fences,
-                    waited: smallvec::SmallVec::new(),
+                    ..Waits::default()
                 },
             );
         }
@@ -534,35 +504,61 @@ impl PoolState {
 
     /// Whether `addr` lies in a pool (its blocks never reach the real `cudaFree`).
     pub fn owns(&self, addr: u64) -> bool {
-        self.pools.iter().any(|p| p.contains(addr))
+        self.pools.iter().any(|p| p.contains(addr)) || self.host_backed(addr)
     }
 
     /// Frees the pool block at `addr`: fences its range on every stream that used it. False if
     /// no live pool block starts there (a double or interior free).
     pub fn free(&mut self, addr: u64, id: AllocId) -> bool {
+        if let Some(freed) = self.free_swapped(addr, id) {
+            return freed;
+        }
         let Some(pool) = self.pools.iter_mut().find(|p| p.contains(addr)) else {
             return false;
         };
         let Some((start, end)) = pool.release(addr) else {
+            log::debug!("free of {addr:#x} (allocation {id}): no live pool block starts there");
             return false;
         };
         let base = pool.base;
-        self.waits.remove(&id);
+        if let Some(owned) = self.waits.remove(&id).and_then(|w| w.owned) {
+            self.retired_events.push(owned);
+        }
         for stream in self.used_on.remove(&id).unwrap_or_default() {
-            let Some(event) = self.spare_events.pop().or_else(cuda::event) else {
-                continue;
-            };
-            if cuda::record(event, stream) {
-                self.fences.push(Fence {
-                    start: base + start,
-                    end: base + end,
-                    stream,
-                    event,
-                });
-            }
+            self.fence(base + start, base + end, stream);
         }
         self.release_idle_retired_pools();
         true
+    }
+
+    /// Fences `[start, end)` with an event recorded now on `stream`: its next tenant waits.
+    pub(super) fn fence(&mut self, start: u64, end: u64, stream: u64) {
+        let Some(event) = self.spare_events.pop().or_else(cuda::event) else {
+            return;
+        };
+        if cuda::record(event, stream) {
+            self.fences.push(Fence {
+                start,
+                end,
+                stream,
+                event,
+            });
+        } else {
+            self.spare_events.push(event);
+        }
+    }
+
+    /// The fences on `[start, end)` whose users have not finished: (stream, event).
+    pub(super) fn pending_fences(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> smallvec::SmallVec<[(u64, usize); 4]> {
+        self.fences
+            .iter()
+            .filter(|f| f.start < end && start < f.end && !cuda::completed(f.event))
+            .map(|f| (f.stream, f.event))
+            .collect()
     }
 
     /// Drops the fences whose users have finished; their events are reused.
@@ -573,6 +569,12 @@ impl PoolState {
             .partition(|f| cuda::completed(f.event));
         self.spare_events.extend(done.iter().map(|f| f.event));
         self.fences = pending;
+        let (done, pending): (Vec<usize>, Vec<usize>) = self
+            .retired_events
+            .drain(..)
+            .partition(|&event| cuda::completed(event));
+        self.spare_events.extend(done);
+        self.retired_events = pending;
     }
 
     /// Returns retired pools without live blocks to the runtime (whose `cudaFree` waits for the
@@ -603,10 +605,19 @@ impl PoolState {
                 continue;
             }
             waits.waited.push(stream);
-            for &(fenced_on, event) in &waits.fences {
+            let (fences, swap_in) = (waits.fences.clone(), waits.swap_in);
+            let stall = if swap_in {
+                self.stall_start(stream)
+            } else {
+                None
+            };
+            for (fenced_on, event) in fences {
                 if fenced_on != stream && cuda::wait(stream, event) {
                     self.stats.stream_waits += 1;
                 }
+            }
+            if let Some(start) = stall {
+                self.stall_end(start, stream);
             }
         }
     }
@@ -618,9 +629,7 @@ impl PoolState {
 
     /// The start of the live pool block containing `addr`.
     pub fn block_start(&self, addr: u64) -> Option<u64> {
-        self.pools
-            .iter()
-            .find(|p| p.contains(addr))?
-            .block_start(addr)
+        let pool = self.pools.iter().find(|p| p.contains(addr))?;
+        pool.block_start(addr).or_else(|| self.away_start(addr))
     }
 }

@@ -13,6 +13,7 @@ use super::cnmem::{CnmemState, CnmemStats};
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, kernel_layout, range_start};
+use super::swap::{Capture, Prepared, SwapConfig, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::{Config, Mode};
 use crate::detect::{Change, Detector, DetectorConfig, Period};
@@ -24,7 +25,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::ffi::c_void;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
@@ -77,6 +78,10 @@ struct Sequencer {
     /// The period that has covered the most events so far, with that count: what the training
     /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
     dominant: Option<(Period, u64)>,
+    /// Swap mode: the live device allocations (id → size), which become the resident tensors of
+    /// a captured iteration, and the iteration being captured for planning.
+    swap_live: Option<FxHashMap<AllocId, u64>>,
+    capture: Option<Capture>,
 }
 
 impl Sequencer {
@@ -121,6 +126,9 @@ pub struct Recorder {
     pool: Option<Mutex<PoolState>>,
     /// cnmem mode's allocator (None in other modes).
     cnmem: Option<Mutex<CnmemState>>,
+    /// Swap mode: a captured timing iteration, handed from the sequencer to the planner.
+    captured: Mutex<Option<Capture>>,
+    capture_done: AtomicBool,
 }
 
 impl Recorder {
@@ -128,6 +136,13 @@ impl Recorder {
         let mode = config.mode;
         let cnmem_reservation = config.cnmem_reservation;
         let cnmem_library = config.cnmem_library.clone();
+        let swap_config = SwapConfig {
+            limit: config.limit,
+            copy: config.bandwidth,
+            verify: config.swap_verify,
+            plan_out: config.plan_out.clone(),
+            trace: config.trace.clone(),
+        };
         let detector = Detector::new(DetectorConfig::for_cuda_events())
             .expect("the detector configuration for CUDA events is valid");
         Recorder {
@@ -145,12 +160,20 @@ impl Recorder {
                 changes: 0,
                 dominant: None,
                 pending: Vec::with_capacity(TRACE_BATCH),
+                swap_live: (mode == Mode::Swap).then(FxHashMap::default),
+                capture: None,
             }),
             trace: OnceLock::new(),
             counters: Counters::default(),
-            pool: (mode == Mode::Pool).then(|| Mutex::new(PoolState::default())),
+            pool: match mode {
+                Mode::Pool => Some(Mutex::new(PoolState::default())),
+                Mode::Swap => Some(Mutex::new(PoolState::for_swaps(swap_config))),
+                _ => None,
+            },
             cnmem: (mode == Mode::Cnmem)
                 .then(|| Mutex::new(CnmemState::new(cnmem_reservation, cnmem_library.as_deref()))),
+            captured: Mutex::new(None),
+            capture_done: AtomicBool::new(false),
         }
     }
 
@@ -158,6 +181,11 @@ impl Recorder {
 
     pub fn on_malloc(&self, addr: u64, size: u64, kind: MemKind, stream: StreamHandle) {
         let id = self.next_id.fetch_add(1, Relaxed);
+        if kind.is_device() {
+            if let Some(pool) = &self.pool {
+                pool.lock().real_malloc(addr, size);
+            }
+        }
         self.record_malloc(id, addr, size, kind, stream);
     }
 
@@ -212,12 +240,43 @@ impl Recorder {
         freed
     }
 
-    /// Pool mode: before work on `stream` that uses allocations `ids` (fences of earlier
-    /// tenants of their ranges).
-    pub fn before_use(&self, ids: impl IntoIterator<Item = AllocId>, stream: StreamHandle) {
-        if let Some(pool) = &self.pool {
-            pool.lock().before_use(ids, stream);
+    /// Pool and swap modes: before work on `stream` that uses allocations `ids` (fences of
+    /// earlier tenants of their ranges; in swap mode also timing, swap-ins and tensors that are
+    /// away). What it prepared is finished by [`Recorder::after_use`].
+    pub fn before_use(&self, ids: &[AllocId], stream: StreamHandle) -> Prepared {
+        let Some(pool) = &self.pool else {
+            return Prepared::default();
+        };
+        let mut pool = pool.lock();
+        let prepared = if pool.executor.is_some() {
+            let index = self.sequencer.lock().next_index;
+            pool.prepare(ids, stream, index)
+        } else {
+            Prepared::default()
+        };
+        pool.before_use(ids.iter().copied(), stream);
+        prepared
+    }
+
+    /// After the call prepared by [`Recorder::before_use`]; `index` is its event when it
+    /// succeeded.
+    pub fn after_use(&self, prepared: Prepared, stream: StreamHandle, index: Option<u64>) {
+        if prepared.is_empty() && index.is_none() {
+            return;
         }
+        if let Some(pool) = &self.pool {
+            let mut pool = pool.lock();
+            if pool.executor.is_some() {
+                pool.finish(prepared, stream, index);
+            }
+        }
+    }
+
+    /// Whether `addr` lies in device memory itermem serves from mapped host memory.
+    pub fn host_backed(&self, addr: u64) -> bool {
+        self.pool
+            .as_ref()
+            .is_some_and(|pool| pool.lock().host_backed(addr))
     }
 
     fn record_malloc(
@@ -272,6 +331,11 @@ impl Recorder {
             self.live.write().insert(addr, block);
             return;
         }
+        if let Some(pool) = &self.pool {
+            if block.kind.is_device() {
+                pool.lock().real_free(addr);
+            }
+        }
         let freed = if block.kind.is_device() {
             block.size as i64
         } else {
@@ -323,7 +387,7 @@ impl Recorder {
         kind: CopyKind,
         stream: StreamHandle,
         asynchronous: bool,
-    ) {
+    ) -> u64 {
         let event = EventKind::Memcpy {
             dst,
             src,
@@ -332,9 +396,10 @@ impl Recorder {
             stream,
             asynchronous,
         };
-        let (_, change) = self.emit(event, None, 0);
+        let (index, change) = self.emit(event, None, 0);
         self.period_changed(change);
         self.counters.memcpy.fetch_add(1, Relaxed);
+        index
     }
 
     pub fn on_memset(
@@ -343,16 +408,17 @@ impl Recorder {
         bytes: u64,
         stream: StreamHandle,
         asynchronous: bool,
-    ) {
+    ) -> u64 {
         let event = EventKind::Memset {
             dst,
             bytes,
             stream,
             asynchronous,
         };
-        let (_, change) = self.emit(event, None, 0);
+        let (index, change) = self.emit(event, None, 0);
         self.period_changed(change);
         self.counters.memset.fetch_add(1, Relaxed);
+        index
     }
 
     /// What a launch of `func` with the argument array `args` touches (scanned before the
@@ -393,17 +459,18 @@ impl Recorder {
         LaunchAccesses { kernel, touched }
     }
 
-    /// Records a launch that succeeded.
-    pub fn on_launch(&self, accesses: LaunchAccesses, stream: StreamHandle) {
+    /// Records a launch that succeeded; returns its event index.
+    pub fn on_launch(&self, accesses: LaunchAccesses, stream: StreamHandle) -> u64 {
         let event = EventKind::Launch {
             kernel: accesses.kernel.id,
             stream,
             layout_known: accesses.kernel.pointer_words.is_some(),
             touched: accesses.touched,
         };
-        let (_, change) = self.emit(event, None, 0);
+        let (index, change) = self.emit(event, None, 0);
         self.period_changed(change);
         self.counters.launch.fetch_add(1, Relaxed);
+        index
     }
 
     /// The kernel record of `func`, learning its layout (and logging its name) the first time.
@@ -442,6 +509,9 @@ impl Recorder {
         seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
         seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
         let live_bytes = seq.live_bytes;
+        if seq.swap_live.is_some() {
+            self.capture(&mut seq, index, &kind);
+        }
         let change = seq.detector.push(token, live_bytes);
         let (lost, detected) = match change {
             Change::Unchanged => (None, None),
@@ -468,9 +538,80 @@ impl Recorder {
         (index, change)
     }
 
-    /// Pool mode follows the detector: a new period is planned, a lost one stops serving.
+    /// Swap mode, under the sequencer: follows the live device allocations and captures the
+    /// events of the timing iteration (preceded by the allocations live at its start).
+    fn capture(&self, seq: &mut Sequencer, index: u64, kind: &EventKind) {
+        if let Some(capture) = &mut seq.capture {
+            let end = capture.start + capture.length;
+            if index >= end {
+                // Handed over at the next iteration's first event: the last op of the captured
+                // one has had its timing recorded by then.
+                let done = seq.capture.take();
+                if done
+                    .as_ref()
+                    .is_some_and(|c| c.events.len() as u64 == c.synthetic + c.length)
+                {
+                    *self.captured.lock() = done;
+                    self.capture_done.store(true, Relaxed);
+                }
+            } else if index == capture.start {
+                let mut live: Vec<(AllocId, u64)> = seq
+                    .swap_live
+                    .iter()
+                    .flatten()
+                    .map(|(&id, &size)| (id, size))
+                    .collect();
+                live.sort_unstable();
+                capture.synthetic = live.len() as u64;
+                capture.events = live
+                    .into_iter()
+                    .map(|(id, size)| Event {
+                        time_ns: 0,
+                        kind: EventKind::Malloc {
+                            id,
+                            addr: 0,
+                            size,
+                            kind: MemKind::Device,
+                            stream: 0,
+                        },
+                    })
+                    .collect();
+                capture.events.push(Event {
+                    time_ns: 0,
+                    kind: kind.clone(),
+                });
+            } else if index > capture.start
+                && capture.events.len() as u64 == capture.synthetic + (index - capture.start)
+            {
+                capture.events.push(Event {
+                    time_ns: 0,
+                    kind: kind.clone(),
+                });
+            }
+        }
+        let Some(live) = &mut seq.swap_live else {
+            return;
+        };
+        match kind {
+            EventKind::Malloc { id, size, kind, .. } if kind.is_device() => {
+                live.insert(*id, *size);
+            }
+            EventKind::Free { id, .. } => {
+                live.remove(id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
+    /// mode times the next iteration first, and plans once it is captured.
     fn period_changed(&self, change: Change) {
         let Some(pool) = &self.pool else { return };
+        if self.capture_done.swap(false, Relaxed) {
+            if let Some(capture) = self.captured.lock().take() {
+                pool.lock().plan_swaps(capture);
+            }
+        }
         match change {
             Change::Unchanged => {}
             Change::Lost(_) => pool.lock().retire(),
@@ -478,10 +619,25 @@ impl Recorder {
             | Change::Changed {
                 detected: period, ..
             } => {
+                let mut pool = pool.lock();
+                if pool.executor.is_some() {
+                    let next = self.sequencer.lock().next_index;
+                    if let Some((start, length)) =
+                        pool.begin_timing(period.boundary, period.length, next)
+                    {
+                        self.sequencer.lock().capture = Some(Capture {
+                            start,
+                            length,
+                            events: Vec::new(),
+                            synthetic: 0,
+                        });
+                    }
+                    return;
+                }
                 // The complete iteration just before the boundary; its structure is the one
                 // every later iteration repeats.
                 if let Some(start) = period.boundary.checked_sub(period.length) {
-                    pool.lock().plan_iteration(start, period.length);
+                    pool.plan_iteration(start, period.length);
                 }
             }
         }
@@ -578,6 +734,10 @@ impl Recorder {
             hooked_calls: c.calls.load(Relaxed),
             pool: self.pool.as_ref().map(|pool| pool.lock().stats.clone()),
             cnmem: self.cnmem.as_ref().map(|cnmem| cnmem.lock().stats.clone()),
+            swap: self
+                .pool
+                .as_ref()
+                .and_then(|pool| pool.lock().executor.as_ref().map(|e| e.stats.clone())),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: c.pointer_words_scanned.load(Relaxed),
         }
@@ -628,6 +788,9 @@ pub struct Summary {
     /// cnmem mode's counters (absent in other modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnmem: Option<CnmemStats>,
+    /// Swap mode's counters (absent in other modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
     pub launches_without_layout: u64,
     pub pointer_words_scanned: u64,
 }

@@ -1,0 +1,244 @@
+//! The CUDA calls itermem makes itself (pool and swap modes). They go to the driver API, never
+//! the runtime's, so they cannot change the program's view of the runtime (its per-thread last
+//! error); the runtime's handles (streams, events, device pointers) are the driver's. Each call
+//! returns None/false when the driver lacks the function or fails: the caller falls back.
+
+use super::real::driver_function;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
+type MemFree = unsafe extern "C" fn(u64) -> u32;
+type HostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> u32;
+type HostFree = unsafe extern "C" fn(*mut c_void) -> u32;
+type HostDevicePointer = unsafe extern "C" fn(*mut u64, *mut c_void, u32) -> u32;
+type EventCreate = unsafe extern "C" fn(*mut usize, u32) -> u32;
+type EventRecord = unsafe extern "C" fn(usize, usize) -> u32;
+type EventQuery = unsafe extern "C" fn(usize) -> u32;
+type EventSynchronize = unsafe extern "C" fn(usize) -> u32;
+type EventElapsed = unsafe extern "C" fn(*mut f32, usize, usize) -> u32;
+type EventDestroy = unsafe extern "C" fn(usize) -> u32;
+type StreamCreate = unsafe extern "C" fn(*mut usize, u32) -> u32;
+type StreamWaitEvent = unsafe extern "C" fn(usize, usize, u32) -> u32;
+type CopyAsync = unsafe extern "C" fn(u64, u64, usize, usize) -> u32;
+type MemsetD8Async = unsafe extern "C" fn(u64, u8, usize, usize) -> u32;
+type CtxSynchronize = unsafe extern "C" fn() -> u32;
+
+struct Driver {
+    mem_alloc: Option<MemAlloc>,
+    mem_free: Option<MemFree>,
+    host_alloc: Option<HostAlloc>,
+    host_free: Option<HostFree>,
+    host_device_pointer: Option<HostDevicePointer>,
+    event_create: Option<EventCreate>,
+    event_record: Option<EventRecord>,
+    event_query: Option<EventQuery>,
+    event_synchronize: Option<EventSynchronize>,
+    event_elapsed: Option<EventElapsed>,
+    event_destroy: Option<EventDestroy>,
+    stream_create: Option<StreamCreate>,
+    stream_wait_event: Option<StreamWaitEvent>,
+    copy_async: Option<CopyAsync>,
+    memset_async: Option<MemsetD8Async>,
+    ctx_synchronize: Option<CtxSynchronize>,
+}
+
+fn driver() -> &'static Driver {
+    static DRIVER: OnceLock<Driver> = OnceLock::new();
+    // SAFETY: each name is looked up with the function pointer type of its CUDA 12 prototype
+    // (cuMemAlloc_v2, cuMemFree_v2, cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer_v2,
+    // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
+    // cuEventDestroy_v2, cuStreamCreate, cuStreamWaitEvent, cuMemcpyAsync, cuMemsetD8Async,
+    // cuCtxSynchronize).
+    DRIVER.get_or_init(|| unsafe {
+        Driver {
+            mem_alloc: driver_function(c"cuMemAlloc_v2"),
+            mem_free: driver_function(c"cuMemFree_v2"),
+            host_alloc: driver_function(c"cuMemHostAlloc"),
+            host_free: driver_function(c"cuMemFreeHost"),
+            host_device_pointer: driver_function(c"cuMemHostGetDevicePointer_v2"),
+            event_create: driver_function(c"cuEventCreate"),
+            event_record: driver_function(c"cuEventRecord"),
+            event_query: driver_function(c"cuEventQuery"),
+            event_synchronize: driver_function(c"cuEventSynchronize"),
+            event_elapsed: driver_function(c"cuEventElapsedTime"),
+            event_destroy: driver_function(c"cuEventDestroy_v2"),
+            stream_create: driver_function(c"cuStreamCreate"),
+            stream_wait_event: driver_function(c"cuStreamWaitEvent"),
+            copy_async: driver_function(c"cuMemcpyAsync"),
+            memset_async: driver_function(c"cuMemsetD8Async"),
+            ctx_synchronize: driver_function(c"cuCtxSynchronize"),
+        }
+    })
+}
+
+const SUCCESS: u32 = 0;
+const EVENT_DISABLE_TIMING: u32 = 0x2;
+const STREAM_NON_BLOCKING: u32 = 0x1;
+/// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP`: usable from every context, mapped
+/// into the device's address space.
+const HOST_ALLOC_MAPPED: u32 = 0x1 | 0x2;
+
+/// `cudaFree(NULL)`, the usual way to make the runtime initialise itself (driver, primary
+/// context current on this thread) without doing anything else; once per thread.
+pub fn initialise_runtime() {
+    use super::real::RealFn;
+    type Free = unsafe extern "C" fn(*mut c_void) -> u32;
+    static FREE: RealFn = RealFn::new(c"cudaFree");
+    thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if DONE.with(|done| done.replace(true)) {
+        return;
+    }
+    // SAFETY: cudaFree's prototype; freeing NULL does nothing and succeeds.
+    if let Some(free) = unsafe { FREE.get::<Free>() } {
+        // SAFETY: as above.
+        unsafe { free(std::ptr::null_mut()) };
+    }
+}
+
+pub fn malloc(bytes: u64) -> Option<u64> {
+    initialise_runtime();
+    let alloc = driver().mem_alloc?;
+    let mut ptr = 0u64;
+    // SAFETY: valid out-parameter; the calling thread has the runtime's context current.
+    (unsafe { alloc(&mut ptr, bytes as usize) } == SUCCESS).then_some(ptr)
+}
+
+pub fn free(addr: u64) {
+    if let Some(free) = driver().mem_free {
+        // SAFETY: `addr` came from `malloc` above.
+        unsafe { free(addr) };
+    }
+}
+
+/// Page-locked host memory mapped into the device's address space: (host address, device
+/// address). With unified addressing the two are equal; both are kept as the driver says.
+pub fn mapped_host(bytes: u64) -> Option<(u64, u64)> {
+    initialise_runtime();
+    let d = driver();
+    let (alloc, device_pointer) = (d.host_alloc?, d.host_device_pointer?);
+    let mut host: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-parameter and flags of cuMemHostAlloc.
+    if unsafe { alloc(&mut host, bytes as usize, HOST_ALLOC_MAPPED) } != SUCCESS {
+        return None;
+    }
+    let mut device = 0u64;
+    // SAFETY: `host` is the mapped allocation just made; flags must be 0.
+    if unsafe { device_pointer(&mut device, host, 0) } != SUCCESS {
+        free_host(host as u64);
+        return None;
+    }
+    Some((host as u64, device))
+}
+
+/// Page-locked host memory for copies (not mapped).
+pub fn pinned_host(bytes: u64) -> Option<u64> {
+    initialise_runtime();
+    let alloc = driver().host_alloc?;
+    let mut host: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-parameter; flags 0.
+    (unsafe { alloc(&mut host, bytes as usize, 0) } == SUCCESS).then_some(host as u64)
+}
+
+pub fn free_host(host: u64) {
+    if let Some(free) = driver().host_free {
+        // SAFETY: `host` came from `mapped_host` or `pinned_host`.
+        unsafe { free(host as *mut c_void) };
+    }
+}
+
+/// A new event without timing (the cheapest kind), or None.
+pub fn event() -> Option<usize> {
+    new_event(EVENT_DISABLE_TIMING)
+}
+
+/// A new event that can be timed with [`elapsed_ns`].
+pub fn timing_event() -> Option<usize> {
+    new_event(0)
+}
+
+fn new_event(flags: u32) -> Option<usize> {
+    let create = driver().event_create?;
+    let mut event = 0usize;
+    // SAFETY: valid out-parameter.
+    (unsafe { create(&mut event, flags) } == SUCCESS).then_some(event)
+}
+
+pub fn destroy_event(event: usize) {
+    if let Some(destroy) = driver().event_destroy {
+        // SAFETY: an event of ours, not used afterwards.
+        unsafe { destroy(event) };
+    }
+}
+
+pub fn record(event: usize, stream: u64) -> bool {
+    // SAFETY: an event of ours and a stream handle of the program's or ours.
+    driver()
+        .event_record
+        .is_some_and(|record| unsafe { record(event, stream as usize) } == SUCCESS)
+}
+
+pub fn completed(event: usize) -> bool {
+    // SAFETY: an event of ours.
+    driver()
+        .event_query
+        .is_some_and(|query| unsafe { query(event) } == SUCCESS)
+}
+
+/// Waits on the host for the event's last record.
+pub fn synchronize_event(event: usize) -> bool {
+    // SAFETY: an event of ours.
+    driver()
+        .event_synchronize
+        .is_some_and(|sync| unsafe { sync(event) } == SUCCESS)
+}
+
+/// Nanoseconds between two completed records of timing events.
+pub fn elapsed_ns(start: usize, end: usize) -> Option<f64> {
+    let elapsed = driver().event_elapsed?;
+    let mut ms = 0f32;
+    // SAFETY: valid out-parameter and two events of ours.
+    (unsafe { elapsed(&mut ms, start, end) } == SUCCESS).then_some(f64::from(ms) * 1e6)
+}
+
+pub fn wait(stream: u64, event: usize) -> bool {
+    // SAFETY: the program's stream (or ours) and an event of ours.
+    driver()
+        .stream_wait_event
+        .is_some_and(|wait| unsafe { wait(stream as usize, event, 0) } == SUCCESS)
+}
+
+/// A stream of itermem's own that does not synchronise with the legacy default stream.
+pub fn stream() -> Option<u64> {
+    initialise_runtime();
+    let create = driver().stream_create?;
+    let mut stream = 0usize;
+    // SAFETY: valid out-parameter and flags.
+    (unsafe { create(&mut stream, STREAM_NON_BLOCKING) } == SUCCESS).then_some(stream as u64)
+}
+
+/// A copy of `bytes` bytes queued on `stream` (`cuMemcpyAsync`: with unified addressing the
+/// driver tells device from page-locked host memory by the addresses).
+pub fn copy(dst: u64, src: u64, bytes: u64, stream: u64) -> bool {
+    // SAFETY: callers pass a live device range and page-locked host memory of ours, each of at
+    // least `bytes` bytes, kept (and fenced with events) until the copy completes.
+    driver()
+        .copy_async
+        .is_some_and(|copy| unsafe { copy(dst, src, bytes as usize, stream as usize) } == SUCCESS)
+}
+
+/// Fills `bytes` bytes at `device` with `value`, queued on `stream`.
+pub fn fill(device: u64, value: u8, bytes: u64, stream: u64) -> bool {
+    // SAFETY: `device` is a live range of at least `bytes` bytes, fenced by the caller.
+    driver().memset_async.is_some_and(
+        |set| unsafe { set(device, value, bytes as usize, stream as usize) } == SUCCESS,
+    )
+}
+
+/// Waits on the host for all work of the context.
+pub fn synchronize() -> bool {
+    // SAFETY: no arguments; the thread has the runtime's context current (a hook's thread).
+    driver()
+        .ctx_synchronize
+        .is_some_and(|sync| unsafe { sync() } == SUCCESS)
+}

@@ -1,0 +1,1014 @@
+//! Swap mode (AutoSwap executed): the pool of pool mode, planned with swaps so the iteration
+//! fits a device memory limit, and the executor that carries the swaps out on two side streams.
+//!
+//! Life cycle (see `docs/ARCHITECTURE.md`): while recording, a device malloc that would take the
+//! device over the limit is served from mapped page-locked host memory (zero-copy, the same
+//! pointer for its whole life), so even the warm-up fits. When the detector finds the
+//! iteration, the next iteration is the **timing iteration**: every launch, copy and memset is
+//! bracketed with timing events on its own stream, and the sequencer captures its events. A
+//! planning thread turns them into the op trace `itermem plan` reads from a trace file
+//! ([`crate::ops::from_events_with_births`], the window given), sets the measured op times and
+//! plans with [`crate::swap::combined::ExecutorInputs::plan`]: the very code path of
+//! `itermem plan --timings`. The plan is installed at the next iteration boundary.
+//!
+//! Execution (each ordering is an event, never a host wait):
+//! - swap-out after op `out_at`: the device-to-host stream waits for every stream that used the
+//!   tensor, copies it to its slot of the pinned host pool, (with `ITERMEM_SWAP_VERIFY`) fills
+//!   the range with `0xFF`, and records a fence on the range: the next tenant of the range (a
+//!   borrower placed there by the plan) waits for it before its first use;
+//! - swap-in before op `in_issue`: only once no live block overlaps the range (the borrowers
+//!   were freed; otherwise it is retried at every later call); the host-to-device stream waits
+//!   for the fences on the range (the borrowers' last uses, the swap-out), copies the tensor
+//!   back to the **same address**, and every stream that uses the tensor next waits for it;
+//! - an access to a tensor that is away (a deviation from the plan) swaps it in first
+//!   (`on_demand_swap_ins`); if a borrower holds its range, the borrowers are moved aside to
+//!   host memory for that one call and the tensor back out after it (an exchange: the host
+//!   waits, results stay exact);
+//! - when the detector loses the period, planned swaps stop (`plans_abandoned`), tensors away
+//!   come back as their ranges free, and the next period is timed and planned again.
+
+use super::driver as cuda;
+use super::pool::{Pool, PoolPlan, PoolState, Waits};
+use crate::event::{AllocId, Event, EventKind, StreamHandle};
+use crate::ops::{self, LoadOptions};
+use crate::swap::CopyModel;
+use crate::swap::combined::{ExecutorInputs, PlanJson};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What swap mode was configured with.
+#[derive(Clone, Debug)]
+pub struct SwapConfig {
+    /// Device bytes the process may hold (None: no limit, nothing is swapped).
+    pub limit: Option<crate::config::Limit>,
+    pub copy: CopyModel,
+    /// `ITERMEM_SWAP_VERIFY`: poison a range once its bytes are on the host.
+    pub verify: bool,
+    /// `ITERMEM_PLAN_OUT`: where the plan in use is written.
+    pub plan_out: Option<PathBuf>,
+    /// The trace being written (named in the plan file).
+    pub trace: Option<PathBuf>,
+}
+
+/// Objective evaluations of Bayesian optimisation (as `itermem plan`'s default).
+const EVALUATIONS: usize = 36;
+/// Host slots are aligned like device allocations.
+const HOST_ALIGN: u64 = 512;
+/// The shim and real drivers count device memory in 256-byte granules (at least).
+const GRANULE: u64 = 256;
+/// Per-iteration statistics kept at most.
+const ITERATIONS_KEPT: usize = 1000;
+/// Marks a position of the iteration that is not an op.
+const NOT_AN_OP: u32 = u32::MAX;
+
+fn granules(bytes: u64) -> u64 {
+    bytes.div_ceil(GRANULE) * GRANULE
+}
+
+/// One planned swap, in the terms of the running program.
+#[derive(Clone, Debug)]
+struct Planned {
+    /// Position in the iteration of the malloc of the tensor (its pool slot).
+    position: u64,
+    host_offset: u64,
+}
+
+/// The swaps of a plan, indexed by the ops at which they are issued.
+#[derive(Debug, Default)]
+pub struct Schedule {
+    /// Op index at each event position of the iteration (`NOT_AN_OP` elsewhere).
+    op_at: Vec<u32>,
+    /// Per op: swaps queued when it ends.
+    outs_after: Vec<Vec<u32>>,
+    /// Per op: swaps queued before it is launched.
+    ins_before: Vec<Vec<u32>>,
+    swaps: Vec<Planned>,
+    host_bytes: u64,
+    predicted_ns: f64,
+    predicted_base_ns: f64,
+}
+
+/// A tensor whose bytes are on the host.
+#[derive(Clone, Copy, Debug)]
+struct Away {
+    pool: u64,
+    offset: u64,
+    end: u64,
+    host: u64,
+}
+
+/// A call that runs with a tensor brought back over its borrowers, who wait on the host.
+#[derive(Debug)]
+pub struct Exchange {
+    id: AllocId,
+    away: Away,
+    /// Borrowers moved aside: (offset, end, id, temporary host copy).
+    moved: Vec<(u64, u64, AllocId, u64)>,
+}
+
+/// What a call prepared before it runs, finished after it ([`PoolState::finish`]).
+#[derive(Debug, Default)]
+pub struct Prepared {
+    timing_start: Option<usize>,
+    exchanges: Vec<Exchange>,
+}
+
+impl Prepared {
+    /// Nothing to finish (the common case: no timing, no exchange).
+    pub fn is_empty(&self) -> bool {
+        self.timing_start.is_none() && self.exchanges.is_empty()
+    }
+}
+
+/// Counters of one iteration under a plan.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IterationStats {
+    /// First event of the iteration.
+    pub start_event: u64,
+    pub swapped_out: u64,
+    pub swapped_out_bytes: u64,
+    pub swapped_in: u64,
+    pub swapped_in_bytes: u64,
+    pub on_demand_swap_ins: u64,
+    pub stall_ns: f64,
+    /// Host time from this iteration's first event to the next's.
+    pub time_ns: f64,
+}
+
+/// Swap mode's statistics (`swap` in `ITERMEM_STATS`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SwapStats {
+    pub limit_bytes: Option<u64>,
+    /// Device bytes the pool of the last plan could take.
+    pub budget_bytes: u64,
+    pub plans: u64,
+    pub plans_abandoned: u64,
+    pub swaps_planned: u64,
+    pub swapped_out: u64,
+    pub swapped_out_bytes: u64,
+    pub swapped_in: u64,
+    pub swapped_in_bytes: u64,
+    pub on_demand_swap_ins: u64,
+    /// On-demand swap-ins whose range was held by borrowers (moved aside for that call).
+    pub exchanges: u64,
+    /// Time the program's streams waited for swap-ins (GPU time, from events).
+    pub stall_ns: f64,
+    /// The simulator's iteration time for the plan in use, and without swapping.
+    pub predicted_iteration_ns: f64,
+    pub predicted_base_iteration_ns: f64,
+    /// Median host time of the iterations run under the plan.
+    pub measured_iteration_ns: f64,
+    /// Host time of the timing iteration (no swaps).
+    pub timing_iteration_ns: f64,
+    /// Page-locked host memory of the swap slots.
+    pub pinned_host_bytes: u64,
+    /// Device mallocs served from mapped host memory because the device was at the limit, and
+    /// the most such bytes live at once.
+    pub warmup_host_allocations: u64,
+    pub warmup_host_bytes: u64,
+    pub iterations: Vec<IterationStats>,
+}
+
+/// A timing iteration in progress: events `[start, end)`, and the (start, end) timing events
+/// of each op, by event index.
+struct Timing {
+    start: u64,
+    end: u64,
+    ops: Vec<(u64, usize, usize)>,
+    host_start: Option<Instant>,
+}
+
+/// What the sequencer captured of the timing iteration (see `Recorder::emit`).
+pub struct Capture {
+    /// Absolute index of the window's first event.
+    pub start: u64,
+    pub length: u64,
+    /// Synthetic mallocs of the allocations live at the window's start, then its events.
+    pub events: Vec<Event>,
+    pub synthetic: u64,
+}
+
+/// Everything swap mode adds to the pool.
+pub struct Executor {
+    config: SwapConfig,
+    limit: Option<u64>,
+    schedule: Option<Arc<Schedule>>,
+    /// Whether planned swaps are issued (false once the plan is abandoned).
+    following: bool,
+    out_stream: u64,
+    in_stream: u64,
+    host_base: u64,
+    /// The allocation in each swapped slot this iteration.
+    slot_ids: FxHashMap<u64, AllocId>,
+    away: FxHashMap<AllocId, Away>,
+    /// Blocks served from mapped host memory: address → (host address, bytes).
+    host_backed: std::collections::BTreeMap<u64, (u64, u64)>,
+    host_backed_bytes: u64,
+    /// Real device allocations of the program: address → bytes (granules).
+    real_blocks: FxHashMap<u64, u64>,
+    real_bytes: u64,
+    timing: Option<Timing>,
+    /// Stall measurements not yet read: (start, end) timing events.
+    stalls: Vec<(usize, usize)>,
+    spare_timing: Vec<usize>,
+    iteration: IterationStats,
+    /// Which iteration of the plan `iteration` counts (None before the first).
+    iteration_number: Option<u64>,
+    iteration_host_start: Option<Instant>,
+    pub stats: SwapStats,
+}
+
+impl Executor {
+    pub fn new(config: SwapConfig) -> Executor {
+        Executor {
+            config,
+            limit: None,
+            schedule: None,
+            following: false,
+            out_stream: 0,
+            in_stream: 0,
+            host_base: 0,
+            slot_ids: FxHashMap::default(),
+            away: FxHashMap::default(),
+            host_backed: Default::default(),
+            host_backed_bytes: 0,
+            real_blocks: FxHashMap::default(),
+            real_bytes: 0,
+            timing: None,
+            stalls: Vec::new(),
+            spare_timing: Vec::new(),
+            iteration: IterationStats::default(),
+            iteration_number: None,
+            iteration_host_start: None,
+            stats: SwapStats::default(),
+        }
+    }
+
+    /// The limit in bytes, resolved against the device's memory the first time it is needed.
+    fn limit(&mut self) -> Option<u64> {
+        use crate::config::Limit;
+        if self.limit.is_none() {
+            self.limit = match self.config.limit? {
+                Limit::Bytes(bytes) => Some(bytes),
+                Limit::Fraction(f) => {
+                    cuda::initialise_runtime();
+                    let (_, total) = super::real::device_identity();
+                    (total > 0).then_some((total as f64 * f) as u64)
+                }
+            };
+            self.stats.limit_bytes = self.limit;
+        }
+        self.limit
+    }
+
+    fn timing_event(&mut self) -> Option<usize> {
+        self.spare_timing.pop().or_else(cuda::timing_event)
+    }
+}
+
+impl PoolState {
+    fn exec(&mut self) -> Option<&mut Executor> {
+        self.executor.as_mut()
+    }
+
+    /// Swap mode: a real device allocation of the program (counted against the limit).
+    pub fn real_malloc(&mut self, addr: u64, size: u64) {
+        if let Some(exec) = self.exec() {
+            let bytes = granules(size);
+            exec.real_blocks.insert(addr, bytes);
+            exec.real_bytes += bytes;
+        }
+    }
+
+    /// Swap mode: a real device allocation was freed.
+    pub fn real_free(&mut self, addr: u64) {
+        if let Some(exec) = self.exec() {
+            if let Some(bytes) = exec.real_blocks.remove(&addr) {
+                exec.real_bytes -= bytes;
+            }
+        }
+    }
+
+    /// Device bytes in use: the program's real allocations and every pool.
+    fn device_bytes(&self) -> u64 {
+        let pools: u64 = self.pools.iter().map(|p| granules(p.plan.footprint)).sum();
+        self.executor.as_ref().map_or(0, |e| e.real_bytes) + pools
+    }
+
+    /// Swap mode, a malloc no pool serves: mapped host memory if the device would exceed the
+    /// limit, else None (the real allocator serves it).
+    pub(super) fn overflow(&mut self, size: u64) -> Option<u64> {
+        let in_use = self.device_bytes();
+        let exec = self.executor.as_mut()?;
+        let limit = exec.limit()?;
+        if in_use + granules(size) <= limit {
+            return None;
+        }
+        let (host, device) = cuda::mapped_host(size.max(1))?;
+        exec.host_backed.insert(device, (host, size));
+        exec.host_backed_bytes += size;
+        exec.stats.warmup_host_allocations += 1;
+        exec.stats.warmup_host_bytes = exec.stats.warmup_host_bytes.max(exec.host_backed_bytes);
+        Some(device)
+    }
+
+    /// Whether `addr` lies in a block served from mapped host memory (copies to and from it
+    /// must let the driver infer their direction).
+    pub fn host_backed(&self, addr: u64) -> bool {
+        self.executor.as_ref().is_some_and(|exec| {
+            exec.host_backed
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(&start, &(_, size))| addr < start + size.max(1))
+        })
+    }
+
+    /// Frees a block served from mapped host memory or one whose bytes are away; None if
+    /// `addr` is neither (the pool's own free applies).
+    pub(super) fn free_swapped(&mut self, addr: u64, id: AllocId) -> Option<bool> {
+        let exec = self.executor.as_mut()?;
+        if let Some((host, size)) = exec.host_backed.remove(&addr) {
+            exec.host_backed_bytes -= size;
+            // Kernels may still read it: page-locked memory is released once the device is idle.
+            cuda::synchronize();
+            cuda::free_host(host);
+            return Some(true);
+        }
+        exec.away.remove(&id)?;
+        self.used_on.remove(&id);
+        self.waits.remove(&id);
+        // The swap-out's fence already covers the range for its next tenant.
+        Some(true)
+    }
+
+    /// Swap mode, at a detected period: times the first iteration starting at or after
+    /// `next`; returns its window `[start, start + length)` for the sequencer to capture.
+    pub fn begin_timing(&mut self, boundary: u64, length: u64, next: u64) -> Option<(u64, u64)> {
+        let exec = self.executor.as_mut()?;
+        if exec.timing.is_some() || length == 0 {
+            return None;
+        }
+        let behind = next.saturating_sub(boundary);
+        let start = boundary + behind.div_ceil(length) * length;
+        exec.timing = Some(Timing {
+            start,
+            end: start + length,
+            ops: Vec::new(),
+            host_start: None,
+        });
+        Some((start, length))
+    }
+
+    /// Stops serving and following the plan (the program left its period).
+    pub(super) fn abandon(&mut self) {
+        let Some(exec) = self.exec() else { return };
+        if exec.following {
+            exec.stats.plans_abandoned += 1;
+        }
+        exec.following = false;
+        exec.timing = None;
+    }
+
+    /// The planning thread of swap mode: from the captured timing iteration to a plan ready to
+    /// install at the next boundary.
+    pub fn plan_swaps(&mut self, capture: Capture) {
+        let Some(timing) = self.exec().and_then(|exec| exec.timing.take()) else {
+            return;
+        };
+        self.retire();
+        let budget_base = self.executor.as_ref().map_or(0, |e| e.real_bytes);
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        if timing.start != capture.start {
+            return;
+        }
+        exec.stats.timing_iteration_ns = timing
+            .host_start
+            .map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e9);
+        let budget = exec
+            .limit()
+            .map_or(u64::MAX, |l| l.saturating_sub(budget_base + GRANULE));
+        exec.stats.budget_bytes = budget;
+        let config = exec.config.clone();
+        let ready = self.swap_ready.clone();
+        let spawned = std::thread::Builder::new()
+            .name("itermem-planner".into())
+            .spawn(move || {
+                let planned = std::panic::catch_unwind(move || {
+                    make_schedule(&config, capture, timing.ops, budget)
+                });
+                match planned {
+                    Ok(Ok(made)) => *ready.lock() = Some(made),
+                    Ok(Err(err)) => super::report(format_args!(
+                        "cannot plan swaps ({err:#}); swap mode records only"
+                    )),
+                    Err(_) => super::report(format_args!(
+                        "internal error while planning swaps; swap mode records only"
+                    )),
+                }
+            });
+        if spawned.is_err() {
+            super::report(format_args!(
+                "cannot start the planning thread; swap mode records only"
+            ));
+        }
+    }
+
+    /// Swap mode: a plan was installed with its pool (`Pool` just pushed); sets up streams and
+    /// the host slots.
+    pub(super) fn start_schedule(&mut self, schedule: Arc<Schedule>, index: u64) {
+        let Some(exec) = self.exec() else { return };
+        if !schedule.swaps.is_empty() {
+            if exec.out_stream == 0 {
+                match (cuda::stream(), cuda::stream()) {
+                    (Some(out), Some(into)) => (exec.out_stream, exec.in_stream) = (out, into),
+                    _ => {
+                        super::report(format_args!(
+                            "cannot create the swap streams; the pool serves without swaps"
+                        ));
+                        return;
+                    }
+                }
+            }
+            // Host slots of an earlier plan stay: tensors may still be away in them.
+            match cuda::pinned_host(schedule.host_bytes) {
+                Some(base) => exec.host_base = base,
+                None => {
+                    super::report(format_args!(
+                        "cannot allocate {} bytes of page-locked host memory; the pool serves \
+                         without swaps",
+                        schedule.host_bytes
+                    ));
+                    return;
+                }
+            }
+            exec.stats.pinned_host_bytes += schedule.host_bytes;
+        }
+        exec.stats.plans += 1;
+        exec.stats.swaps_planned = schedule.swaps.len() as u64;
+        exec.stats.predicted_iteration_ns = schedule.predicted_ns;
+        exec.stats.predicted_base_iteration_ns = schedule.predicted_base_ns;
+        exec.slot_ids.clear();
+        exec.following = true;
+        exec.iteration_number = None;
+        exec.schedule = Some(schedule);
+        self.roll(index);
+    }
+
+    /// The op index of event `index` under the serving plan, if the plan is followed.
+    fn op_of(&self, index: u64) -> Option<(usize, Arc<Schedule>)> {
+        let exec = self.executor.as_ref()?;
+        if !exec.following {
+            return None;
+        }
+        let schedule = exec.schedule.as_ref()?;
+        let plan = &self.pools.last()?.plan;
+        let position = index.checked_sub(plan.start)? % plan.length;
+        let op = *schedule.op_at.get(position as usize)?;
+        (op != NOT_AN_OP).then(|| (op as usize, schedule.clone()))
+    }
+
+    /// Notes the allocation a swapped slot got this iteration.
+    pub(super) fn served_slot(&mut self, position: u64, id: AllocId) {
+        if let Some(exec) = self.exec() {
+            if exec.following {
+                exec.slot_ids.insert(position, id);
+            }
+        }
+    }
+
+    /// Iteration bookkeeping at event `index`: closes finished iterations and reads the stall
+    /// measurements that completed.
+    pub(super) fn roll(&mut self, index: u64) {
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        if let Some(timing) = &mut exec.timing {
+            if index >= timing.start && timing.host_start.is_none() {
+                timing.host_start = Some(Instant::now());
+            }
+        }
+        let mut pending = Vec::new();
+        for (a, b) in std::mem::take(&mut exec.stalls) {
+            if cuda::completed(b) {
+                if let Some(ns) = cuda::elapsed_ns(a, b) {
+                    exec.iteration.stall_ns += ns;
+                    exec.stats.stall_ns += ns;
+                }
+                exec.spare_timing.extend([a, b]);
+            } else {
+                pending.push((a, b));
+            }
+        }
+        exec.stalls = pending;
+        let Some((start, length)) = self.pools.last().map(|p| (p.plan.start, p.plan.length)) else {
+            return;
+        };
+        let exec = self.executor.as_mut().expect("checked above");
+        if exec.schedule.is_none() || !exec.following || index < start {
+            return;
+        }
+        let number = (index - start) / length;
+        if exec.iteration_number == Some(number) {
+            return;
+        }
+        let now = Instant::now();
+        if exec.iteration_number.is_some() {
+            let mut done = std::mem::take(&mut exec.iteration);
+            done.time_ns = exec
+                .iteration_host_start
+                .map_or(0.0, |t| now.duration_since(t).as_secs_f64() * 1e9);
+            if exec.stats.iterations.len() < ITERATIONS_KEPT {
+                exec.stats.iterations.push(done);
+            }
+            let mut times: Vec<f64> = exec.stats.iterations.iter().map(|i| i.time_ns).collect();
+            times.sort_by(f64::total_cmp);
+            exec.stats.measured_iteration_ns = times[times.len() / 2];
+        }
+        exec.iteration = IterationStats {
+            start_event: start + number * length,
+            ..Default::default()
+        };
+        exec.iteration_number = Some(number);
+        exec.iteration_host_start = Some(now);
+        exec.slot_ids.clear();
+    }
+
+    /// Swap mode, before a launch, copy or memset (event `index`) on `stream` that uses `ids`:
+    /// timing, planned swap-ins, swap-ins waiting for their range, and tensors that are away.
+    pub fn prepare(&mut self, ids: &[AllocId], stream: StreamHandle, index: u64) -> Prepared {
+        let mut prepared = Prepared::default();
+        self.roll(index);
+        let Some(exec) = self.executor.as_mut() else {
+            return prepared;
+        };
+        if exec
+            .timing
+            .as_ref()
+            .is_some_and(|t| (t.start..t.end).contains(&index))
+        {
+            if let Some(event) = exec.timing_event() {
+                if cuda::record(event, stream) {
+                    prepared.timing_start = Some(event);
+                }
+            }
+        }
+        if let Some((op, schedule)) = self.op_of(index) {
+            for &swap in &schedule.ins_before[op] {
+                let planned = &schedule.swaps[swap as usize];
+                if let Some(&id) = self
+                    .executor
+                    .as_ref()
+                    .and_then(|e| e.slot_ids.get(&planned.position))
+                {
+                    self.swap_in(id);
+                }
+            }
+        }
+        // Tensors away that no plan brings back any more (abandoned plan) return as their
+        // ranges free up.
+        if self.executor.as_ref().is_some_and(|e| !e.following) {
+            let away: Vec<AllocId> = self
+                .executor
+                .as_ref()
+                .map_or_else(Vec::new, |e| e.away.keys().copied().collect());
+            for id in away {
+                self.swap_in(id);
+            }
+        }
+        for &id in ids {
+            if !self
+                .executor
+                .as_ref()
+                .is_some_and(|e| e.away.contains_key(&id))
+            {
+                continue;
+            }
+            self.executor
+                .as_mut()
+                .expect("checked")
+                .stats
+                .on_demand_swap_ins += 1;
+            self.executor
+                .as_mut()
+                .expect("checked")
+                .iteration
+                .on_demand_swap_ins += 1;
+            if !self.swap_in(id) {
+                if let Some(exchange) = self.exchange_in(id, ids) {
+                    prepared.exchanges.push(exchange);
+                }
+            }
+        }
+        prepared
+    }
+
+    /// Swap mode, after the call prepared by [`PoolState::prepare`] (`index` its event when it
+    /// succeeded): the op's timing, its planned swap-outs, and the end of its exchanges.
+    pub fn finish(&mut self, prepared: Prepared, stream: StreamHandle, index: Option<u64>) {
+        for exchange in prepared.exchanges {
+            self.exchange_out(exchange);
+        }
+        let Some(index) = index else {
+            if let (Some(event), Some(exec)) = (prepared.timing_start, self.exec()) {
+                exec.spare_timing.push(event);
+            }
+            return;
+        };
+        if let Some(start) = prepared.timing_start {
+            let exec = self.executor.as_mut().expect("timing implies swap mode");
+            match exec.timing_event() {
+                Some(end) if cuda::record(end, stream) => {
+                    if let Some(timing) = &mut exec.timing {
+                        timing.ops.push((index, start, end));
+                    }
+                }
+                _ => exec.spare_timing.push(start),
+            }
+        }
+        if let Some((op, schedule)) = self.op_of(index) {
+            for &swap in &schedule.outs_after[op] {
+                self.swap_out(&schedule, swap as usize);
+            }
+        }
+    }
+
+    /// Queues the swap-out of planned swap `swap` of this iteration.
+    fn swap_out(&mut self, schedule: &Schedule, swap: usize) {
+        let planned = &schedule.swaps[swap];
+        let Some(exec) = self.executor.as_ref() else {
+            return;
+        };
+        let Some(&id) = exec.slot_ids.get(&planned.position) else {
+            return;
+        };
+        let (out_stream, host, verify) = (
+            exec.out_stream,
+            exec.host_base + planned.host_offset,
+            exec.config.verify,
+        );
+        let Some(pool_index) = self.pools.len().checked_sub(1) else {
+            return;
+        };
+        let Some((offset, end)) = self.pools[pool_index].offset_of(id) else {
+            return;
+        };
+        let base = self.pools[pool_index].base;
+        let addr = base + offset;
+        // The copy starts after every use of the tensor so far.
+        let users = self.used_on.get(&id).cloned().unwrap_or_default();
+        for stream in users {
+            let Some(event) = self.spare_events.pop().or_else(cuda::event) else {
+                return;
+            };
+            let ordered = cuda::record(event, stream) && cuda::wait(out_stream, event);
+            self.spare_events.push(event);
+            if !ordered {
+                return;
+            }
+        }
+        // Earlier waits of the block (its swap-in) are the copy's too.
+        if let Some(waits) = self.waits.get(&id) {
+            for &(_, event) in &waits.fences {
+                cuda::wait(out_stream, event);
+            }
+        }
+        if !cuda::copy(host, addr, end - offset, out_stream) {
+            return;
+        }
+        if verify {
+            cuda::fill(addr, 0xFF, end - offset, out_stream);
+        }
+        log::debug!(
+            "swap-out of allocation {id} ({} bytes at {addr:#x})",
+            end - offset
+        );
+        self.pools[pool_index].take_out(offset);
+        self.fence(addr, addr + (end - offset), out_stream);
+        self.used_on.insert(id, Default::default());
+        self.waits.remove(&id);
+        let exec = self.executor.as_mut().expect("checked above");
+        exec.away.insert(
+            id,
+            Away {
+                pool: base,
+                offset,
+                end,
+                host,
+            },
+        );
+        exec.stats.swapped_out += 1;
+        exec.stats.swapped_out_bytes += end - offset;
+        exec.iteration.swapped_out += 1;
+        exec.iteration.swapped_out_bytes += end - offset;
+    }
+
+    /// Queues the swap-in of `id` if it is away and no live block holds its range; true when it
+    /// is (or was already) resident.
+    fn swap_in(&mut self, id: AllocId) -> bool {
+        let Some(exec) = self.executor.as_ref() else {
+            return true;
+        };
+        let Some(&away) = exec.away.get(&id) else {
+            return true;
+        };
+        let in_stream = exec.in_stream;
+        let Some(pool) = self.pools.iter_mut().find(|p| p.base == away.pool) else {
+            return false;
+        };
+        if !pool.put_back(away.offset, away.end, id) {
+            return false;
+        }
+        let (start, end) = (away.pool + away.offset, away.pool + away.end);
+        log::debug!(
+            "swap-in of allocation {id} ({} bytes at {start:#x})",
+            end - start
+        );
+        // After the borrowers' last uses and the swap-out.
+        for fence in self.pending_fences(start, end) {
+            cuda::wait(in_stream, fence.1);
+        }
+        let Some(done) = self.spare_events.pop().or_else(cuda::event) else {
+            return false;
+        };
+        cuda::copy(start, away.host, end - start, in_stream);
+        cuda::record(done, in_stream);
+        self.waits.insert(
+            id,
+            Waits {
+                fences: smallvec::smallvec![(in_stream, done)],
+                waited: smallvec::SmallVec::new(),
+                owned: Some(done),
+                swap_in: true,
+            },
+        );
+        let exec = self.executor.as_mut().expect("checked above");
+        exec.away.remove(&id);
+        exec.stats.swapped_in += 1;
+        exec.stats.swapped_in_bytes += end - start;
+        exec.iteration.swapped_in += 1;
+        exec.iteration.swapped_in_bytes += end - start;
+        true
+    }
+
+    /// Brings `id` back over the live blocks that hold its range, for one call that does not
+    /// use them (`uses`): they are copied to host memory and the host waits for every copy.
+    fn exchange_in(&mut self, id: AllocId, uses: &[AllocId]) -> Option<Exchange> {
+        let away = *self.executor.as_ref()?.away.get(&id)?;
+        let pool = self.pools.iter_mut().find(|p| p.base == away.pool)?;
+        let holders = pool.overlapping(away.offset, away.end);
+        if holders.iter().any(|(_, _, holder)| uses.contains(holder)) {
+            super::report(format_args!(
+                "a call uses a swapped tensor and the tensor that holds its range at once; \
+                 it runs with the tensor away"
+            ));
+            return None;
+        }
+        cuda::synchronize();
+        let mut moved = Vec::new();
+        for (offset, end, holder) in holders {
+            let temp = cuda::pinned_host(end - offset)?;
+            cuda::copy(temp, away.pool + offset, end - offset, 0);
+            pool.take_out(offset);
+            moved.push((offset, end, holder, temp));
+        }
+        cuda::copy(
+            away.pool + away.offset,
+            away.host,
+            away.end - away.offset,
+            0,
+        );
+        cuda::synchronize();
+        pool.put_back(away.offset, away.end, id);
+        let exec = self.executor.as_mut()?;
+        exec.away.remove(&id);
+        exec.stats.exchanges += 1;
+        Some(Exchange { id, away, moved })
+    }
+
+    /// After the call of an exchange: the tensor goes back to the host, its borrowers return.
+    fn exchange_out(&mut self, exchange: Exchange) {
+        let Exchange { id, away, moved } = exchange;
+        let verify = self.executor.as_ref().is_some_and(|e| e.config.verify);
+        let Some(pool) = self.pools.iter_mut().find(|p| p.base == away.pool) else {
+            return;
+        };
+        let (start, bytes) = (away.pool + away.offset, away.end - away.offset);
+        cuda::synchronize();
+        cuda::copy(away.host, start, bytes, 0);
+        if verify {
+            cuda::fill(start, 0xFF, bytes, 0);
+        }
+        pool.take_out(away.offset);
+        for &(offset, end, holder, temp) in &moved {
+            cuda::copy(away.pool + offset, temp, end - offset, 0);
+            pool.put_back(offset, end, holder);
+        }
+        cuda::synchronize();
+        for (_, _, _, temp) in moved {
+            cuda::free_host(temp);
+        }
+        if let Some(exec) = self.exec() {
+            exec.away.insert(id, away);
+        }
+    }
+
+    /// Before `stream` waits for a swap-in: a timing event pair around the wait measures the
+    /// stall. Returns the event to record after the wait.
+    pub(super) fn stall_start(&mut self, stream: StreamHandle) -> Option<usize> {
+        let exec = self.exec()?;
+        let start = exec.timing_event()?;
+        cuda::record(start, stream).then_some(start)
+    }
+
+    pub(super) fn stall_end(&mut self, start: usize, stream: StreamHandle) {
+        let Some(exec) = self.exec() else { return };
+        match exec.timing_event() {
+            Some(end) if cuda::record(end, stream) => exec.stalls.push((start, end)),
+            _ => exec.spare_timing.push(start),
+        }
+    }
+
+    /// Whether a tensor that is away starts at `addr`.
+    pub(super) fn is_away_start(&self, addr: u64) -> bool {
+        self.executor
+            .as_ref()
+            .is_some_and(|e| e.away.values().any(|a| a.pool + a.offset == addr))
+    }
+
+    /// Takes back the block just served at `addr`; true.
+    pub(super) fn undo_serve(&mut self, addr: u64) -> bool {
+        if let Some(pool) = self.pools.iter_mut().find(|p| p.contains(addr)) {
+            pool.release(addr);
+        }
+        true
+    }
+
+    /// The start of the away block containing `addr` (an interior pointer into a tensor whose
+    /// bytes are on the host).
+    pub(super) fn away_start(&self, addr: u64) -> Option<u64> {
+        let exec = self.executor.as_ref()?;
+        exec.away
+            .values()
+            .find(|a| addr >= a.pool + a.offset && addr < a.pool + a.end)
+            .map(|a| a.pool + a.offset)
+    }
+}
+
+impl Pool {
+    /// The planned slot position of a malloc at event `index`.
+    pub fn position(&self, index: u64) -> Option<u64> {
+        Some(index.checked_sub(self.plan.start)? % self.plan.length)
+    }
+}
+
+/// The planning thread's work: op times from the timing events, the op trace of the captured
+/// iteration, the plan, and its schedule in the terms of the running program.
+fn make_schedule(
+    config: &SwapConfig,
+    capture: Capture,
+    timed: Vec<(u64, usize, usize)>,
+    budget: u64,
+) -> anyhow::Result<(PoolPlan, Arc<Schedule>, f64)> {
+    let started = Instant::now();
+    cuda::initialise_runtime();
+    let mut op_time_ns = Vec::with_capacity(timed.len());
+    for &(_, start, end) in &timed {
+        cuda::synchronize_event(end);
+        op_time_ns.push(cuda::elapsed_ns(start, end).unwrap_or(0.0).max(0.0));
+        cuda::destroy_event(start);
+        cuda::destroy_event(end);
+    }
+    let window = capture.synthetic..capture.synthetic + capture.length;
+    let window_events = &capture.events[window.start as usize..window.end as usize];
+    let is_op = |e: &Event| {
+        matches!(
+            e.kind,
+            EventKind::Launch { .. } | EventKind::Memcpy { .. } | EventKind::Memset { .. }
+        )
+    };
+    let op_positions: Vec<u64> = window_events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| is_op(e))
+        .map(|(i, _)| i as u64)
+        .collect();
+    let timed_positions: Vec<u64> = timed.iter().map(|t| t.0 - capture.start).collect();
+    if timed_positions != op_positions {
+        anyhow::bail!(
+            "the timing iteration timed {} calls but its trace has {} ops",
+            timed.len(),
+            op_positions.len()
+        );
+    }
+    let allow_swaps = !window_events.iter().any(|e| {
+        matches!(
+            e.kind,
+            EventKind::Launch {
+                layout_known: false,
+                ..
+            }
+        )
+    });
+    let name = config
+        .trace
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("(this process)"));
+    let options = LoadOptions {
+        window: Some((capture.synthetic, capture.length)),
+        ..Default::default()
+    };
+    let (loaded, births) = ops::from_events_with_births(&name, &capture.events, &options)?;
+    let inputs = ExecutorInputs {
+        window: [capture.start, capture.length],
+        op_time_ns,
+        copy: config.copy,
+        budget_bytes: budget,
+        evaluations: EVALUATIONS,
+        allow_swaps,
+    };
+    let (reduced, kept, planned) = inputs.plan(&loaded.trace)?;
+    let position_of = |tensor: usize| -> Option<u64> {
+        let birth = births.get(kept[tensor] as usize).copied().flatten()?;
+        birth.checked_sub(capture.synthetic)
+    };
+    let mut slots = FxHashMap::default();
+    for (tensor, t) in reduced.tensors.iter().enumerate() {
+        if let (Some(position), Some(offset)) = (position_of(tensor), planned.pool.offsets[tensor])
+        {
+            slots.insert(position, (t.bytes, offset));
+        }
+    }
+    let n_ops = reduced.ops.len();
+    let mut op_at = vec![NOT_AN_OP; capture.length as usize];
+    for (op, &position) in op_positions.iter().enumerate() {
+        op_at[position as usize] = op as u32;
+    }
+    let mut schedule = Schedule {
+        op_at,
+        outs_after: vec![Vec::new(); n_ops],
+        ins_before: vec![Vec::new(); n_ops],
+        swaps: Vec::new(),
+        host_bytes: 0,
+        predicted_ns: planned.result.time_ns,
+        predicted_base_ns: planned.result.base_time_ns,
+    };
+    for swap in &planned.plan.swaps {
+        let tensor = swap.tensor as usize;
+        let Some(position) = position_of(tensor) else {
+            continue;
+        };
+        let bytes = reduced.tensors[tensor].bytes;
+        let index = schedule.swaps.len() as u32;
+        schedule.outs_after[swap.out_at].push(index);
+        if swap.in_before.is_some() {
+            schedule.ins_before[swap.in_issue].push(index);
+        }
+        schedule.swaps.push(Planned {
+            position,
+            host_offset: schedule.host_bytes,
+        });
+        schedule.host_bytes += bytes.div_ceil(HOST_ALIGN) * HOST_ALIGN;
+    }
+    let plan = PoolPlan {
+        start: capture.start,
+        length: capture.length,
+        slots,
+        footprint: planned.pool.footprint,
+        peak_live: planned.pool.lower_bound,
+    };
+    if let Some(path) = &config.plan_out {
+        let json = PlanJson::executed(
+            name.display().to_string(),
+            &reduced,
+            &planned,
+            started.elapsed(),
+            inputs,
+        );
+        let written = serde_json::to_string_pretty(&json)
+            .map_err(std::io::Error::other)
+            .and_then(|text| std::fs::write(path, text + "\n"));
+        if let Err(err) = written {
+            super::report(format_args!(
+                "cannot write the plan to {}: {err}",
+                path.display()
+            ));
+        }
+    }
+    if !planned.fits {
+        super::report(format_args!(
+            "the iteration's pool needs {} bytes but {budget} are left under the limit; \
+             allocations beyond it go to mapped host memory",
+            planned.pool.footprint
+        ));
+    }
+    Ok((
+        plan,
+        Arc::new(schedule),
+        started.elapsed().as_secs_f64() * 1e3,
+    ))
+}
