@@ -24,6 +24,13 @@ pub struct RunArgs {
     /// Write a JSON summary to this file when the program exits.
     #[arg(long, value_name = "FILE")]
     stats: Option<PathBuf>,
+    /// Swap mode: the device memory the program may hold (bytes with an optional K, M, G
+    /// suffix, or a percentage of the device's memory, e.g. 60%).
+    #[arg(long, value_name = "BYTES|PERCENT", value_parser = parse_limit)]
+    limit: Option<String>,
+    /// Swap mode: write the plan in use to this file (JSON, as `itermem plan --json`).
+    #[arg(long, value_name = "FILE")]
+    plan_out: Option<PathBuf>,
     /// Run on the simulated CUDA platform (cuda-shim), building it first if needed.
     #[arg(long)]
     shim: bool,
@@ -33,6 +40,14 @@ pub struct RunArgs {
     /// The program to run and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+fn parse_limit(text: &str) -> Result<String, String> {
+    itermem::config::parse_limit(text)
+        .map(|_| text.to_string())
+        .ok_or_else(|| {
+            format!("'{text}' is not a limit: use bytes (6000000, 512M, 6G) or a percentage (60%)")
+        })
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -62,10 +77,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for (name, value) in [
         ("ITERMEM_TRACE", &args.trace),
         ("ITERMEM_STATS", &args.stats),
+        ("ITERMEM_PLAN_OUT", &args.plan_out),
     ] {
         if let Some(path) = value {
             command.env(name, path);
         }
+    }
+    if let Some(limit) = &args.limit {
+        command.env("ITERMEM_LIMIT", limit);
     }
     if args.shim {
         let libs = shim_libraries()?;

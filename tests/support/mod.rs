@@ -120,11 +120,18 @@ pub fn run_under_itermem(extra: &[&str], program_args: &[&str], env: &[(&str, &s
         .arg("--")
         .args(program_args);
     for var in [
+        "CUDA_SHIM_DEVICE_MEMORY",
+        "CUDA_SHIM_H2D_GBPS",
+        "CUDA_SHIM_D2H_GBPS",
         "CUDA_SHIM_JITTER_US",
         "CUDA_SHIM_SEED",
         "CUDA_SHIM_STATS",
         "ITERMEM_MODE",
         "ITERMEM_TRACE",
+        "ITERMEM_LIMIT",
+        "ITERMEM_PLAN_OUT",
+        "ITERMEM_SWAP_VERIFY",
+        "ITERMEM_BANDWIDTH",
     ] {
         command.env_remove(var);
     }

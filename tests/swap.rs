@@ -1,0 +1,207 @@
+//! Swap mode (AutoSwap executed) on programs running on the simulated GPU: a program that needs
+//! more device memory than the GPU has trains unchanged, with bit-identical results, under the
+//! limit; the plan the process used is what `itermem plan --timings` makes from its trace; a
+//! program that deviates from its plan still computes exactly what it would without itermem.
+
+mod support;
+
+use support::{
+    itermem, program, read_json, results, run_ok, run_on_shim, run_under_itermem, scratch,
+    stdout_ok,
+};
+
+/// The limit of the acceptance: `mlp_train`'s default iteration needs 9,833,728 bytes.
+const LIMIT: &str = "6000000";
+
+/// `mlp_train args…` in swap mode under [`LIMIT`] on a device of that capacity: (program output,
+/// itermem statistics, the shim's statistics).
+fn swapped(
+    args: &[&str],
+    env: &[(&str, &str)],
+    name: &str,
+) -> (String, serde_json::Value, serde_json::Value) {
+    let mlp = program("mlp_train");
+    let stats = scratch(&format!("{name}-stats.json"));
+    let shim_stats = scratch(&format!("{name}-shim.json"));
+    let mut env = env.to_vec();
+    env.push(("CUDA_SHIM_DEVICE_MEMORY", LIMIT));
+    env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
+    let mut program_args = vec![mlp.to_str().unwrap()];
+    program_args.extend_from_slice(args);
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            LIMIT,
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &program_args,
+        &env,
+    );
+    let out = stdout_ok(&output);
+    let (summary, shim) = (read_json(&stats), read_json(&shim_stats));
+    for path in [stats, shim_stats] {
+        std::fs::remove_file(path).unwrap();
+    }
+    (out, summary, shim)
+}
+
+/// The device never held more than the limit, and the plan ran: swaps every planned iteration.
+fn assert_kept_the_limit(summary: &serde_json::Value, shim: &serde_json::Value) {
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert!(
+        peak <= LIMIT.parse().unwrap(),
+        "device peak {peak} above the limit {LIMIT}: {summary:#}"
+    );
+    let swap = &summary["swap"];
+    assert_eq!(swap["plans"], 1, "{summary:#}");
+    assert!(swap["swaps_planned"].as_u64().unwrap() > 0, "{summary:#}");
+    let iterations = swap["iterations"].as_array().unwrap();
+    assert!(iterations.len() >= 2, "{summary:#}");
+    for iteration in iterations {
+        assert_eq!(
+            iteration["swapped_out"], swap["swaps_planned"],
+            "an iteration skipped planned swaps: {summary:#}"
+        );
+    }
+}
+
+#[test]
+fn a_program_that_needs_more_memory_than_the_device_trains_in_swap_mode() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "10"];
+    let on_big_device = run_ok(&mlp, &args, &[]);
+
+    let small = run_on_shim(&mlp, &args, &[("CUDA_SHIM_DEVICE_MEMORY", LIMIT)]);
+    assert!(!small.status.success(), "the plain run fits {LIMIT} bytes");
+    assert!(
+        String::from_utf8_lossy(&small.stderr).contains("cudaErrorMemoryAllocation"),
+        "{}",
+        String::from_utf8_lossy(&small.stderr)
+    );
+
+    let (out, summary, shim) = swapped(&args, &[], "fits");
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    assert_kept_the_limit(&summary, &shim);
+    let swap = &summary["swap"];
+    assert!(
+        swap["warmup_host_allocations"].as_u64().unwrap() > 0,
+        "the warm-up did not need host memory: {summary:#}"
+    );
+    assert_eq!(swap["on_demand_swap_ins"], 0, "{summary:#}");
+    assert_eq!(
+        swap["swapped_out_bytes"], swap["swapped_in_bytes"],
+        "every swapped tensor comes back: {summary:#}"
+    );
+}
+
+#[test]
+fn results_are_exact_under_random_stream_delays_with_poisoned_swapped_ranges() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "10"];
+    let on_big_device = results(&run_ok(&mlp, &args, &[]));
+    for seed in 1..=20 {
+        let seed = seed.to_string();
+        let env = [
+            ("CUDA_SHIM_JITTER_US", "300"),
+            ("CUDA_SHIM_SEED", seed.as_str()),
+            ("ITERMEM_SWAP_VERIFY", "1"),
+        ];
+        let (out, summary, shim) = swapped(&args, &env, "jitter");
+        assert_eq!(results(&out), on_big_device, "seed {seed}: results changed");
+        assert_kept_the_limit(&summary, &shim);
+    }
+}
+
+#[test]
+fn the_verify_switch_poisons_every_swapped_out_range() {
+    let args = ["--iters", "8"];
+    let (_, plain_summary, plain_shim) = swapped(&args, &[], "unpoisoned");
+    let (_, summary, shim) = swapped(&args, &[("ITERMEM_SWAP_VERIFY", "1")], "poisoned");
+    let memset = |shim: &serde_json::Value| shim["memset_bytes"].as_u64().unwrap();
+    let swapped_out = summary["swap"]["swapped_out_bytes"].as_u64().unwrap();
+    assert!(swapped_out > 0);
+    assert_eq!(
+        plain_summary["swap"]["swapped_out_bytes"], swapped_out,
+        "the same plan either way"
+    );
+    assert_eq!(
+        memset(&shim) - memset(&plain_shim),
+        swapped_out,
+        "every byte copied out is overwritten once"
+    );
+}
+
+#[test]
+fn the_plan_a_process_used_is_what_itermem_plan_makes_from_its_trace() {
+    let mlp = program("mlp_train");
+    let trace = scratch("replan.itrace");
+    let plan = scratch("replan-live.json");
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            LIMIT,
+            "--trace",
+            trace.to_str().unwrap(),
+            "--plan-out",
+            plan.to_str().unwrap(),
+        ],
+        &[mlp.to_str().unwrap(), "--iters", "8"],
+        &[],
+    );
+    stdout_ok(&output);
+    let replanned = std::process::Command::new(itermem())
+        .args(["plan", "--json", "--timings"])
+        .arg(&plan)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let offline: serde_json::Value = serde_json::from_slice(&stdout_ok(&replanned).into_bytes())
+        .expect("itermem plan --json prints JSON");
+    let live = read_json(&plan);
+    assert!(!live["swaps"].as_array().unwrap().is_empty(), "{live:#}");
+    for key in [
+        "swaps",
+        "weights",
+        "limit_bytes",
+        "pool_footprint_bytes",
+        "peak_after_bytes",
+        "swapped_bytes",
+    ] {
+        assert_eq!(offline[key], live[key], "{key} differs");
+    }
+    let relative = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
+    for key in ["time_ns", "base_time_ns", "overhead"] {
+        let (a, b) = (offline[key].as_f64().unwrap(), live[key].as_f64().unwrap());
+        assert!(relative(a, b), "{key}: {a} offline, {b} live");
+    }
+    for path in [trace, plan] {
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[test]
+fn without_a_limit_swap_mode_pools_without_swapping() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "8"];
+    let plain = run_ok(&mlp, &args, &[]);
+    let stats = scratch("nolimit-stats.json");
+    let output = run_under_itermem(
+        &["--mode", "swap", "--stats", stats.to_str().unwrap()],
+        &[mlp.to_str().unwrap(), args[0], args[1]],
+        &[],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&plain));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("without ITERMEM_LIMIT"),
+        "no word on the missing limit"
+    );
+    let summary = read_json(&stats);
+    assert_eq!(summary["swap"]["swaps_planned"], 0, "{summary:#}");
+    assert_eq!(summary["pool"]["fallback_after_plan"], 0, "{summary:#}");
+    std::fs::remove_file(stats).unwrap();
+}
