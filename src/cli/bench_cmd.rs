@@ -2,14 +2,16 @@
 //!
 //! Runs `tests/programs/hook_bench` (cudaMalloc+cudaFree pairs, and launches of an 8-parameter
 //! kernel whose pointers point into some of the 10,000 allocations it keeps live) alternately
-//! on the simulated platform alone and under `LD_PRELOAD=libitermem.so` in record mode with the
-//! trace on, and reports the medians of each and their differences. Alternating runs and taking
-//! medians keeps a noisy machine from favouring either side.
+//! on the simulated platform alone and under `LD_PRELOAD=libitermem.so` in each mode asked for
+//! (record with the trace on by default; swap with a limit of the whole device, so nothing is
+//! swapped), and reports the medians of each and their differences. Alternating runs and
+//! taking medians keeps a noisy machine from favouring either side.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
+use itermem::config::Mode;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -52,10 +54,24 @@ struct HooksArgs {
     /// Kernel launches per run.
     #[arg(long, default_value_t = 200_000)]
     launches: u64,
+    /// Modes to measure (repeat or comma-separate: record, pool, swap, cnmem).
+    #[arg(long = "mode", value_delimiter = ',', default_value = "record", value_parser = parse_mode)]
+    modes: Vec<Mode>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    Mode::parse(text)
+        .filter(|&mode| mode != Mode::Off)
+        .ok_or_else(|| {
+            format!("'{text}' is not a mode to measure: use record, pool, swap or cnmem")
+        })
+}
+
+/// Which figure of a [`Sample`] a row shows.
+type Pick = fn(&Sample) -> f64;
 
 /// One run's figures, in ns per operation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,10 +103,13 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
         );
     }
     let trace = std::env::temp_dir().join(format!("itermem-bench-{}.itrace", std::process::id()));
-    let (mut plain, mut hooked) = (Vec::new(), Vec::new());
+    let mut plain = Vec::new();
+    let mut hooked = vec![Vec::new(); args.modes.len()];
     for _ in 0..args.runs {
         plain.push(measure(&program, &args, root, None)?);
-        hooked.push(measure(&program, &args, root, Some((&lib, &trace)))?);
+        for (mode, samples) in args.modes.iter().zip(&mut hooked) {
+            samples.push(measure(&program, &args, root, Some((&lib, &trace, *mode)))?);
+        }
     }
     let _ = std::fs::remove_file(&trace);
     let median = |samples: &[Sample], pick: fn(&Sample) -> f64| {
@@ -98,38 +117,40 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
-    let rows = [
-        (
-            "malloc+free pair",
-            median(&plain, |s| s.pair_ns),
-            median(&hooked, |s| s.pair_ns),
-        ),
-        (
-            "launch (8 params)",
-            median(&plain, |s| s.launch_ns),
-            median(&hooked, |s| s.launch_ns),
-        ),
+    let operations: [(&str, Pick); 2] = [
+        ("malloc+free pair", |s| s.pair_ns),
+        ("launch (8 params)", |s| s.launch_ns),
     ];
     if args.json {
-        let json: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(name, base, with)| {
-                serde_json::json!({"operation": name, "shim_ns": base, "itermem_ns": with, "added_ns": with - base})
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&json)?);
-    } else {
-        println!(
-            "hook overhead, record mode with trace, {} live allocations, median of {} runs:",
-            args.live, args.runs
-        );
-        println!(
-            "{:<20} {:>12} {:>14} {:>10}",
-            "operation", "shim (ns)", "itermem (ns)", "added"
-        );
-        for (name, base, with) in rows {
-            println!("{name:<20} {base:>12.1} {with:>14.1} {:>10.1}", with - base);
+        let mut json = Vec::new();
+        for (name, pick) in operations {
+            let base = median(&plain, pick);
+            for (mode, samples) in args.modes.iter().zip(&hooked) {
+                let with = median(samples, pick);
+                json.push(serde_json::json!({"operation": name, "mode": mode, "shim_ns": base, "itermem_ns": with, "added_ns": with - base}));
+            }
         }
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
+    println!(
+        "hook overhead, {} live allocations, median of {} runs (ns per operation; added over the \
+         shim alone in brackets):",
+        args.live, args.runs
+    );
+    print!("{:<20} {:>10}", "operation", "shim");
+    for mode in &args.modes {
+        print!(" {:>18}", mode.to_string());
+    }
+    println!();
+    for (name, pick) in operations {
+        let base = median(&plain, pick);
+        print!("{name:<20} {base:>10.1}");
+        for samples in &hooked {
+            let with = median(samples, pick);
+            print!(" {:>18}", format!("{with:.1} (+{:.1})", with - base));
+        }
+        println!();
     }
     Ok(())
 }
@@ -181,7 +202,7 @@ fn measure(
     program: &Path,
     args: &HooksArgs,
     root: &Path,
-    hooks: Option<(&PathBuf, &PathBuf)>,
+    hooks: Option<(&PathBuf, &PathBuf, Mode)>,
 ) -> anyhow::Result<Sample> {
     let mut command = Command::new(program);
     command
@@ -189,11 +210,19 @@ fn measure(
         .args(["--pairs", &args.pairs.to_string()])
         .args(["--launches", &args.launches.to_string()])
         .env("LD_LIBRARY_PATH", root.join("target/shim/lib"));
-    if let Some((lib, trace)) = hooks {
+    if let Some((lib, trace, mode)) = hooks {
         command
             .env("LD_PRELOAD", lib)
-            .env("ITERMEM_MODE", "record")
-            .env("ITERMEM_TRACE", trace);
+            .env("ITERMEM_MODE", mode.to_string());
+        match mode {
+            Mode::Record => {
+                command.env("ITERMEM_TRACE", trace);
+            }
+            Mode::Swap => {
+                command.env("ITERMEM_LIMIT", "100%");
+            }
+            _ => {}
+        }
     }
     let output = command
         .output()

@@ -445,6 +445,13 @@ impl PoolState {
         let Some((plan, schedule)) = self.next.take() else {
             return;
         };
+        if !self.fits_limit(plan.footprint) {
+            super::report(format_args!(
+                "a pool of {} bytes would exceed ITERMEM_LIMIT; the plan is not used",
+                plan.footprint
+            ));
+            return;
+        }
         let Some(base) = cuda::malloc(plan.footprint.max(1)) else {
             super::report(format_args!(
                 "cannot allocate a pool of {} bytes; pool mode records only",

@@ -114,6 +114,8 @@ pub struct Recorder {
     pub pid: u32,
     start: Instant,
     next_id: AtomicU64,
+    /// The index the next event will get (the sequencer's, readable without its lock).
+    next_index: AtomicU64,
     live: RwLock<LiveIndex>,
     /// Kernels by host function address. Records are leaked: there are few kernels, they live
     /// as long as the process, and a `&'static` spares every launch a reference count.
@@ -150,6 +152,7 @@ impl Recorder {
             pid: std::process::id(),
             start: Instant::now(),
             next_id: AtomicU64::new(1),
+            next_index: AtomicU64::new(0),
             live: RwLock::new(LiveIndex::default()),
             kernels: RwLock::new(FxHashMap::default()),
             sequencer: Mutex::new(Sequencer {
@@ -197,7 +200,7 @@ impl Recorder {
             return Some((addr, self.next_id.fetch_add(1, Relaxed)));
         }
         let pool = self.pool.as_ref()?;
-        let index = self.sequencer.lock().next_index;
+        let index = self.next_index.load(Relaxed);
         let id = self.next_id.fetch_add(1, Relaxed);
         let addr = pool.lock().malloc(index, size, id)?;
         Some((addr, id))
@@ -249,8 +252,7 @@ impl Recorder {
         };
         let mut pool = pool.lock();
         let prepared = if pool.executor.is_some() {
-            let index = self.sequencer.lock().next_index;
-            pool.prepare(ids, stream, index)
+            pool.prepare(ids, stream, self.next_index.load(Relaxed))
         } else {
             Prepared::default()
         };
@@ -261,7 +263,7 @@ impl Recorder {
     /// After the call prepared by [`Recorder::before_use`]; `index` is its event when it
     /// succeeded.
     pub fn after_use(&self, prepared: Prepared, stream: StreamHandle, index: Option<u64>) {
-        if prepared.is_empty() && index.is_none() {
+        if prepared.is_empty() {
             return;
         }
         if let Some(pool) = &self.pool {
@@ -506,6 +508,7 @@ impl Recorder {
         let index = seq.next_index;
         let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
         seq.next_index += 1;
+        self.next_index.store(seq.next_index, Relaxed);
         seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
         seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
         let live_bytes = seq.live_bytes;
@@ -621,7 +624,7 @@ impl Recorder {
             } => {
                 let mut pool = pool.lock();
                 if pool.executor.is_some() {
-                    let next = self.sequencer.lock().next_index;
+                    let next = self.next_index.load(Relaxed);
                     if let Some((start, length)) =
                         pool.begin_timing(period.boundary, period.length, next)
                     {

@@ -114,12 +114,14 @@ pub struct Exchange {
 pub struct Prepared {
     timing_start: Option<usize>,
     exchanges: Vec<Exchange>,
+    /// The op, when the plan queues swap-outs after it.
+    swap_outs_after: Option<usize>,
 }
 
 impl Prepared {
-    /// Nothing to finish (the common case: no timing, no exchange).
+    /// Nothing to finish (the common case: no timing, no exchange, no swap-out).
     pub fn is_empty(&self) -> bool {
-        self.timing_start.is_none() && self.exchanges.is_empty()
+        self.timing_start.is_none() && self.exchanges.is_empty() && self.swap_outs_after.is_none()
     }
 }
 
@@ -298,6 +300,16 @@ impl PoolState {
         self.executor.as_ref().map_or(0, |e| e.real_bytes) + pools
     }
 
+    /// Whether a new pool of `footprint` bytes keeps the device under the limit (always
+    /// outside swap mode).
+    pub(super) fn fits_limit(&mut self, footprint: u64) -> bool {
+        let in_use = self.device_bytes();
+        let Some(limit) = self.executor.as_mut().and_then(Executor::limit) else {
+            return true;
+        };
+        in_use + granules(footprint) <= limit
+    }
+
     /// Swap mode, a malloc no pool serves: mapped host memory if the device would exceed the
     /// limit, else None (the real allocator serves it).
     pub(super) fn overflow(&mut self, size: u64) -> Option<u64> {
@@ -378,6 +390,12 @@ impl PoolState {
         let Some(timing) = self.exec().and_then(|exec| exec.timing.take()) else {
             return;
         };
+        if timing.ops.is_empty() {
+            // An iteration of mallocs and frees alone: nothing to time or swap, the pool is
+            // planned as in pool mode.
+            self.plan_iteration(capture.start, capture.length);
+            return;
+        }
         self.retire();
         let budget_base = self.executor.as_ref().map_or(0, |e| e.real_bytes);
         let Some(exec) = self.executor.as_mut() else {
@@ -459,8 +477,9 @@ impl PoolState {
         self.roll(index);
     }
 
-    /// The op index of event `index` under the serving plan, if the plan is followed.
-    fn op_of(&self, index: u64) -> Option<(usize, Arc<Schedule>)> {
+    /// The op that event `index` is under the followed plan, with its swap-ins (before it) and
+    /// whether swap-outs follow it. None when no plan is followed or the event is no op.
+    fn op_of(&self, index: u64) -> Option<(usize, Vec<u32>, bool)> {
         let exec = self.executor.as_ref()?;
         if !exec.following {
             return None;
@@ -469,7 +488,15 @@ impl PoolState {
         let plan = &self.pools.last()?.plan;
         let position = index.checked_sub(plan.start)? % plan.length;
         let op = *schedule.op_at.get(position as usize)?;
-        (op != NOT_AN_OP).then(|| (op as usize, schedule.clone()))
+        if op == NOT_AN_OP {
+            return None;
+        }
+        let op = op as usize;
+        Some((
+            op,
+            schedule.ins_before[op].clone(),
+            !schedule.outs_after[op].is_empty(),
+        ))
     }
 
     /// Notes the allocation a swapped slot got this iteration.
@@ -557,17 +584,17 @@ impl PoolState {
                 }
             }
         }
-        if let Some((op, schedule)) = self.op_of(index) {
-            for &swap in &schedule.ins_before[op] {
-                let planned = &schedule.swaps[swap as usize];
-                if let Some(&id) = self
-                    .executor
-                    .as_ref()
-                    .and_then(|e| e.slot_ids.get(&planned.position))
-                {
+        if let Some((op, ins, outs)) = self.op_of(index) {
+            for swap in ins {
+                let position = self.executor.as_ref().and_then(|e| {
+                    let planned = e.schedule.as_ref()?.swaps.get(swap as usize)?;
+                    e.slot_ids.get(&planned.position).copied()
+                });
+                if let Some(id) = position {
                     self.swap_in(id);
                 }
             }
+            prepared.swap_outs_after = outs.then_some(op);
         }
         // Tensors away that no plan brings back any more (abandoned plan) return as their
         // ranges free up.
@@ -630,7 +657,8 @@ impl PoolState {
                 _ => exec.spare_timing.push(start),
             }
         }
-        if let Some((op, schedule)) = self.op_of(index) {
+        let schedule = self.executor.as_ref().and_then(|e| e.schedule.clone());
+        if let (Some(op), Some(schedule)) = (prepared.swap_outs_after, schedule) {
             for &swap in &schedule.outs_after[op] {
                 self.swap_out(&schedule, swap as usize);
             }
