@@ -499,3 +499,101 @@ impl PlanJson {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+    use crate::swap::tests::random_trace;
+
+    fn tensor(id: TensorId, born: Option<usize>, dies: Option<usize>) -> Tensor {
+        Tensor {
+            id,
+            bytes: 1 << 20,
+            resident: born.is_none(),
+            dies_after: dies,
+            born_at: born,
+        }
+    }
+
+    fn op(reads: &[TensorId], writes: &[TensorId]) -> Op {
+        Op {
+            name: "k".into(),
+            reads: reads.to_vec(),
+            writes: writes.to_vec(),
+            time_ns: 1000.0,
+            measured: true,
+            flops: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_pool_serves_only_tensors_born_and_freed_in_the_iteration() {
+        // 0: a weight (resident); 1: an activation (ops 0–2); 2: born at op 1, never freed.
+        let trace = OpTrace {
+            source: "t".into(),
+            tensors: vec![
+                tensor(0, None, None),
+                tensor(1, Some(0), Some(2)),
+                tensor(2, Some(1), None),
+            ],
+            ops: vec![op(&[0], &[1]), op(&[1], &[2]), op(&[1, 2], &[0])],
+        };
+        let (reduced, kept) = poolable(&trace);
+        assert_eq!(kept, [1]);
+        assert_eq!(reduced.tensors.len(), 1);
+        assert_eq!(reduced.tensors[0].id, 0);
+        let accesses: Vec<(Vec<TensorId>, Vec<TensorId>)> = reduced
+            .ops
+            .iter()
+            .map(|op| (op.reads.clone(), op.writes.clone()))
+            .collect();
+        assert_eq!(
+            accesses,
+            [(vec![], vec![0]), (vec![0], vec![]), (vec![0], vec![])]
+        );
+        assert_eq!(reduced.total_time_ns(), trace.total_time_ns());
+    }
+
+    #[test]
+    fn an_address_shared_by_tensors_alive_at_once_is_found() {
+        // 0 lives over ops 0–3 and 1 over 1–2, both at offset 0; 2 at offset 0 after both.
+        let trace = OpTrace {
+            source: "t".into(),
+            tensors: vec![
+                tensor(0, Some(0), Some(3)),
+                tensor(1, Some(1), Some(2)),
+                tensor(2, Some(4), Some(4)),
+            ],
+            ops: (0..5).map(|_| op(&[], &[])).collect(),
+        };
+        let pool = CombinedPool {
+            offsets: vec![Some(0), Some(0), Some(0)],
+            footprint: 1 << 20,
+            lower_bound: 1 << 20,
+            lent: Vec::new(),
+        };
+        assert_eq!(shared_addresses(&trace, &pool), [1]);
+    }
+
+    #[test]
+    fn executed_plans_fit_their_budget_and_never_share_an_address() {
+        let mut rng = SplitMix64::new(7);
+        let copy = CopyModel::pcie3();
+        let mut swapped = 0;
+        for _ in 0..40 {
+            let (trace, _) = poolable(&random_trace(&mut rng, 60, 40, 1 << 20));
+            let Some(peak) = trace.peak() else { continue };
+            let budget = peak.bytes * 3 / 4;
+            let planned = plan_within(&trace, budget, copy, 8, true).unwrap();
+            swapped += planned.plan.swaps.len();
+            assert!(shared_addresses(&trace, &planned.pool).is_empty());
+            if planned.fits {
+                assert!(planned.pool.footprint <= budget);
+            }
+            let pool_only = plan_within(&trace, budget, copy, 8, false).unwrap();
+            assert!(pool_only.plan.swaps.is_empty());
+        }
+        assert!(swapped > 0, "no random trace needed a swap");
+    }
+}

@@ -54,7 +54,7 @@ pub mod lend;
 mod profile;
 pub mod sim;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use autoswap::{AutoSwapOptions, Candidate, Weights, candidates, evaluate, plan, plan_with};
 pub use bound::{Bound, zero_stall_bound};
