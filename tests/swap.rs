@@ -205,3 +205,47 @@ fn without_a_limit_swap_mode_pools_without_swapping() {
     assert_eq!(summary["pool"]["fallback_after_plan"], 0, "{summary:#}");
     std::fs::remove_file(stats).unwrap();
 }
+
+/// The plan was given up before the last `iterations_before_end` iterations, not only when
+/// training ended (which ends every period too).
+fn assert_abandoned_before_the_end(summary: &serde_json::Value, iterations_before_end: u64) {
+    let period = summary["period_events"].as_u64().unwrap();
+    let total = summary["events_total"].as_u64().unwrap();
+    let before = total - iterations_before_end * period;
+    let at = summary["swap"]["abandoned_at_events"].as_array().unwrap();
+    assert!(
+        at.iter().any(|e| e.as_u64().unwrap() < before),
+        "no plan abandoned before event {before}: {summary:#}"
+    );
+}
+
+#[test]
+fn an_unplanned_read_of_a_swapped_tensor_gets_the_tensor_back_first() {
+    // Iteration 7 runs under the plan; its extra kernel reads h_1, which the plan keeps on the
+    // host from the end of layer 1's forward pass until its backward pass, its range lent.
+    let mlp = program("mlp_train");
+    let args = ["--iters", "10", "--extra-read", "7"];
+    let on_big_device = run_ok(&mlp, &args, &[]);
+    let (out, summary, shim) = swapped(&args, &[("ITERMEM_SWAP_VERIFY", "1")], "extra-read");
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    let swap = &summary["swap"];
+    assert!(
+        swap["on_demand_swap_ins"].as_u64().unwrap() >= 1,
+        "the unplanned access was not seen: {summary:#}"
+    );
+    assert_abandoned_before_the_end(&summary, 2);
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert!(peak <= LIMIT.parse().unwrap(), "device peak {peak}");
+}
+
+#[test]
+fn an_iteration_of_another_shape_is_run_exactly_and_the_plan_abandoned() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "10", "--batch-change", "6:1000"];
+    let on_big_device = run_ok(&mlp, &args, &[]);
+    let (out, summary, shim) = swapped(&args, &[("ITERMEM_SWAP_VERIFY", "1")], "reshaped");
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    assert_abandoned_before_the_end(&summary, 3);
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert!(peak <= LIMIT.parse().unwrap(), "device peak {peak}");
+}

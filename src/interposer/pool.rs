@@ -365,7 +365,7 @@ impl PoolState {
 
     /// Plans iteration `[start, start + length)` on a background thread.
     pub fn plan_iteration(&mut self, start: u64, length: u64) {
-        self.retire();
+        self.retire(start + length);
         let Some(instance) = self.history.iteration(start, length) else {
             return;
         };
@@ -413,13 +413,14 @@ impl PoolState {
         }
     }
 
-    /// Stops serving (the program left its period); blocks already served stay valid.
-    pub fn retire(&mut self) {
+    /// Stops serving (the program left its period at event `index`); blocks already served
+    /// stay valid.
+    pub fn retire(&mut self, index: u64) {
         self.next = None;
         for pool in &mut self.pools {
             pool.serving = false;
         }
-        self.abandon();
+        self.abandon(index);
     }
 
     /// Takes a ready plan, to serve from the first iteration boundary at or after `index`, and

@@ -617,7 +617,7 @@ impl Recorder {
         }
         match change {
             Change::Unchanged => {}
-            Change::Lost(_) => pool.lock().retire(),
+            Change::Lost(_) => pool.lock().retire(self.next_index.load(Relaxed)),
             Change::Detected(period)
             | Change::Changed {
                 detected: period, ..

@@ -147,7 +147,10 @@ pub struct SwapStats {
     /// Device bytes the pool of the last plan could take.
     pub budget_bytes: u64,
     pub plans: u64,
+    /// Plans given up because the program left its period (an iteration of another shape, an
+    /// unplanned call, the end of training), and the events at which that happened.
     pub plans_abandoned: u64,
+    pub abandoned_at_events: Vec<u64>,
     pub swaps_planned: u64,
     pub swapped_out: u64,
     pub swapped_out_bytes: u64,
@@ -374,11 +377,14 @@ impl PoolState {
         Some((start, length))
     }
 
-    /// Stops serving and following the plan (the program left its period).
-    pub(super) fn abandon(&mut self) {
+    /// Stops serving and following the plan (the program left its period at event `index`).
+    pub(super) fn abandon(&mut self, index: u64) {
         let Some(exec) = self.exec() else { return };
         if exec.following {
             exec.stats.plans_abandoned += 1;
+            if exec.stats.abandoned_at_events.len() < ITERATIONS_KEPT {
+                exec.stats.abandoned_at_events.push(index);
+            }
         }
         exec.following = false;
         exec.timing = None;
@@ -396,7 +402,7 @@ impl PoolState {
             self.plan_iteration(capture.start, capture.length);
             return;
         }
-        self.retire();
+        self.retire(capture.start + capture.length);
         let budget_base = self.executor.as_ref().map_or(0, |e| e.real_bytes);
         let Some(exec) = self.executor.as_mut() else {
             return;
