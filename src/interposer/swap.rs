@@ -184,6 +184,9 @@ struct Timing {
     end: u64,
     ops: Vec<(u64, usize, usize)>,
     host_start: Option<Instant>,
+    /// Device bytes of the program's own blocks at the iteration's start (a boundary: the
+    /// blocks that stay outside the pool).
+    resident_bytes: u64,
 }
 
 /// What the sequencer captured of the timing iteration (see `Recorder::emit`).
@@ -208,6 +211,8 @@ pub struct Executor {
     host_base: u64,
     /// The allocation in each swapped slot this iteration.
     slot_ids: FxHashMap<u64, AllocId>,
+    /// Planned swap-ins not issued yet (their range was still held).
+    coming_back: Vec<AllocId>,
     away: FxHashMap<AllocId, Away>,
     /// Blocks served from mapped host memory: address → (host address, bytes).
     host_backed: std::collections::BTreeMap<u64, (u64, u64)>,
@@ -237,6 +242,7 @@ impl Executor {
             in_stream: 0,
             host_base: 0,
             slot_ids: FxHashMap::default(),
+            coming_back: Vec::new(),
             away: FxHashMap::default(),
             host_backed: Default::default(),
             host_backed_bytes: 0,
@@ -373,6 +379,7 @@ impl PoolState {
             end: start + length,
             ops: Vec::new(),
             host_start: None,
+            resident_bytes: 0,
         });
         Some((start, length))
     }
@@ -403,7 +410,6 @@ impl PoolState {
             return;
         }
         self.retire(capture.start + capture.length);
-        let budget_base = self.executor.as_ref().map_or(0, |e| e.real_bytes);
         let Some(exec) = self.executor.as_mut() else {
             return;
         };
@@ -413,9 +419,9 @@ impl PoolState {
         exec.stats.timing_iteration_ns = timing
             .host_start
             .map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e9);
-        let budget = exec
-            .limit()
-            .map_or(u64::MAX, |l| l.saturating_sub(budget_base + GRANULE));
+        let budget = exec.limit().map_or(u64::MAX, |l| {
+            l.saturating_sub(timing.resident_bytes + GRANULE)
+        });
         exec.stats.budget_bytes = budget;
         let config = exec.config.clone();
         let ready = self.swap_ready.clone();
@@ -523,6 +529,7 @@ impl PoolState {
         if let Some(timing) = &mut exec.timing {
             if index >= timing.start && timing.host_start.is_none() {
                 timing.host_start = Some(Instant::now());
+                timing.resident_bytes = exec.real_bytes;
             }
         }
         let mut pending = Vec::new();
@@ -591,46 +598,44 @@ impl PoolState {
             }
         }
         if let Some((op, ins, outs)) = self.op_of(index) {
-            for swap in ins {
-                let position = self.executor.as_ref().and_then(|e| {
-                    let planned = e.schedule.as_ref()?.swaps.get(swap as usize)?;
-                    e.slot_ids.get(&planned.position).copied()
-                });
-                if let Some(id) = position {
-                    self.swap_in(id);
+            if let Some(exec) = self.executor.as_mut() {
+                for swap in ins {
+                    let planned = exec
+                        .schedule
+                        .as_ref()
+                        .and_then(|schedule| schedule.swaps.get(swap as usize));
+                    if let Some(&id) = planned.and_then(|p| exec.slot_ids.get(&p.position)) {
+                        exec.coming_back.push(id);
+                    }
                 }
             }
             prepared.swap_outs_after = outs.then_some(op);
         }
-        // Tensors away that no plan brings back any more (abandoned plan) return as their
-        // ranges free up.
-        if self.executor.as_ref().is_some_and(|e| !e.following) {
-            let away: Vec<AllocId> = self
-                .executor
-                .as_ref()
-                .map_or_else(Vec::new, |e| e.away.keys().copied().collect());
-            for id in away {
-                self.swap_in(id);
+        // Swap-ins due: a borrower the program has not freed yet may still hold the range (the
+        // plan lends it until the swap-in starts), so they are tried again before every call;
+        // once a plan is abandoned, every tensor away is due.
+        let due: Vec<AllocId> = match self.executor.as_mut() {
+            Some(e) if !e.following => e.away.keys().copied().collect(),
+            Some(e) => std::mem::take(&mut e.coming_back),
+            None => Vec::new(),
+        };
+        for id in due {
+            if !self.swap_in(id) {
+                if let Some(exec) = self.exec() {
+                    exec.coming_back.push(id);
+                }
             }
         }
         for &id in ids {
-            if !self
-                .executor
-                .as_ref()
-                .is_some_and(|e| e.away.contains_key(&id))
-            {
+            let Some(exec) = self.executor.as_mut() else {
+                break;
+            };
+            if !exec.away.contains_key(&id) {
                 continue;
             }
-            self.executor
-                .as_mut()
-                .expect("checked")
-                .stats
-                .on_demand_swap_ins += 1;
-            self.executor
-                .as_mut()
-                .expect("checked")
-                .iteration
-                .on_demand_swap_ins += 1;
+            log::debug!("allocation {id} is used at event {index} while away");
+            exec.stats.on_demand_swap_ins += 1;
+            exec.iteration.on_demand_swap_ins += 1;
             if !self.swap_in(id) {
                 if let Some(exchange) = self.exchange_in(id, ids) {
                     prepared.exchanges.push(exchange);
@@ -755,6 +760,10 @@ impl PoolState {
             return false;
         };
         if !pool.put_back(away.offset, away.end, id) {
+            log::debug!(
+                "swap-in of allocation {id} waits: its range is held by {:?}",
+                pool.overlapping(away.offset, away.end)
+            );
             return false;
         }
         let (start, end) = (away.pool + away.offset, away.pool + away.end);
