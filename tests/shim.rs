@@ -72,6 +72,11 @@ fn driver_and_runtime_views_of_one_allocation_agree() {
 }
 
 #[test]
+fn mapped_host_memory_is_used_through_its_device_pointer() {
+    check("mapped_host", &[]);
+}
+
+#[test]
 fn device_faults_are_sticky_and_launch_errors_are_not() {
     check("sticky_error", &[]);
     check("launch_errors", &[]);

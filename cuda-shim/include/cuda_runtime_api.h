@@ -494,6 +494,7 @@ extern cudaError_t CUDARTAPI cudaFree(void *devPtr);
 extern cudaError_t CUDARTAPI cudaMallocHost(void **ptr, size_t size);
 extern cudaError_t CUDARTAPI cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 extern cudaError_t CUDARTAPI cudaFreeHost(void *ptr);
+extern cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags);
 extern cudaError_t CUDARTAPI cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
 extern cudaError_t CUDARTAPI cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream);
 extern cudaError_t CUDARTAPI cudaFreeAsync(void *devPtr, cudaStream_t hStream);

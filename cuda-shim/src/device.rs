@@ -470,7 +470,16 @@ impl Context {
         if len == 0 {
             return self.streams.check(stream);
         }
-        self.device.memory.check_range(dst, len)?;
+        if self.device.memory.in_span(dst) {
+            self.device.memory.check_range(dst, len)?;
+        } else {
+            // Mapped page-locked memory, written through its device address (unified
+            // addressing): the range must lie in one allocation.
+            let (start, size) = self.device.pinned.find(dst).ok_or(INVALID_VALUE)?;
+            if dst.checked_add(len).is_none_or(|end| end > start + size) {
+                return Err(INVALID_VALUE);
+            }
+        }
         Stats::add(&self.device.stats.memset_bytes, len as u64);
         self.streams
             .submit(stream, Work::Memset { dst, value, len }, None)

@@ -279,6 +279,21 @@ driver_api! {
         unsafe { host_alloc(pp, size) }
     }
 
+    fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: u32) {
+        let context = current()?;
+        if pdptr.is_null() || flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        // Unified addressing: page-locked memory is mapped at its host address.
+        context
+            .device
+            .pinned
+            .find(p as usize)
+            .ok_or(INVALID_VALUE)?;
+        // SAFETY: checked non-null; the caller's out-parameter.
+        unsafe { put(pdptr, p as u64) }
+    }
+
     fn cuMemFreeHost(p: *mut c_void) {
         let context = current()?;
         context.device.pinned.free(p as usize, &context.device.stats)

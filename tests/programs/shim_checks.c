@@ -460,6 +460,45 @@ static void memory_kinds(void) {
     printf("memory_kinds ok\n");
 }
 
+/* Mapped page-locked memory (zero-copy): its device pointer is its host address (unified
+ * addressing); kernels, memsets and copies use it like device memory, and the device's memory
+ * does not count it. */
+static void mapped_host(void) {
+    float *host, *dev, *device_block;
+    void *got;
+    struct cudaShimStats before, after;
+    const size_t n = 1024;
+    OK(cudaShimGetStats(&before));
+    OK(cudaHostAlloc((void **)&host, n * sizeof(float), cudaHostAllocMapped));
+    OK(cudaHostGetDevicePointer((void **)&dev, host, 0));
+    EXPECT(dev == host);
+    OK(cudaHostGetDevicePointer(&got, host + 100, 0)); /* interior pointer */
+    EXPECT(got == host + 100);
+    EXPECT_CODE(cudaHostGetDevicePointer(&got, host, 1), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaHostGetDevicePointer(&got, &got, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaHostGetDevicePointer(NULL, host, 0), cudaErrorInvalidValue);
+    OK(cudaMemset(dev, 0, n * sizeof(float)));
+    OK(cudaDeviceSynchronize());
+    EXPECT(host[n - 1] == 0.0f);
+    EXPECT_CODE(cudaMemset(dev + 1, 0, n * sizeof(float)), cudaErrorInvalidValue);
+    launch_slow_store(dev + 7, 2.5f, 0, 0); /* a kernel writes through the device pointer */
+    OK(cudaDeviceSynchronize());
+    EXPECT(host[7] == 2.5f);
+    OK(cudaMalloc((void **)&device_block, n * sizeof(float)));
+    OK(cudaMemcpy(device_block, dev, n * sizeof(float), cudaMemcpyDefault));
+    EXPECT(read_float(device_block + 7) == 2.5f);
+    OK(cudaMemset(device_block, 0, n * sizeof(float)));
+    OK(cudaMemcpy(dev, device_block, n * sizeof(float), cudaMemcpyDefault));
+    EXPECT(host[7] == 0.0f);
+    OK(cudaShimGetStats(&after));
+    EXPECT(after.current_device_bytes - before.current_device_bytes == n * sizeof(float));
+    EXPECT(after.current_pinned_bytes - before.current_pinned_bytes == n * sizeof(float));
+    OK(cudaFree(device_block));
+    OK(cudaFreeHost(host));
+    EXPECT_CODE(cudaHostGetDevicePointer(&got, host, 0), cudaErrorInvalidValue);
+    printf("mapped_host ok\n");
+}
+
 /* cudaLaunchKernelExC and the per-thread default stream variants (what code compiled with
  * --default-stream per-thread calls): stream 0 there is the calling thread's own stream. */
 static void per_thread_stream(void) {
@@ -531,6 +570,7 @@ static const struct {
     {"async_copies", async_copies},
     {"async_alloc", async_alloc},
     {"memory_kinds", memory_kinds},
+    {"mapped_host", mapped_host},
     {"device_queries", device_queries},
     {"per_thread_stream", per_thread_stream},
 };

@@ -25,6 +25,7 @@ unsafe extern "C" {
     pub fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> u32;
     pub fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: u32) -> u32;
     pub fn cuMemFreeHost(p: *mut c_void) -> u32;
+    pub fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: u32) -> u32;
     pub fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) -> u32;
     pub fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: usize) -> u32;
     pub fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32;

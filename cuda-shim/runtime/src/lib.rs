@@ -282,6 +282,12 @@ runtime_api! {
         check(unsafe { cuMemHostAlloc(ptr, size, flags) })
     }
 
+    fn cudaHostGetDevicePointer(device: *mut *mut c_void, host: *mut c_void, flags: u32) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter, the flags and the address.
+        check(unsafe { cuMemHostGetDevicePointer_v2(device as *mut u64, host, flags) })
+    }
+
     fn cudaFreeHost(ptr: *mut c_void) {
         context()?;
         if ptr.is_null() {
