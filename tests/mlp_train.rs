@@ -72,3 +72,48 @@ fn shim_peak_matches_the_program_arithmetic() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn simulated_kernel_durations_change_no_result() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "3", "--width", "64", "--batch", "256"];
+    let plain = results(&run_ok(&mlp, &args, &[]));
+    let mut timed = args.to_vec();
+    timed.extend(["--gflops", "50"]);
+    assert_eq!(results(&run_ok(&mlp, &timed, &[])), plain);
+}
+
+#[test]
+fn an_extra_read_and_a_batch_change_are_deterministic_and_change_only_what_they_say() {
+    let mlp = program("mlp_train");
+    let plain = run_ok(&mlp, &["--iters", "6"], &[]);
+    let args = [
+        "--iters",
+        "6",
+        "--extra-read",
+        "2",
+        "--batch-change",
+        "4:1000",
+    ];
+    let deviated = run_ok(&mlp, &args, &[]);
+    let jittered = run_ok(
+        &mlp,
+        &args,
+        &[("CUDA_SHIM_JITTER_US", "200"), ("CUDA_SHIM_SEED", "9")],
+    );
+    assert_eq!(results(&deviated), results(&jittered));
+    let sum: f64 = value_of(&deviated, "extra_read 2")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(sum > 0.0, "h_1 of a ReLU network sums to {sum}");
+    // The extra read changes nothing; the other batch changes iteration 4 and what follows.
+    let (before, after) = (losses(&plain), losses(&deviated));
+    assert_eq!(before[..4], after[..4]);
+    assert_ne!(before[4], after[4]);
+
+    for bad in ["4", "4:0", "4:4096", "x:10", "-1:10"] {
+        let output = support::run_on_shim(&mlp, &["--batch-change", bad], &[]);
+        assert_eq!(output.status.code(), Some(2), "--batch-change {bad}");
+    }
+}

@@ -61,6 +61,20 @@
  * the shim's own counters (these describe the platform, not the training: they differ when an
  * allocator such as itermem sits in between, so compare results on the lines above them).
  *
+ * Options for itermem's swap-mode tests and benchmarks (none of them changes the output above
+ * when absent):
+ * - --gflops X: every kernel also takes its floating-point work / X GFLOP/s on the device (a
+ *   simulated duration registered with the kernel, see flops_of), so compute and copies overlap
+ *   as on a real GPU over PCIe. Durations are fixed per kernel at the regular batch size.
+ * - --extra-read ITER: in iteration ITER, after the loss, one more kernel (sum) reads h_1 (x with
+ *   one layer), which every other iteration uses only late in the backward pass; its sum is
+ *   copied back and printed as "extra_read ITER S" (%.9g): a read of a tensor moved elsewhere
+ *   and not brought back shows as another value. Adds a malloc, a launch, a copy and a free to
+ *   that iteration.
+ * - --batch-change ITER:B: iteration ITER trains on a batch of B rows (1 <= B <= --batch) instead
+ *   of --batch: an iteration of another shape (other allocation sizes). The figures printed
+ *   before training describe the regular batch.
+ *
  * Build: tools/build-programs (cc -O2 ... -I cuda-shim/include -L target/shim/lib -lcudart -lm);
  * run: tools/with-shim target/programs/mlp_train [options]. Plain C99.
  */
@@ -240,8 +254,43 @@ static void k_sgd(void **args)
         p[i] -= lr * g[i];
 }
 
-static void register_kernels(void)
+/* sum(x, out, n): *out = sum of x, in double, in order (the --extra-read probe). */
+static void k_sum(void **args)
 {
+    const float *x = ARG(const float *, 0);
+    float *out = ARG(float *, 1);
+    int n = ARG(int, 2);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += x[i];
+    *out = (float)sum;
+}
+
+/* Floating-point operations of one launch of each kernel (all layers have the same shape),
+ * for --gflops: a matmul of B x W by W x W is 2 B W^2; elementwise kernels count their
+ * arithmetic per element (mse: subtract, square or scale, add: 3); sgd counts the weight
+ * update (2 W^2), which overstates the bias update's 2 W. */
+struct kernel_flops {
+    double linear, relu, mse, matmul, bias, sum, sgd;
+};
+
+static struct kernel_flops flops_of(int batch, int width)
+{
+    double B = batch, W = width;
+    struct kernel_flops f = {2 * B * W * W + B * W, B * W, 3 * B * W, 2 * B * W * W, B * W,
+                             B * W, 2 * W * W};
+    return f;
+}
+
+/* Simulated duration of `flops` at `gflops` GFLOP/s, in ns (0 = none). */
+static unsigned long long duration_ns(double flops, double gflops)
+{
+    return gflops > 0.0 ? (unsigned long long)(flops / gflops) : 0;
+}
+
+static void register_kernels(int batch, int width, double gflops)
+{
+    const struct kernel_flops f = flops_of(batch, width);
     const size_t P = sizeof(void *), I = sizeof(int), F = sizeof(float);
     const size_t linear[] = {P, P, P, P, I, I, I};
     const size_t unary[] = {P, P, I};
@@ -249,15 +298,19 @@ static void register_kernels(void)
     const size_t matmul[] = {P, P, P, I, I, I};
     const size_t bias[] = {P, P, I, I};
     const size_t sgd[] = {P, P, F, I};
-    CHECK(cudaShimRegisterKernel(k_linear_fwd, "linear_fwd", 7, linear, 0));
-    CHECK(cudaShimRegisterKernel(k_relu_fwd, "relu_fwd", 3, unary, 0));
-    CHECK(cudaShimRegisterKernel(k_mse_fwd, "mse_loss_fwd", 4, binary, 0));
-    CHECK(cudaShimRegisterKernel(k_mse_bwd, "mse_loss_bwd", 4, binary, 0));
-    CHECK(cudaShimRegisterKernel(k_weight_grad, "weight_grad", 6, matmul, 0));
-    CHECK(cudaShimRegisterKernel(k_bias_grad, "bias_grad", 4, bias, 0));
-    CHECK(cudaShimRegisterKernel(k_input_grad, "input_grad", 6, matmul, 0));
-    CHECK(cudaShimRegisterKernel(k_relu_bwd, "relu_bwd", 4, binary, 0));
-    CHECK(cudaShimRegisterKernel(k_sgd, "sgd_update", 4, sgd, 0));
+    const double g = gflops;
+    CHECK(cudaShimRegisterKernel(k_linear_fwd, "linear_fwd", 7, linear, duration_ns(f.linear, g)));
+    CHECK(cudaShimRegisterKernel(k_relu_fwd, "relu_fwd", 3, unary, duration_ns(f.relu, g)));
+    CHECK(cudaShimRegisterKernel(k_mse_fwd, "mse_loss_fwd", 4, binary, duration_ns(f.mse, g)));
+    CHECK(cudaShimRegisterKernel(k_mse_bwd, "mse_loss_bwd", 4, binary, duration_ns(f.mse, g)));
+    CHECK(cudaShimRegisterKernel(k_weight_grad, "weight_grad", 6, matmul,
+                                 duration_ns(f.matmul, g)));
+    CHECK(cudaShimRegisterKernel(k_bias_grad, "bias_grad", 4, bias, duration_ns(f.bias, g)));
+    CHECK(cudaShimRegisterKernel(k_input_grad, "input_grad", 6, matmul,
+                                 duration_ns(f.matmul, g)));
+    CHECK(cudaShimRegisterKernel(k_relu_bwd, "relu_bwd", 4, binary, duration_ns(f.relu, g)));
+    CHECK(cudaShimRegisterKernel(k_sgd, "sgd_update", 4, sgd, duration_ns(f.sgd, g)));
+    CHECK(cudaShimRegisterKernel(k_sum, "sum", 3, unary, duration_ns(f.sum, g)));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -268,6 +321,10 @@ struct options {
     int width, batch, iters, layers;
     unsigned long long seed;
     float lr;
+    double gflops;         /* simulated kernel rate (0: kernels take their host time only) */
+    int extra_read;        /* iteration with the unplanned read of h_1 (-1: none) */
+    int change_iter;       /* iteration run with batch change_batch (-1: none) */
+    int change_batch;
 };
 
 /* Either drives the device (dry == 0) or only counts what it would do (dry == 1). */
@@ -284,6 +341,7 @@ struct net {
     float **w, **b;   /* device, persistent */
     float *x_h, *y_h; /* pinned: the batch being copied */
     float *loss_h;    /* pinned: the loss copied back */
+    float *probe_h;   /* pinned: the --extra-read sum (NULL: no extra read this iteration) */
 };
 
 static unsigned long long granules(size_t bytes)
@@ -371,6 +429,17 @@ static float iteration(struct run *r, const struct net *net)
     launch(r, k_mse_bwd, (unsigned long long)n, a_dloss);
     dev_free(r, out, act);
     dev_free(r, y, act);
+
+    /* --extra-read: a call no other iteration makes reads h_1 (x when there is one layer),
+     * which is otherwise used again only late in the backward pass. */
+    if (net->probe_h != NULL) {
+        float *probe = dev_alloc(r, sizeof(float));
+        float *read = h[L > 1 ? 1 : 0];
+        void *a_sum[] = {&read, &probe, (void *)&n};
+        launch(r, k_sum, (unsigned long long)n, a_sum);
+        copy_async(r, net->probe_h, probe, sizeof(float), cudaMemcpyDeviceToHost);
+        dev_free(r, probe, sizeof(float));
+    }
 
     /* backward */
     for (int l = L - 1; l >= 0; l--) {
@@ -477,8 +546,12 @@ static void make_batch(unsigned long long *state, const float *teacher, float *x
 static void usage(FILE *to)
 {
     fprintf(to, "usage: mlp_train [--width N] [--batch N] [--iters N] [--layers N] [--seed N] "
-                "[--lr X]\n"
-                "defaults: --width 128 --batch 2048 --iters 10 --layers 6 --seed 1 --lr 0.1\n");
+                "[--lr X] [--gflops X] [--extra-read ITER] [--batch-change ITER:B]\n"
+                "defaults: --width 128 --batch 2048 --iters 10 --layers 6 --seed 1 --lr 0.1\n"
+                "  --gflops X            kernels also take their FLOPs / X GFLOP/s on the device\n"
+                "  --extra-read ITER     iteration ITER reads h_1 once more, after the loss, and\n"
+                "                        prints extra_read ITER SUM\n"
+                "  --batch-change ITER:B iteration ITER uses batch B (1 <= B <= --batch)\n");
 }
 
 static int parse_int(const char *flag, const char *text, long min, long max)
@@ -502,6 +575,10 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->layers = 6;
     o->seed = 1;
     o->lr = 0.1f;
+    o->gflops = 0.0;
+    o->extra_read = -1;
+    o->change_iter = -1;
+    o->change_batch = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
@@ -539,11 +616,48 @@ static void parse_args(int argc, char **argv, struct options *o)
                 exit(2);
             }
             o->lr = (float)v;
+        } else if (strcmp(flag, "--gflops") == 0) {
+            char *end;
+            errno = 0;
+            double v = strtod(value, &end);
+            if (errno != 0 || end == value || *end != '\0' || !(v > 0.0) || v > 1e9) {
+                fprintf(stderr, "mlp_train: --gflops expects a positive number, got '%s'\n",
+                        value);
+                exit(2);
+            }
+            o->gflops = v;
+        } else if (strcmp(flag, "--extra-read") == 0) {
+            o->extra_read = parse_int(flag, value, 0, 1000000);
+        } else if (strcmp(flag, "--batch-change") == 0) {
+            char *end;
+            errno = 0;
+            long it = strtol(value, &end, 10);
+            long b = -1;
+            if (errno == 0 && end != value && *end == ':' && it >= 0 && it <= 1000000) {
+                const char *rest = end + 1;
+                b = strtol(rest, &end, 10);
+                if (errno != 0 || end == rest || *end != '\0')
+                    b = -1;
+            }
+            if (b < 1 || b > (1 << 20)) {
+                fprintf(stderr,
+                        "mlp_train: --batch-change expects ITER:B (whole numbers, B >= 1), "
+                        "got '%s'\n",
+                        value);
+                exit(2);
+            }
+            o->change_iter = (int)it;
+            o->change_batch = (int)b;
         } else {
             fprintf(stderr, "mlp_train: unknown option '%s'\n", flag);
             usage(stderr);
             exit(2);
         }
+    }
+    if (o->change_iter >= 0 && o->change_batch > o->batch) {
+        fprintf(stderr, "mlp_train: --batch-change batch %d is larger than --batch %d\n",
+                o->change_batch, o->batch);
+        exit(2);
     }
     if ((long long)o->batch * o->width > INT_MAX / 2) {
         fprintf(stderr, "mlp_train: --batch x --width must stay below %d elements\n",
@@ -605,13 +719,16 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     /* Set-up: kernels, stream, pinned staging, persistent weights. */
-    register_kernels();
+    register_kernels(B, W, o.gflops);
     struct run run;
     memset(&run, 0, sizeof run);
     CHECK(cudaStreamCreate(&run.stream));
     CHECK(cudaMallocHost((void **)&net.x_h, act));
     CHECK(cudaMallocHost((void **)&net.y_h, act));
     CHECK(cudaMallocHost((void **)&net.loss_h, sizeof(float)));
+    float *probe_h = NULL;
+    if (o.extra_read >= 0)
+        CHECK(cudaMallocHost((void **)&probe_h, sizeof(float)));
 
     unsigned long long state = o.seed;
     float *host = malloc(wbytes > act ? wbytes : act);
@@ -647,9 +764,13 @@ int main(int argc, char **argv)
     /* Training. The previous iteration ended with a stream synchronisation, so the pinned
      * staging buffers are free to be refilled. */
     for (int it = 0; it < o.iters; it++) {
-        make_batch(&state, teacher, net.x_h, net.y_h, B, W);
+        net.batch = it == o.change_iter ? o.change_batch : B;
+        net.probe_h = it == o.extra_read ? probe_h : NULL;
+        make_batch(&state, teacher, net.x_h, net.y_h, net.batch, W);
         float loss = iteration(&run, &net);
         printf("iter %d loss %.9g\n", it, (double)loss);
+        if (net.probe_h != NULL)
+            printf("extra_read %d %.9g\n", it, (double)*probe_h);
         fflush(stdout);
     }
 
@@ -680,6 +801,8 @@ int main(int argc, char **argv)
     CHECK(cudaFreeHost(net.x_h));
     CHECK(cudaFreeHost(net.y_h));
     CHECK(cudaFreeHost(net.loss_h));
+    if (probe_h != NULL)
+        CHECK(cudaFreeHost(probe_h));
     CHECK(cudaStreamDestroy(run.stream));
     CHECK(cudaGetLastError());
     free(host);
