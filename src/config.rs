@@ -75,8 +75,9 @@ pub struct Config {
     /// cnmem mode: a real cnmem library to route allocations through.
     pub cnmem_library: Option<PathBuf>,
     /// Fault injection for tests: the hook of this CUDA function panics inside itermem's code
-    /// (after the real call), to prove the host program survives any bug of ours.
-    pub inject_panic: Option<String>,
+    /// (after the real call), to prove the host program survives any bug of ours; from its
+    /// n-th call on with `NAME@n` (a panic while swap mode has tensors on the host).
+    pub inject_panic: Option<(String, u64)>,
     /// Swap mode: a swapped-out range is filled with `0xFF` before anything else may use it,
     /// so an access itermem did not see shows as wrong results.
     pub swap_verify: bool,
@@ -161,17 +162,24 @@ pub const OPTIONS: &[Opt] = &[
     },
     Opt {
         name: "ITERMEM_INJECT_PANIC",
-        forms: "the name of a hooked CUDA function (e.g. cudaFree)",
+        forms: "the name of a hooked CUDA function (e.g. cudaFree), optionally @N: from its N-th call",
         doc: "testing aid: itermem's code in that hook panics, to show the program survives",
         apply: |c, v| {
-            let name = v.trim();
+            let (name, from) = match v.trim().split_once('@') {
+                Some((name, n)) => (name, n.parse::<u64>().ok().filter(|&n| n > 0)),
+                None => (v.trim(), Some(1)),
+            };
             let valid = !name.is_empty()
                 && name
                     .chars()
                     .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
-            valid
-                .then(|| c.inject_panic = Some(name.to_string()))
-                .is_some()
+            match from {
+                Some(from) if valid => {
+                    c.inject_panic = Some((name.to_string(), from));
+                    true
+                }
+                _ => false,
+            }
         },
     },
     Opt {
@@ -363,6 +371,19 @@ mod tests {
         );
         let (_, problems) = config(&[("ITERMEM_MODE", "swap"), ("ITERMEM_LIMIT", "60%")]);
         assert!(problems.is_empty(), "{problems:?}");
+    }
+
+    #[test]
+    fn injected_panics_name_a_hook_and_optionally_the_call_they_start_at() {
+        let (c, problems) = config(&[("ITERMEM_INJECT_PANIC", "cudaFree")]);
+        assert!(problems.is_empty());
+        assert_eq!(c.inject_panic, Some(("cudaFree".into(), 1)));
+        let (c, _) = config(&[("ITERMEM_INJECT_PANIC", "cudaLaunchKernel@280")]);
+        assert_eq!(c.inject_panic, Some(("cudaLaunchKernel".into(), 280)));
+        for bad in ["cudaFree@0", "cudaFree@x", "@3", "cuda Free"] {
+            let (c, problems) = config(&[("ITERMEM_INJECT_PANIC", bad)]);
+            assert_eq!((c.inject_panic, problems.len()), (None, 1), "{bad}");
+        }
     }
 
     #[test]

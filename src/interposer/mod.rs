@@ -28,7 +28,7 @@ use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `cudaErrorUnknown`: what a hook returns when it could not even run the real function.
 pub const CUDA_ERROR_UNKNOWN: u32 = 999;
@@ -134,8 +134,11 @@ pub fn intercept<F: FnOnce() -> u32>(
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let result = observe(recorder, &mut call);
-        if recorder.config.inject_panic.as_deref() == Some(name) {
-            panic!("ITERMEM_INJECT_PANIC={name}: injected failure");
+        if let Some((hook, from)) = &recorder.config.inject_panic {
+            static CALLS: AtomicU64 = AtomicU64::new(0);
+            if hook == name && CALLS.fetch_add(1, Ordering::Relaxed) + 1 >= *from {
+                panic!("ITERMEM_INJECT_PANIC={name}: injected failure");
+            }
         }
         result
     }));
@@ -144,10 +147,25 @@ pub fn intercept<F: FnOnce() -> u32>(
         Ok(result) => result,
         Err(_) => {
             if ACTIVE.swap(false, Ordering::Relaxed) {
-                report(format_args!(
-                    "internal error in the {name} hook; passing every call through from now on \
-                     (the program is unaffected)"
-                ));
+                // Swap mode: what is on the host must come back before the program goes on;
+                // a tensor whose range a live borrower holds cannot.
+                let stranded = catch_unwind(AssertUnwindSafe(|| recorder.restore_swapped()));
+                match stranded {
+                    Ok(0) => report(format_args!(
+                        "internal error in the {name} hook; passing every call through from now \
+                         on (the program is unaffected)"
+                    )),
+                    Ok(n) => report(format_args!(
+                        "internal error in the {name} hook; passing every call through from now \
+                         on; {n} swapped tensor(s) could not be brought back to the device (their \
+                         memory is in use): the program may read wrong values from them"
+                    )),
+                    Err(_) => report(format_args!(
+                        "internal error in the {name} hook; passing every call through from now \
+                         on; the swapped tensors could not be brought back to the device: the \
+                         program may read wrong values from them"
+                    )),
+                }
             }
             call.run()
         }

@@ -214,6 +214,14 @@ impl Recorder {
         self.record_malloc(id, addr, size, MemKind::Device, 0);
     }
 
+    /// Swap mode, at an internal error: brings back every tensor that is away (nothing will
+    /// later); returns how many could not be.
+    pub fn restore_swapped(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or(0, |pool| pool.lock().restore_all())
+    }
+
     /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
     pub fn serves(&self, addr: u64) -> bool {
         self.pool

@@ -876,6 +876,37 @@ impl PoolState {
         }
     }
 
+    /// After an internal error, before every call passes through: every tensor that is away
+    /// comes back now (the host waits), since nothing will bring it back later. Returns how
+    /// many could not, because a live block holds their range.
+    pub fn restore_all(&mut self) -> usize {
+        let away: Vec<(AllocId, Away)> = match self.executor.as_ref() {
+            Some(exec) => exec.away.iter().map(|(&id, &a)| (id, a)).collect(),
+            None => return 0,
+        };
+        if away.is_empty() {
+            return 0;
+        }
+        cuda::synchronize();
+        let mut stranded = 0;
+        for (id, a) in away {
+            let back = self
+                .pools
+                .iter_mut()
+                .find(|p| p.base == a.pool)
+                .is_some_and(|pool| pool.put_back(a.offset, a.end, id));
+            if back && cuda::copy(a.pool + a.offset, a.host, a.end - a.offset, 0) {
+                if let Some(exec) = self.exec() {
+                    exec.away.remove(&id);
+                }
+            } else {
+                stranded += 1;
+            }
+        }
+        cuda::synchronize();
+        stranded
+    }
+
     /// Whether a tensor that is away starts at `addr`.
     pub(super) fn is_away_start(&self, addr: u64) -> bool {
         self.executor
