@@ -155,7 +155,7 @@ fn the_plan_a_process_used_is_what_itermem_plan_makes_from_its_trace() {
     );
     stdout_ok(&output);
     let replanned = std::process::Command::new(itermem())
-        .args(["plan", "--json", "--timings"])
+        .args(["plan", "--json", "--limit", LIMIT, "--timings"])
         .arg(&plan)
         .arg(&trace)
         .output()

@@ -57,8 +57,9 @@ pub struct PlanArgs {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Plan again what swap mode planned: the iteration window, op times, copy model and pool
-    /// budget come from this plan file (`ITERMEM_PLAN_OUT`) of the process that wrote TRACE.
-    #[arg(long, value_name = "PLAN.json", conflicts_with_all = ["sweep", "limit"])]
+    /// budget come from this plan file (`ITERMEM_PLAN_OUT`) of the process that wrote TRACE;
+    /// `--limit BYTES` then is the process's device limit (default: the one it ran with).
+    #[arg(long, value_name = "PLAN.json", conflicts_with_all = ["sweep"])]
     timings: Option<PathBuf>,
     /// Draw the load curves before and after, and the three streams' timelines, as SVG.
     #[arg(long, value_name = "DIR")]
@@ -234,7 +235,18 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             args.device
         ))
     })?;
-    let timings = args.timings.as_deref().map(read_timings).transpose()?;
+    let mut timings = args.timings.as_deref().map(read_timings).transpose()?;
+    if let (Some(inputs), Some(limit)) = (&mut timings, &args.limit) {
+        match itermem::config::parse_limit(limit) {
+            Some(itermem::config::Limit::Bytes(bytes)) => {
+                inputs.budget_bytes = inputs.budget_for(bytes)
+            }
+            _ => bail!(BadInput(format!(
+                "--limit {limit:?} with --timings: expected the process's device limit in bytes \
+                 (e.g. 6000000 or 6G)"
+            ))),
+        }
+    }
     let options = ops::LoadOptions {
         cost,
         window: timings.as_ref().map(|t| (t.window[0], t.window[1])),

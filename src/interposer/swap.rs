@@ -419,17 +419,16 @@ impl PoolState {
         exec.stats.timing_iteration_ns = timing
             .host_start
             .map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e9);
-        let budget = exec.limit().map_or(u64::MAX, |l| {
-            l.saturating_sub(timing.resident_bytes + GRANULE)
-        });
-        exec.stats.budget_bytes = budget;
+        let limit = exec.limit().unwrap_or(u64::MAX);
+        let outside = timing.resident_bytes + GRANULE;
+        exec.stats.budget_bytes = limit.saturating_sub(outside);
         let config = exec.config.clone();
         let ready = self.swap_ready.clone();
         let spawned = std::thread::Builder::new()
             .name("itermem-planner".into())
             .spawn(move || {
                 let planned = std::panic::catch_unwind(move || {
-                    make_schedule(&config, capture, timing.ops, budget)
+                    make_schedule(&config, capture, timing.ops, limit, outside)
                 });
                 match planned {
                     Ok(Ok(made)) => *ready.lock() = Some(made),
@@ -946,7 +945,8 @@ fn make_schedule(
     config: &SwapConfig,
     capture: Capture,
     timed: Vec<(u64, usize, usize)>,
-    budget: u64,
+    limit: u64,
+    outside_pool_bytes: u64,
 ) -> anyhow::Result<(PoolPlan, Arc<Schedule>, f64)> {
     let started = Instant::now();
     cuda::initialise_runtime();
@@ -997,14 +997,17 @@ fn make_schedule(
         ..Default::default()
     };
     let (loaded, births) = ops::from_events_with_births(&name, &capture.events, &options)?;
-    let inputs = ExecutorInputs {
+    let mut inputs = ExecutorInputs {
         window: [capture.start, capture.length],
         op_time_ns,
         copy: config.copy,
-        budget_bytes: budget,
+        budget_bytes: 0,
+        outside_pool_bytes,
         evaluations: EVALUATIONS,
         allow_swaps,
     };
+    inputs.budget_bytes = inputs.budget_for(limit);
+    let budget = inputs.budget_bytes;
     let (reduced, kept, planned) = inputs.plan(&loaded.trace)?;
     let position_of = |tensor: usize| -> Option<u64> {
         let birth = births.get(kept[tensor] as usize).copied().flatten()?;

@@ -401,14 +401,22 @@ pub struct ExecutorInputs {
     /// Measured duration of each op of that iteration, ns.
     pub op_time_ns: Vec<f64>,
     pub copy: CopyModel,
-    /// Device bytes the pool may take (the limit less the blocks outside the pool).
+    /// Device bytes the pool may take: the limit less `outside_pool_bytes`.
     pub budget_bytes: u64,
+    /// Device bytes the process held outside the pool (its blocks at the timed iteration's
+    /// start, and the pool's rounding to the allocation granule).
+    pub outside_pool_bytes: u64,
     pub evaluations: usize,
     /// False when a launch's accesses could not be seen: the pool is planned without swaps.
     pub allow_swaps: bool,
 }
 
 impl ExecutorInputs {
+    /// The pool's budget under a device limit of `limit` bytes.
+    pub fn budget_for(&self, limit: u64) -> u64 {
+        limit.saturating_sub(self.outside_pool_bytes)
+    }
+
     /// [`plan_within`] on [`poolable`]'s part of the iteration `trace` (read with the
     /// window), its ops timed: the reduced trace, the ids its tensors have in `trace`, the plan.
     pub fn plan(&self, trace: &OpTrace) -> anyhow::Result<(OpTrace, Vec<TensorId>, Executable)> {
