@@ -184,10 +184,8 @@ impl Recorder {
 
     pub fn on_malloc(&self, addr: u64, size: u64, kind: MemKind, stream: StreamHandle) {
         let id = self.next_id.fetch_add(1, Relaxed);
-        if kind.is_device() {
-            if let Some(pool) = &self.pool {
-                pool.lock().real_malloc(addr, size);
-            }
+        if let (Some(pool), true) = (&self.pool, kind.is_device() && self.swapping()) {
+            pool.lock().real_malloc(addr, size);
         }
         self.record_malloc(id, addr, size, kind, stream);
     }
@@ -212,6 +210,11 @@ impl Recorder {
             pool.lock().track(id);
         }
         self.record_malloc(id, addr, size, MemKind::Device, 0);
+    }
+
+    /// Whether this is swap mode (the device's bytes are counted against a limit).
+    fn swapping(&self) -> bool {
+        self.config.mode == Mode::Swap
     }
 
     /// Swap mode, at an internal error: brings back every tensor that is away (nothing will
@@ -284,9 +287,11 @@ impl Recorder {
 
     /// Whether `addr` lies in device memory itermem serves from mapped host memory.
     pub fn host_backed(&self, addr: u64) -> bool {
-        self.pool
-            .as_ref()
-            .is_some_and(|pool| pool.lock().host_backed(addr))
+        self.swapping()
+            && self
+                .pool
+                .as_ref()
+                .is_some_and(|pool| pool.lock().host_backed(addr))
     }
 
     fn record_malloc(
@@ -341,10 +346,8 @@ impl Recorder {
             self.live.write().insert(addr, block);
             return;
         }
-        if let Some(pool) = &self.pool {
-            if block.kind.is_device() {
-                pool.lock().real_free(addr);
-            }
+        if let (Some(pool), true) = (&self.pool, block.kind.is_device() && self.swapping()) {
+            pool.lock().real_free(addr);
         }
         let freed = if block.kind.is_device() {
             block.size as i64

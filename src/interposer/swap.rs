@@ -202,7 +202,8 @@ pub struct Capture {
 /// Everything swap mode adds to the pool.
 pub struct Executor {
     config: SwapConfig,
-    limit: Option<u64>,
+    /// The limit in bytes, once resolved ([`Executor::limit`]).
+    limit: Option<Option<u64>>,
     schedule: Option<Arc<Schedule>>,
     /// Whether planned swaps are issued (false once the plan is abandoned).
     following: bool,
@@ -258,21 +259,31 @@ impl Executor {
         }
     }
 
-    /// The limit in bytes, resolved against the device's memory the first time it is needed.
+    /// The limit in bytes, resolved against the device's memory the first time it is needed
+    /// (None: no limit, or a share of a device whose memory the driver does not tell).
     fn limit(&mut self) -> Option<u64> {
         use crate::config::Limit;
-        if self.limit.is_none() {
-            self.limit = match self.config.limit? {
-                Limit::Bytes(bytes) => Some(bytes),
-                Limit::Fraction(f) => {
-                    cuda::initialise_runtime();
-                    let (_, total) = super::real::device_identity();
-                    (total > 0).then_some((total as f64 * f) as u64)
-                }
-            };
-            self.stats.limit_bytes = self.limit;
+        if let Some(resolved) = self.limit {
+            return resolved;
         }
-        self.limit
+        let resolved = match self.config.limit {
+            None => None,
+            Some(Limit::Bytes(bytes)) => Some(bytes),
+            Some(Limit::Fraction(f)) => {
+                cuda::initialise_runtime();
+                let (_, total) = super::real::device_identity();
+                if total == 0 {
+                    super::report(format_args!(
+                        "the driver does not tell the device's memory: ITERMEM_LIMIT as a \
+                         percentage is ignored"
+                    ));
+                }
+                (total > 0).then_some((total as f64 * f) as u64)
+            }
+        };
+        self.limit = Some(resolved);
+        self.stats.limit_bytes = resolved;
+        resolved
     }
 
     fn timing_event(&mut self) -> Option<usize> {
