@@ -67,6 +67,11 @@ fn recorder() -> Option<&'static Recorder> {
 }
 
 fn start() -> Option<Recorder> {
+    // Every panic of itermem's is caught and reported in one `itermem:` line of its own; Rust's
+    // message and backtrace (RUST_BACKTRACE) would land in the program's stderr and, slow to
+    // print, change its timing. They go to itermem's debug log instead. The hook is this
+    // library's own: a cdylib carries its own std, so a Rust host program keeps its hook.
+    std::panic::set_hook(Box::new(|info| log::debug!("{info}")));
     let config = Config::from_env();
     init_logging(&config);
     log::debug!("configuration: {config:?}");
