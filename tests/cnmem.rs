@@ -393,3 +393,30 @@ fn cnmem_mode_matches_the_real_cnmem_on_a_whole_program() {
         "re-created cnmem {recreated_peak} B, real cnmem {real_peak} B"
     );
 }
+
+/// A block freed after a kernel on one stream and reallocated for another must not be written
+/// by the late kernel: `cudaFree` waits for the device, and cnmem mode's free does too, with
+/// the re-creation and with the real library (issue 14, item 1: `wrong 24` before).
+#[test]
+fn cnmem_mode_reuses_a_block_across_streams_only_after_its_kernels() {
+    let two_streams = support::program("two_streams");
+    let real = library().map(|l| l.display().to_string());
+    for library in [None, real] {
+        for seed in ["1", "2", "3"] {
+            let mut env = vec![("CUDA_SHIM_JITTER_US", "200"), ("CUDA_SHIM_SEED", seed)];
+            if let Some(library) = &library {
+                env.push(("ITERMEM_CNMEM_LIB", library.as_str()));
+            }
+            let output = support::run_under_itermem(
+                &["--mode", "cnmem"],
+                &[two_streams.to_str().unwrap()],
+                &env,
+            );
+            let stdout = support::stdout_ok(&output);
+            assert!(
+                stdout.contains("wrong 0"),
+                "{library:?}, seed {seed}: {stdout}"
+            );
+        }
+    }
+}

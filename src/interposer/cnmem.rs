@@ -182,6 +182,10 @@ impl CnmemState {
 
     /// Frees the block at `addr`; false if no live block starts there.
     pub fn free(&mut self, addr: u64) -> bool {
+        // `cudaFree` waits for the device, and programs rely on it (a block freed after a
+        // kernel on one stream, reallocated for another stream): a block goes back to cnmem
+        // only once the device is idle. (Real cnmem leaves that to its caller.)
+        cuda::synchronize();
         match &mut self.allocator {
             Some(Allocator::Recreated(cnmem)) => cnmem.free(addr).is_ok(),
             Some(Allocator::Real(cnmem)) => {
