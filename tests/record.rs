@@ -285,3 +285,50 @@ fn sigterm_flushes_a_complete_trace() {
     assert!(info["events"]["launch"].as_u64().unwrap() >= 2 * 47);
     std::fs::remove_file(&trace).unwrap();
 }
+
+/// `mlp_train --iters 10` preloaded with itermem, its trace at `trace`, through `sh -c SCRIPT`
+/// (which ends by exec'ing the program, `$0` and `$@`); killed if it has not ended in 60 s.
+fn traced_through_shell(script: &str, trace: &Path) -> std::process::Output {
+    let mlp = program("mlp_train");
+    Command::new("timeout")
+        .args(["60", "sh", "-c", script])
+        .arg(&mlp)
+        .args(["--iters", "10"])
+        .env("LD_LIBRARY_PATH", support::shim_lib_dir())
+        .env("LD_PRELOAD", preload_library())
+        .env("ITERMEM_TRACE", trace)
+        .env_remove("ITERMEM_STATS")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_fifo_as_the_trace_is_refused_instead_of_hanging_the_program() {
+    let plain = run_ok(&program("mlp_train"), &["--iters", "10"], &[]);
+    let fifo = scratch("trace.fifo");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let output = traced_through_shell("exec \"$0\" \"$@\"", &fifo);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}: {stderr}", output.status);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), plain);
+    assert!(
+        stderr.contains("cannot write the trace") && stderr.contains("FIFO"),
+        "{stderr}"
+    );
+    std::fs::remove_file(fifo).unwrap();
+}
+
+#[test]
+fn a_trace_beyond_the_file_size_limit_is_cut_without_killing_the_program() {
+    let plain = run_ok(&program("mlp_train"), &["--iters", "10"], &[]);
+    let trace = scratch("ulimit.itrace");
+    // 8 KiB: the header and the first batches fit, the rest of the 10 iterations do not.
+    let output = traced_through_shell("ulimit -f 8 && exec \"$0\" \"$@\"", &trace);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}: {stderr}", output.status);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), plain);
+    assert!(stderr.contains("File too large"), "{stderr}");
+    std::fs::remove_file(trace).unwrap();
+}

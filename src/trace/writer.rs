@@ -72,6 +72,36 @@ pub struct TraceWriter {
     unsent: AtomicU64,
 }
 
+/// Creates (truncates) the trace file. A FIFO or a socket is refused: opening a FIFO for
+/// writing blocks until a reader comes, which would hang the program at its first CUDA call.
+fn create_regular(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let kind = meta.file_type();
+        if kind.is_fifo() || kind.is_socket() || kind.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file (a FIFO, a socket or a directory); traces are written to \
+                 files",
+            ));
+        }
+    }
+    File::create(path)
+}
+
+/// Blocks SIGXFSZ in the calling (writer) thread, so that exceeding the file size limit is an
+/// `EFBIG` write error, reported and counted, not the end of the program.
+fn block_file_size_signal() {
+    // SAFETY: a zeroed sigset_t is initialised by sigemptyset before use; pthread_sigmask
+    // changes only the calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGXFSZ);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 impl TraceWriter {
     /// Channel capacity of [`create`](TraceWriter::create), in events (about 1–2 MB of events).
     pub const DEFAULT_CAPACITY: usize = 16 * 1024;
@@ -89,30 +119,33 @@ impl TraceWriter {
         capacity: usize,
     ) -> io::Result<TraceWriter> {
         let header_bytes = format::encode_header(&header)?;
-        let mut file = File::create(path)?;
-        file.write_all(&header_bytes)?;
-        TraceWriter::start(path, file, header_bytes.len() as u64, capacity)
+        let file = create_regular(path)?;
+        TraceWriter::start(path, file, header_bytes, capacity)
     }
 
-    /// Starts the writer thread on `file`, whose first `header_len` bytes are written.
-    fn start(path: &Path, file: File, header_len: u64, capacity: usize) -> io::Result<Self> {
+    /// Starts the writer thread on `file`, which writes `header` first. Only that thread
+    /// writes the file: a write beyond the process's file size limit (`ulimit -f`) then fails
+    /// with `EFBIG` there, where SIGXFSZ is blocked, instead of killing the program.
+    fn start(path: &Path, file: File, header: Vec<u8>, capacity: usize) -> io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        let mut buf = Vec::with_capacity(BUF_TARGET + 4096);
+        buf.extend_from_slice(&header);
         let sink = Sink {
             path: path.to_path_buf(),
             file,
-            buf: Vec::with_capacity(BUF_TARGET + 4096),
+            buf,
             body: Vec::with_capacity(256),
             prev_time: 0,
             buffered: 0,
             closed: false,
-            summary: TraceSummary {
-                bytes_written: header_len,
-                ..TraceSummary::default()
-            },
+            summary: TraceSummary::default(),
         };
         let thread = std::thread::Builder::new()
             .name("itermem-trace".into())
-            .spawn(move || sink.run(rx))?;
+            .spawn(move || {
+                block_file_size_signal();
+                sink.run(rx)
+            })?;
         Ok(TraceWriter {
             tx,
             thread: Some(thread),
@@ -319,14 +352,14 @@ mod tests {
     use super::*;
     use crate::event::EventKind;
 
-    /// `/dev/full` fails every write with ENOSPC: the disk fills up after the header.
+    /// `/dev/full` fails every write with ENOSPC (no header here: the events' loss is counted).
     #[test]
     fn a_full_disk_is_reported_once_and_every_event_is_counted_as_lost() {
         let path = Path::new("/dev/full");
         let Ok(file) = std::fs::OpenOptions::new().write(true).open(path) else {
             return; // no /dev/full on this system
         };
-        let writer = TraceWriter::start(path, file, 42, 8).unwrap();
+        let writer = TraceWriter::start(path, file, Vec::new(), 8).unwrap();
         for i in 0..1_000 {
             writer.record(Event {
                 time_ns: i,
@@ -342,5 +375,16 @@ mod tests {
         let error = summary.error.unwrap();
         assert!(error.contains("/dev/full"), "{error}");
         assert!(error.contains("No space left"), "{error}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_instead_of_blocking() {
+        let fifo = crate::test_support::TempPath::new("trace.fifo");
+        let name = std::ffi::CString::new(fifo.0.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let err = create_regular(&fifo.0).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("FIFO"), "{err}");
     }
 }
