@@ -8,9 +8,10 @@
 //! program.
 
 use crate::swap::CopyModel;
+use std::ffi::OsString;
 use std::fmt;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What the interposer does with the calls it sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -144,8 +145,8 @@ pub const OPTIONS: &[Opt] = &[
         forms: "an env_logger filter (e.g. info, itermem=debug)",
         doc: "log filter for itermem's own messages",
         apply: |c, v| {
-            c.log = Some(v.to_string());
-            true
+            let valid = env_filter::Builder::new().try_parse(v).is_ok();
+            valid.then(|| c.log = Some(v.to_string())).is_some()
         },
     },
     Opt {
@@ -162,17 +163,14 @@ pub const OPTIONS: &[Opt] = &[
     },
     Opt {
         name: "ITERMEM_INJECT_PANIC",
-        forms: "the name of a hooked CUDA function (e.g. cudaFree), optionally @N: from its N-th call",
+        forms: "the name of a hooked CUDA function (e.g. cudaFree), optionally @N: from its N-th call on",
         doc: "testing aid: itermem's code in that hook panics, to show the program survives",
         apply: |c, v| {
             let (name, from) = match v.trim().split_once('@') {
                 Some((name, n)) => (name, n.parse::<u64>().ok().filter(|&n| n > 0)),
                 None => (v.trim(), Some(1)),
             };
-            let valid = !name.is_empty()
-                && name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+            let valid = crate::interposer::hooks::HOOK_NAMES.contains(&name);
             match from {
                 Some(from) if valid => {
                     c.inject_panic = Some((name.to_string(), from));
@@ -282,6 +280,7 @@ impl Config {
                 ))),
             }
         }
+        config.one_file_each(&mut problems);
         if config.mode == Mode::Swap && config.limit.is_none() {
             problems.push(Problem(
                 "ITERMEM_MODE=swap without ITERMEM_LIMIT: nothing is swapped (the pool serves \
@@ -293,10 +292,87 @@ impl Config {
     }
 
     /// Reads the process environment, printing each problem once on stderr.
+    /// [`Config::from_vars`] for the process environment's own strings: a path need not be
+    /// UTF-8 (a Linux path is bytes); any other value that is not gets a problem line.
+    pub fn from_os_vars<I>(vars: I) -> (Config, Vec<Problem>)
+    where
+        I: IntoIterator<Item = (OsString, OsString)>,
+    {
+        let mut text = Vec::new();
+        let mut bytes = Vec::new();
+        for (name, value) in vars {
+            let Ok(name) = name.into_string() else {
+                continue; // not one of ours: every ITERMEM_ name is ASCII
+            };
+            match value.into_string() {
+                Ok(value) => text.push((name, value)),
+                Err(value) if name.starts_with("ITERMEM_") => bytes.push((name, value)),
+                Err(_) => {}
+            }
+        }
+        let (mut config, mut problems) = Config::from_vars(text);
+        if bytes.is_empty() {
+            return (config, problems);
+        }
+        for (name, value) in bytes {
+            let slot = match name.as_str() {
+                "ITERMEM_TRACE" => &mut config.trace,
+                "ITERMEM_STATS" => &mut config.stats,
+                "ITERMEM_PLAN_OUT" => &mut config.plan_out,
+                "ITERMEM_CNMEM_LIB" => &mut config.cnmem_library,
+                _ => {
+                    problems.push(Problem(format!(
+                        "ignoring {name}={value:?}: the value is not UTF-8"
+                    )));
+                    continue;
+                }
+            };
+            *slot = Some(PathBuf::from(value));
+        }
+        config.one_file_each(&mut problems);
+        (config, problems)
+    }
+
+    /// The trace, the statistics and the plan go to different files: a later one naming an
+    /// earlier one's file is dropped with a problem line (it would replace what was written).
+    fn one_file_each(&mut self, problems: &mut Vec<Problem>) {
+        let same = |a: &Path, b: &Path| {
+            a == b
+                || matches!(
+                    (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+                    (Ok(a), Ok(b)) if a == b
+                )
+        };
+        let trace = self.trace.clone();
+        let stats = self.stats.clone();
+        for (name, slot, earlier) in [
+            (
+                "ITERMEM_STATS",
+                &mut self.stats,
+                vec![("ITERMEM_TRACE", trace.clone())],
+            ),
+            (
+                "ITERMEM_PLAN_OUT",
+                &mut self.plan_out,
+                vec![("ITERMEM_TRACE", trace), ("ITERMEM_STATS", stats)],
+            ),
+        ] {
+            let Some(path) = slot.clone() else { continue };
+            if let Some((other, _)) = earlier
+                .iter()
+                .find(|(_, p)| p.as_deref().is_some_and(|p| same(p, &path)))
+            {
+                problems.push(Problem(format!(
+                    "ignoring {name}={}: {other} names the same file",
+                    path.display()
+                )));
+                *slot = None;
+            }
+        }
+    }
+
     pub fn from_env() -> Config {
-        let vars = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-        let (config, problems) = Config::from_vars(vars);
+        let (config, problems) = Config::from_os_vars(std::env::vars_os());
         for problem in problems {
             // Not `eprintln!`: it panics when stderr is closed, and this runs inside a hook.
             let _ = writeln!(std::io::stderr(), "{problem}");
@@ -374,13 +450,55 @@ mod tests {
     }
 
     #[test]
+    fn outputs_never_share_a_file_and_paths_need_not_be_utf8() {
+        let (c, problems) = config(&[
+            ("ITERMEM_TRACE", "/tmp/x"),
+            ("ITERMEM_STATS", "/tmp/x"),
+            ("ITERMEM_PLAN_OUT", "/tmp/y"),
+        ]);
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/x")));
+        assert_eq!((c.stats, c.plan_out), (None, Some(PathBuf::from("/tmp/y"))));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].0.contains("ITERMEM_TRACE names the same file"));
+
+        use std::os::unix::ffi::OsStringExt;
+        let latin1 = OsString::from_vec(b"/tmp/caf\xe9.itrace".to_vec());
+        let (c, problems) = Config::from_os_vars([
+            (OsString::from("ITERMEM_TRACE"), latin1.clone()),
+            (OsString::from("ITERMEM_STATS"), latin1.clone()),
+            (
+                OsString::from("ITERMEM_MODE"),
+                OsString::from_vec(b"po\xffl".to_vec()),
+            ),
+            (OsString::from("HOME"), OsString::from_vec(b"\xff".to_vec())),
+        ]);
+        assert_eq!(c.trace, Some(PathBuf::from(latin1)));
+        assert_eq!(c.stats, None);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.0.contains("ITERMEM_MODE") && p.0.contains("UTF-8"))
+        );
+    }
+
+    #[test]
+    fn a_log_filter_env_logger_cannot_parse_is_reported_once() {
+        let (c, problems) = config(&[("ITERMEM_LOG", "itermem=debug")]);
+        assert!(problems.is_empty());
+        assert_eq!(c.log.as_deref(), Some("itermem=debug"));
+        let (c, problems) = config(&[("ITERMEM_LOG", "a=b=c")]);
+        assert_eq!((c.log, problems.len()), (None, 1));
+    }
+
+    #[test]
     fn injected_panics_name_a_hook_and_optionally_the_call_they_start_at() {
         let (c, problems) = config(&[("ITERMEM_INJECT_PANIC", "cudaFree")]);
         assert!(problems.is_empty());
         assert_eq!(c.inject_panic, Some(("cudaFree".into(), 1)));
         let (c, _) = config(&[("ITERMEM_INJECT_PANIC", "cudaLaunchKernel@280")]);
         assert_eq!(c.inject_panic, Some(("cudaLaunchKernel".into(), 280)));
-        for bad in ["cudaFree@0", "cudaFree@x", "@3", "cuda Free"] {
+        for bad in ["cudaFree@0", "cudaFree@x", "@3", "cuda Free", "cudaFreee"] {
             let (c, problems) = config(&[("ITERMEM_INJECT_PANIC", bad)]);
             assert_eq!((c.inject_panic, problems.len()), (None, 1), "{bad}");
         }

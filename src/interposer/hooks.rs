@@ -191,6 +191,9 @@ const fn symbol(name_with_nul: &'static str) -> &'static CStr {
 /// its observer asks ([`copy_kind`]).
 macro_rules! hooks {
     ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? $(infers $kind:ident)? => $observer:expr; )*) => {
+        /// The CUDA functions itermem hooks (what `ITERMEM_INJECT_PANIC` may name).
+        pub const HOOK_NAMES: &[&str] = &[$(stringify!($name)),*];
+
         $(
             $(#[$doc])*
             ///
