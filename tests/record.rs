@@ -332,3 +332,26 @@ fn a_trace_beyond_the_file_size_limit_is_cut_without_killing_the_program() {
     assert!(stderr.contains("File too large"), "{stderr}");
     std::fs::remove_file(trace).unwrap();
 }
+
+/// After an internal error, a free of a block itermem's allocator served still gets real
+/// CUDA's answers: an interior pointer or a double free is `cudaErrorInvalidValue`
+/// (`shim_checks invalid_free` checks both; issue 14, item 3: success before).
+#[test]
+fn after_an_internal_error_invalid_frees_of_served_blocks_still_fail() {
+    let checks = program("shim_checks");
+    let output = run_under_itermem(
+        &["--mode", "cnmem"],
+        &[checks.to_str().unwrap(), "invalid_free"],
+        &[
+            ("ITERMEM_INJECT_PANIC", "cudaFree"),
+            ("ITERMEM_CNMEM_RESERVATION", "16M"),
+        ],
+    );
+    let stdout = stdout_ok(&output);
+    assert!(stdout.contains("invalid_free ok"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("internal error in the cudaFree hook"),
+        "{stderr}"
+    );
+}

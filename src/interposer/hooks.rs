@@ -209,8 +209,8 @@ macro_rules! hooks {
                     return CUDA_ERROR_SYMBOL_NOT_FOUND;
                 };
                 let call = move || {
-                    $(if kept_by_itermem($kept as u64) {
-                        return SUCCESS;
+                    $(if let Some(answer) = kept_by_itermem($kept as u64) {
+                        return answer;
                     })?
                     $(let $kind = copy_kind($kind);)?
                     // SAFETY: forwards the application's arguments unchanged.

@@ -137,8 +137,12 @@ pub fn intercept<F: FnOnce() -> u32>(
         real: Some(real),
         result: CUDA_ERROR_UNKNOWN,
     };
+    // What the observer answered, if it got that far: a call it served itself (a free of a
+    // pool block) must not be served a second time by the pass-through below.
+    let mut answered = None;
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let result = observe(recorder, &mut call);
+        answered = Some(result);
         if let Some((hook, from)) = &recorder.config.inject_panic {
             static CALLS: AtomicU64 = AtomicU64::new(0);
             if hook == name && CALLS.fetch_add(1, Ordering::Relaxed) + 1 >= *from {
@@ -172,7 +176,7 @@ pub fn intercept<F: FnOnce() -> u32>(
                     )),
                 }
             }
-            call.run()
+            answered.unwrap_or_else(|| call.run())
         }
     }
 }
@@ -192,20 +196,33 @@ pub fn library_beside(exe: &Path) -> PathBuf {
     }
 }
 
-/// Whether a free of `addr` must not reach the real runtime. After an internal error every
-/// call passes through, but a block of itermem's own allocator (pool or cnmem mode) was never
-/// the runtime's: forwarding its free would release the whole pool under live blocks, or fail.
-/// Such a free succeeds and the block stays allocated until exit. One relaxed load while
-/// itermem works normally (its own hooks never forward such a free).
-pub fn kept_by_itermem(addr: u64) -> bool {
+/// What a free of `addr` returns instead of reaching the real runtime, if it must not. After
+/// an internal error every call passes through, but a block of itermem's own allocator (pool,
+/// swap or cnmem mode) was never the runtime's: forwarding its free would release the whole
+/// pool under live blocks, or fail. Such a free is answered by itermem's allocator
+/// (`cudaSuccess`, or `cudaErrorInvalidValue` for an interior pointer or a double free, as real
+/// CUDA) and its memory stays with itermem until exit. One relaxed load while itermem works
+/// normally (its own hooks never forward such a free).
+pub fn kept_by_itermem(addr: u64) -> Option<u32> {
     if ACTIVE.load(Ordering::Relaxed) {
-        return false;
+        return None;
     }
     let Some(Some(recorder)) = STATE.get() else {
-        return false;
+        return None;
     };
-    // When even that check fails, keeping the block (a leak) is safer than freeing it.
-    catch_unwind(AssertUnwindSafe(|| recorder.serves(addr))).unwrap_or(true)
+    const SUCCESS: u32 = 0;
+    const INVALID_VALUE: u32 = 1;
+    let answer = || {
+        recorder.serves(addr).then(|| {
+            if recorder.free_served_after_error(addr) {
+                SUCCESS
+            } else {
+                INVALID_VALUE
+            }
+        })
+    };
+    // When even that fails, keeping the block (a leak) is safer than freeing it.
+    catch_unwind(AssertUnwindSafe(answer)).unwrap_or(Some(SUCCESS))
 }
 
 /// SIGTERM and SIGINT flush the trace and write the statistics. If the program left the signal

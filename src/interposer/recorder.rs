@@ -245,13 +245,25 @@ impl Recorder {
         taken: Option<(u64, Block)>,
         stream: StreamHandle,
     ) -> bool {
-        let freed = match (&self.pool, &self.cnmem, &taken) {
+        let freed = self.release_served(addr, taken.as_ref());
+        self.end_free(taken, freed, stream);
+        freed
+    }
+
+    /// After an internal error (nothing is recorded any more): frees a block of itermem's own
+    /// allocator as [`Recorder::served_free`] would, without an event; false if no live block
+    /// starts at `addr` (an interior pointer, a double free), as real CUDA would say.
+    pub fn free_served_after_error(&self, addr: u64) -> bool {
+        let taken = self.begin_free(addr);
+        self.release_served(addr, taken.as_ref())
+    }
+
+    fn release_served(&self, addr: u64, taken: Option<&(u64, Block)>) -> bool {
+        match (&self.pool, &self.cnmem, taken) {
             (Some(pool), _, Some((_, block))) => pool.lock().free(addr, block.id),
             (_, Some(cnmem), Some(_)) => cnmem.lock().free(addr),
             _ => false,
-        };
-        self.end_free(taken, freed, stream);
-        freed
+        }
     }
 
     /// Pool and swap modes: before work on `stream` that uses allocations `ids` (fences of
