@@ -196,3 +196,25 @@ fn bad_arguments_are_reported() {
     assert_eq!(output.status.code(), Some(2));
     std::fs::remove_file(log).unwrap();
 }
+
+/// A trace whose tensors have no bytes (an empty op log: annotations, calls on nothing) has
+/// nothing to swap: an error, not a 99.9 % reduction (issue 14, item 12), and at once, not
+/// after a sweep of every limit.
+#[test]
+fn a_trace_without_tensor_bytes_is_an_error() {
+    let log = support::scratch("empty-ops.log");
+    let mut text = String::from("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n");
+    for i in 0..20_000 {
+        text.push_str(&format!(
+            "{{\"INSTRUCTION\":\"CALL\",\"NAME\":\"op{i}\",\"ARGS\":[],\"RESULT\":[],\"TIME\":10}}\n"
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    for args in [&["--sweep"][..], &["--limit", "50%"][..]] {
+        let output = plan(args, &log);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("nothing to swap"), "{stderr}");
+    }
+    std::fs::remove_file(log).unwrap();
+}

@@ -256,6 +256,12 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         return replan(&args, &trace, inputs);
     }
     let peak = trace.peak().map_or(0, |p| p.bytes);
+    if peak == 0 {
+        bail!(BadInput(format!(
+            "{}: no tensor of the iteration has any bytes (peak load 0): there is nothing to swap",
+            args.trace.display()
+        )));
+    }
     if args.sweep {
         return sweep(&args, &trace, peak, copy);
     }
