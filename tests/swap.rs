@@ -249,3 +249,57 @@ fn an_iteration_of_another_shape_is_run_exactly_and_the_plan_abandoned() {
     let peak = shim["peak_device_bytes"].as_u64().unwrap();
     assert!(peak <= LIMIT.parse().unwrap(), "device peak {peak}");
 }
+
+#[test]
+fn swaps_are_ordered_against_every_stream_that_uses_a_tensor() {
+    // --two-streams alternates every call between two streams (each waiting for the call
+    // before): each tensor is written on one stream and read on the other, so a swap-out must
+    // wait for both and both must wait for a swap-in.
+    let mlp = program("mlp_train");
+    let args = ["--iters", "10", "--two-streams"];
+    let on_big_device = results(&run_ok(&mlp, &args, &[]));
+    for seed in ["1", "2", "3", "4", "5"] {
+        let env = [
+            ("CUDA_SHIM_JITTER_US", "300"),
+            ("CUDA_SHIM_SEED", seed),
+            ("ITERMEM_SWAP_VERIFY", "1"),
+        ];
+        let (out, summary, shim) = swapped(&args, &env, "two-streams");
+        assert_eq!(results(&out), on_big_device, "seed {seed}: results changed");
+        assert_kept_the_limit(&summary, &shim);
+    }
+}
+
+#[test]
+fn threads_allocating_beyond_the_limit_at_once_get_mapped_host_memory() {
+    // 8 threads, each allocating, filling, copying back and checking its own blocks; the
+    // limit is below what they hold at once, and their blocks never repeat as an iteration.
+    let stress = program("stress_threads");
+    let stats = scratch("threads-stats.json");
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            "8000",
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &[
+            stress.to_str().unwrap(),
+            "--threads",
+            "8",
+            "--rounds",
+            "200",
+        ],
+        &[("CUDA_SHIM_JITTER_US", "100")],
+    );
+    assert!(stdout_ok(&output).contains("ok"));
+    let summary = read_json(&stats);
+    let swap = &summary["swap"];
+    assert!(
+        swap["warmup_host_allocations"].as_u64().unwrap() > 0,
+        "{summary:#}"
+    );
+    std::fs::remove_file(stats).unwrap();
+}

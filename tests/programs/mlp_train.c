@@ -71,6 +71,9 @@
  *   copied back and printed as "extra_read ITER S" (%.9g): a read of a tensor moved elsewhere
  *   and not brought back shows as another value. Adds a malloc, a launch, a copy and a free to
  *   that iteration.
+ * - --two-streams: the launches and copies alternate between two streams, each made to wait
+ *   (cudaStreamWaitEvent) for the call before it: every tensor is used on both streams, with
+ *   the one-stream order, so the results are those of one stream.
  * - --batch-change ITER:B: iteration ITER trains on a batch of B rows (1 <= B <= --batch) instead
  *   of --batch: an iteration of another shape (other allocation sizes). The figures printed
  *   before training describe the regular batch.
@@ -325,12 +328,18 @@ struct options {
     int extra_read;        /* iteration with the unplanned read of h_1 (-1: none) */
     int change_iter;       /* iteration run with batch change_batch (-1: none) */
     int change_batch;
+    int two_streams;       /* calls alternate between two streams */
 };
 
 /* Either drives the device (dry == 0) or only counts what it would do (dry == 1). */
 struct run {
     int dry;
     cudaStream_t stream;
+    /* --two-streams: calls alternate between stream and other, each waiting for the one
+     * before it (event `done`), so the order, and the results, are the one-stream ones. */
+    cudaStream_t other;
+    cudaEvent_t done;
+    int on_other;
     unsigned long long live, peak; /* per-iteration device bytes, GRANULE-rounded */
     unsigned long long mallocs, frees, launches, memcpys;
 };
@@ -369,21 +378,47 @@ static void dev_free(struct run *r, float *p, size_t bytes)
         CHECK(cudaFree(p));
 }
 
+/* The stream of the next call: the one stream, or (--two-streams) the next of the two, made
+ * to wait for the call before. */
+static cudaStream_t next_stream(struct run *r)
+{
+    if (r->other == NULL)
+        return r->stream;
+    cudaStream_t s = r->on_other ? r->other : r->stream;
+    CHECK(cudaStreamWaitEvent(s, r->done, 0));
+    return s;
+}
+
+/* After a call on `s` (--two-streams): the next one waits for it. */
+static void call_done(struct run *r, cudaStream_t s)
+{
+    if (r->other == NULL)
+        return;
+    CHECK(cudaEventRecord(r->done, s));
+    r->on_other = !r->on_other;
+}
+
 static void launch(struct run *r, cudaShimKernelFn kernel, unsigned long long work, void **args)
 {
     dim3 block = {256, 1, 1};
     dim3 grid = {(unsigned int)((work + 255) / 256), 1, 1};
     r->launches++;
-    if (!r->dry)
-        CHECK(cudaLaunchKernel((const void *)kernel, grid, block, args, 0, r->stream));
+    if (!r->dry) {
+        cudaStream_t s = next_stream(r);
+        CHECK(cudaLaunchKernel((const void *)kernel, grid, block, args, 0, s));
+        call_done(r, s);
+    }
 }
 
 static void copy_async(struct run *r, void *dst, const void *src, size_t bytes,
                        enum cudaMemcpyKind kind)
 {
     r->memcpys++;
-    if (!r->dry)
-        CHECK(cudaMemcpyAsync(dst, src, bytes, kind, r->stream));
+    if (!r->dry) {
+        cudaStream_t s = next_stream(r);
+        CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+        call_done(r, s);
+    }
 }
 
 /* One training iteration; the batch is already in net->x_h / net->y_h. Returns the loss
@@ -477,6 +512,8 @@ static float iteration(struct run *r, const struct net *net)
     float result = 0.0f;
     if (!r->dry) {
         CHECK(cudaStreamSynchronize(r->stream));
+        if (r->other != NULL)
+            CHECK(cudaStreamSynchronize(r->other));
         result = *net->loss_h;
     }
 
@@ -547,11 +584,13 @@ static void usage(FILE *to)
 {
     fprintf(to, "usage: mlp_train [--width N] [--batch N] [--iters N] [--layers N] [--seed N] "
                 "[--lr X] [--gflops X] [--extra-read ITER] [--batch-change ITER:B]\n"
+                "       [--two-streams]\n"
                 "defaults: --width 128 --batch 2048 --iters 10 --layers 6 --seed 1 --lr 0.1\n"
                 "  --gflops X            kernels also take their FLOPs / X GFLOP/s on the device\n"
                 "  --extra-read ITER     iteration ITER reads h_1 once more, after the loss, and\n"
                 "                        prints extra_read ITER SUM\n"
-                "  --batch-change ITER:B iteration ITER uses batch B (1 <= B <= --batch)\n");
+                "  --batch-change ITER:B iteration ITER uses batch B (1 <= B <= --batch)\n"
+                "  --two-streams         calls alternate between two streams, ordered by events\n");
 }
 
 static int parse_int(const char *flag, const char *text, long min, long max)
@@ -579,11 +618,16 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->extra_read = -1;
     o->change_iter = -1;
     o->change_batch = 0;
+    o->two_streams = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
             usage(stdout);
             exit(0);
+        }
+        if (strcmp(flag, "--two-streams") == 0) {
+            o->two_streams = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "mlp_train: unknown option or missing value: '%s'\n", flag);
@@ -723,6 +767,10 @@ int main(int argc, char **argv)
     struct run run;
     memset(&run, 0, sizeof run);
     CHECK(cudaStreamCreate(&run.stream));
+    if (o.two_streams) {
+        CHECK(cudaStreamCreate(&run.other));
+        CHECK(cudaEventCreateWithFlags(&run.done, cudaEventDisableTiming));
+    }
     CHECK(cudaMallocHost((void **)&net.x_h, act));
     CHECK(cudaMallocHost((void **)&net.y_h, act));
     CHECK(cudaMallocHost((void **)&net.loss_h, sizeof(float)));
@@ -776,6 +824,8 @@ int main(int argc, char **argv)
 
     /* Final weights: bits hashed (FNV-1a) and values summed in a fixed order. */
     CHECK(cudaStreamSynchronize(run.stream));
+    if (run.other != NULL)
+        CHECK(cudaStreamSynchronize(run.other));
     unsigned long long hash = 0xcbf29ce484222325ull;
     double sum = 0.0;
     for (int l = 0; l < L; l++) {
@@ -804,6 +854,10 @@ int main(int argc, char **argv)
     if (probe_h != NULL)
         CHECK(cudaFreeHost(probe_h));
     CHECK(cudaStreamDestroy(run.stream));
+    if (run.other != NULL) {
+        CHECK(cudaStreamDestroy(run.other));
+        CHECK(cudaEventDestroy(run.done));
+    }
     CHECK(cudaGetLastError());
     free(host);
     free(teacher);
