@@ -355,3 +355,34 @@ fn after_an_internal_error_invalid_frees_of_served_blocks_still_fail() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_killed_program_leaves_a_trace_of_all_but_its_last_moments() {
+    let mlp = program("mlp_train");
+    let trace = scratch("killed.itrace");
+    let mut child = Command::new(&mlp)
+        .args(["--iters", "100000"])
+        .env("LD_LIBRARY_PATH", support::shim_lib_dir())
+        .env("LD_PRELOAD", preload_library())
+        .env("ITERMEM_TRACE", &trace)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    assert!(lines.any(|l| l.unwrap().starts_with("iter 3 ")));
+    // Iterations 0-3 ended at least 300 ms before the kill (the batch age and the writer's
+    // delay add up to 100 ms).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL: no handler, no atexit
+    child.wait().unwrap();
+    let info = trace_info(&trace);
+    assert_eq!(info["complete"], false);
+    let period = info["period_events"]
+        .as_u64()
+        .expect("the iteration is found");
+    let events = info["access_events"].as_u64().unwrap();
+    assert!(events >= 4 * period, "{events} events, period {period}");
+    std::fs::remove_file(trace).unwrap();
+}

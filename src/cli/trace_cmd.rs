@@ -134,14 +134,21 @@ struct Loaded {
     file: TraceFile,
     analysis: Analysis,
     end: Option<EndRecord>,
+    /// Where the file ends inside a record: the process ended without closing the trace.
+    cut_at: Option<u64>,
 }
 
 fn load(path: &Path, detect: &DetectArgs) -> anyhow::Result<Loaded> {
     let file = open(path)?;
     let mut analyzer = analysis::Analyzer::new();
     let mut events = file.events();
+    let mut cut_at = None;
     for event in events.by_ref() {
-        analyzer.push(&event?);
+        match event {
+            Ok(event) => analyzer.push(&event),
+            Err(err) if err.is_cut() => cut_at = Some(err.offset()),
+            Err(err) => return Err(err.into()),
+        }
     }
     let end = events.end_record();
     let analysis = analyzer.finish(&detect.config())?;
@@ -149,6 +156,7 @@ fn load(path: &Path, detect: &DetectArgs) -> anyhow::Result<Loaded> {
         file,
         analysis,
         end,
+        cut_at,
     })
 }
 
@@ -183,7 +191,7 @@ fn with_events<T>(
         error: None,
     };
     let result = write(&mut events);
-    if let Some(err) = events.error {
+    if let Some(err) = events.error.filter(|err| !err.is_cut()) {
         return Err(err.into());
     }
     Ok(result?)
@@ -214,6 +222,9 @@ struct InfoJson<'a> {
     complete: bool,
     /// Events the writer reported lost (from the end record; null without one).
     events_lost: Option<u64>,
+    /// Byte at which the file ends inside a record (the process ended without closing the
+    /// trace: a crash, `_exit`, SIGKILL); null when it ends at a record boundary.
+    cut_at_byte: Option<u64>,
     device: DeviceJson<'a>,
     pid: u32,
     command_line: &'a [String],
@@ -256,6 +267,7 @@ impl<'a> InfoJson<'a> {
             file_bytes: loaded.file.len_bytes(),
             complete: loaded.end.is_some(),
             events_lost: loaded.end.map(|e| e.events_lost),
+            cut_at_byte: loaded.cut_at,
             device: DeviceJson {
                 name: &h.device_name,
                 total_memory: h.device_total_memory,
@@ -301,7 +313,13 @@ fn print_info(out: &mut impl Write, loaded: &Loaded, top: usize) -> io::Result<(
     let state = match loaded.end {
         Some(EndRecord { events_lost: 0, .. }) => "complete".to_string(),
         Some(EndRecord { events_lost, .. }) => format!("complete, {events_lost} events LOST"),
-        None => "no end record: the writer did not finish".to_string(),
+        None => match loaded.cut_at {
+            Some(at) => format!(
+                "INCOMPLETE: cut at byte {at}, the process ended without closing the trace; \
+                 the events before the cut are read"
+            ),
+            None => "no end record: the writer did not finish".to_string(),
+        },
     };
     writeln!(
         out,

@@ -928,12 +928,25 @@ fn itermem_traces_keep_device_memory_and_their_ids() {
         "{message}"
     );
 
-    // A corrupt trace: the trace reader's own message, with its byte offset.
+    // A trace its process did not close (cut inside the end record): every event before the
+    // cut is read.
     let mut bytes = std::fs::read(&file.0).unwrap();
     bytes.truncate(bytes.len() - 3);
     let cut = TempPath::with("cut.itrace", &bytes);
-    let message = load(&cut.0).unwrap_err().to_string();
-    assert!(message.contains("at byte"), "{message}");
+    assert_eq!(recording_of(&cut.0).events(), recording.events());
+
+    // A corrupt trace (a record of kind 0): the trace reader's own message, with its offset.
+    let second = {
+        let trace = crate::trace::TraceFile::open(&file.0).unwrap();
+        let mut events = trace.events();
+        events.next().unwrap().unwrap();
+        events.offset() as usize
+    };
+    let mut bytes = std::fs::read(&file.0).unwrap();
+    bytes[second] = 0;
+    let corrupt = TempPath::with("corrupt.itrace", &bytes);
+    let message = load(&corrupt.0).unwrap_err().to_string();
+    assert!(message.contains(&format!("at byte {second}")), "{message}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -34,8 +34,12 @@ pub(crate) fn import(
     let mut host: HashSet<u64> = HashSet::new();
     let mut seen: HashSet<u64> = HashSet::new();
     for (index, event) in trace.events().enumerate() {
-        let event =
-            event.map_err(|err| ImportError::new(&path, Location::File, Problem::Trace(err)))?;
+        let event = match event {
+            Ok(event) => event,
+            // A trace its process did not close: the events before the cut.
+            Err(err) if err.is_cut() => break,
+            Err(err) => return Err(ImportError::new(&path, Location::File, Problem::Trace(err))),
+        };
         let time_us = Some(event.time_ns / 1000);
         match event.kind {
             EventKind::Malloc {

@@ -31,6 +31,9 @@ use std::time::Instant;
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
 /// hooks' cost low (a hand-over costs about as much as the rest of a hook).
 const TRACE_BATCH: usize = 256;
+/// A batch older than this is handed over however small (the writer writes what it holds
+/// after 50 ms more): a process that crashes or is killed loses only its last moments.
+const TRACE_BATCH_AGE_NS: u64 = 50_000_000;
 /// Batches the writer's channel holds before `record` waits (bounds the memory: 64 × 256
 /// events, a few MB).
 const TRACE_BATCHES_IN_FLIGHT: usize = 64;
@@ -73,8 +76,9 @@ struct Sequencer {
     detector: Detector,
     /// How many times a period was found (more than once: the pattern changed).
     changes: u64,
-    /// Events not yet handed to the trace writer, in sequence order.
+    /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pending: Vec<Event>,
+    pending_since_ns: u64,
     /// The period that has covered the most events so far, with that count: what the training
     /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
     dominant: Option<(Period, u64)>,
@@ -163,6 +167,7 @@ impl Recorder {
                 changes: 0,
                 dominant: None,
                 pending: Vec::with_capacity(TRACE_BATCH),
+                pending_since_ns: 0,
                 swap_live: (mode == Mode::Swap).then(FxHashMap::default),
                 capture: None,
             }),
@@ -681,11 +686,15 @@ impl Recorder {
         let Some(writer) = self.trace_writer() else {
             return;
         };
-        seq.pending.push(Event {
-            time_ns: self.start.elapsed().as_nanos() as u64,
-            kind,
-        });
-        if seq.pending.len() >= TRACE_BATCH {
+        let time_ns = self.start.elapsed().as_nanos() as u64;
+        if seq.pending.is_empty() {
+            seq.pending_since_ns = time_ns;
+        }
+        seq.pending.push(Event { time_ns, kind });
+        // A full batch, or one old enough that a crash now would lose more than a moment.
+        if seq.pending.len() >= TRACE_BATCH
+            || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
+        {
             writer.record_batch(std::mem::replace(
                 &mut seq.pending,
                 Vec::with_capacity(TRACE_BATCH),

@@ -54,7 +54,12 @@ pub(super) fn parse(
         .map_err(|err| OpsError::file(path, Problem::Trace(Box::new(err))))?;
     let mut events = Vec::new();
     for event in trace.events() {
-        events.push(event.map_err(|err| OpsError::file(path, Problem::Trace(Box::new(err))))?);
+        match event {
+            Ok(event) => events.push(event),
+            // A trace its process did not close: the events before the cut.
+            Err(err) if err.is_cut() => break,
+            Err(err) => return Err(OpsError::file(path, Problem::Trace(Box::new(err)))),
+        }
     }
     from_events(path, &events, options)
 }

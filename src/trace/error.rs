@@ -165,6 +165,19 @@ impl TraceError {
     pub fn is_in_record(&self) -> bool {
         self.part == Part::Record
     }
+
+    /// Whether the file ends inside this record: a trace whose process ended without closing
+    /// it (a crash, `_exit`, SIGKILL). The events before it are valid and complete; readers
+    /// take them and say where the trace was cut.
+    pub fn is_cut(&self) -> bool {
+        /// Longer than any record the writer makes: a length beyond it is corruption.
+        const LONGEST_RECORD: u64 = 1 << 20;
+        match self.problem {
+            Problem::TruncatedRecord { .. } => true,
+            Problem::LengthPastEnd { length, .. } => length <= LONGEST_RECORD,
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for TraceError {

@@ -259,7 +259,16 @@ struct Sink {
 
 impl Sink {
     fn run(mut self, rx: Receiver<Msg>) -> TraceSummary {
+        // When the oldest bytes of the buffer arrived: under a steady stream of events they are
+        // written after IDLE_WRITE too, so a process that dies loses only its last moments.
+        let mut oldest: Option<std::time::Instant> = None;
         loop {
+            if self.buf.is_empty() {
+                oldest = None;
+            } else if oldest.get_or_insert_with(std::time::Instant::now).elapsed() >= IDLE_WRITE {
+                self.write_out();
+                oldest = None;
+            }
             let msg = if self.buf.is_empty() {
                 rx.recv().ok()
             } else {
