@@ -124,13 +124,13 @@ pub const OPTIONS: &[Opt] = &[
     },
     Opt {
         name: "ITERMEM_TRACE",
-        forms: "a file path",
+        forms: "a file path (%p: the process id)",
         doc: "write the access trace to this file",
         apply: |c, v| path(v).map(|p| c.trace = Some(p)).is_some(),
     },
     Opt {
         name: "ITERMEM_STATS",
-        forms: "a file path",
+        forms: "a file path (%p: the process id)",
         doc: "write a JSON summary to this file at exit",
         apply: |c, v| path(v).map(|p| c.stats = Some(p)).is_some(),
     },
@@ -198,7 +198,7 @@ pub const OPTIONS: &[Opt] = &[
     },
     Opt {
         name: "ITERMEM_PLAN_OUT",
-        forms: "a file path",
+        forms: "a file path (%p: the process id)",
         doc: "swap mode: write the plan in use to this file (JSON of itermem plan)",
         apply: |c, v| path(v).map(|p| c.plan_out = Some(p)).is_some(),
     },
@@ -209,6 +209,31 @@ pub const OPTIONS: &[Opt] = &[
         apply: |c, v| CopyModel::parse(v).map(|m| c.bandwidth = m).is_some(),
     },
 ];
+
+/// `path` with `%p` replaced by `pid` and `%%` by `%` (bytes: a path need not be UTF-8).
+fn with_pid(path: &Path, pid: u32) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let bytes = path.as_os_str().as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1)) {
+            (b'%', Some(b'p')) => {
+                out.extend_from_slice(pid.to_string().as_bytes());
+                i += 2;
+            }
+            (b'%', Some(b'%')) => {
+                out.push(b'%');
+                i += 2;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
 
 fn path(value: &str) -> Option<PathBuf> {
     (!value.trim().is_empty()).then(|| PathBuf::from(value))
@@ -371,8 +396,21 @@ impl Config {
         }
     }
 
+    /// The output paths with `%p` replaced by `pid` (and `%%` by `%`), as in LLVM's profile
+    /// file names: processes started with one environment (one per GPU) write their own files.
+    pub fn for_process(mut self, pid: u32) -> Config {
+        for path in [&mut self.trace, &mut self.stats, &mut self.plan_out]
+            .into_iter()
+            .flatten()
+        {
+            *path = with_pid(path, pid);
+        }
+        self
+    }
+
     pub fn from_env() -> Config {
         let (config, problems) = Config::from_os_vars(std::env::vars_os());
+        let config = config.for_process(std::process::id());
         for problem in problems {
             // Not `eprintln!`: it panics when stderr is closed, and this runs inside a hook.
             let _ = writeln!(std::io::stderr(), "{problem}");
@@ -480,6 +518,17 @@ mod tests {
                 .iter()
                 .any(|p| p.0.contains("ITERMEM_MODE") && p.0.contains("UTF-8"))
         );
+    }
+
+    #[test]
+    fn percent_p_in_output_paths_is_the_process_id() {
+        let (c, _) = config(&[
+            ("ITERMEM_TRACE", "/tmp/run-%p.itrace"),
+            ("ITERMEM_STATS", "/tmp/100%%-%p/s.json"),
+        ]);
+        let c = c.for_process(4242);
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/run-4242.itrace")));
+        assert_eq!(c.stats, Some(PathBuf::from("/tmp/100%-4242/s.json")));
     }
 
     #[test]

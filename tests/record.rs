@@ -386,3 +386,51 @@ fn a_killed_program_leaves_a_trace_of_all_but_its_last_moments() {
     assert!(events >= 4 * period, "{events} events, period {period}");
     std::fs::remove_file(trace).unwrap();
 }
+
+/// Processes started with one environment (one per GPU, as torchrun does) and one trace path:
+/// the file is never written by two of them at once, and `%p` gives each its own (issue 14,
+/// item 9: mixed or corrupt traces before).
+#[test]
+fn concurrent_processes_never_share_a_trace_file() {
+    let mlp = program("mlp_train");
+    // 30 iterations (about 2 s): the two runs overlap even on a loaded machine.
+    let start = |trace: &Path| {
+        Command::new(&mlp)
+            .args(["--iters", "30"])
+            .env("LD_LIBRARY_PATH", support::shim_lib_dir())
+            .env("LD_PRELOAD", preload_library())
+            .env("ITERMEM_TRACE", trace)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // The same file: one writes it, the other says why it does not; both train.
+    let shared = scratch("shared.itrace");
+    let (a, b) = (start(&shared), start(&shared));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(a.status.success() && b.status.success());
+    let refused = [&a, &b]
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("another running process"))
+        .count();
+    assert_eq!(refused, 1, "exactly one of the two writes the trace");
+    let info = trace_info(&shared);
+    assert_eq!(info["complete"], true);
+    std::fs::remove_file(&shared).unwrap();
+
+    // %p: one complete trace per process, each with its own pid.
+    let pattern = scratch("per-%p.itrace");
+    let children = [start(&pattern), start(&pattern)];
+    for child in children {
+        let pid = child.id();
+        assert!(child.wait_with_output().unwrap().status.success());
+        let own = PathBuf::from(pattern.to_str().unwrap().replace("%p", &pid.to_string()));
+        let info = trace_info(&own);
+        assert_eq!(
+            (info["complete"].clone(), info["pid"].as_u64()),
+            (true.into(), Some(pid.into()))
+        );
+        std::fs::remove_file(own).unwrap();
+    }
+}

@@ -72,9 +72,13 @@ pub struct TraceWriter {
     unsent: AtomicU64,
 }
 
-/// Creates (truncates) the trace file. A FIFO or a socket is refused: opening a FIFO for
-/// writing blocks until a reader comes, which would hang the program at its first CUDA call.
+/// Creates (truncates) the trace file, unless another live writer holds it. A FIFO or a
+/// socket is refused: opening a FIFO for writing blocks until a reader comes, which would hang
+/// the program at its first CUDA call. The file is locked (`flock`, released when the process
+/// ends) before it is truncated, so a second process given the same path (one per GPU, all
+/// with the same environment) is refused instead of mixing its events into the first's file.
 fn create_regular(path: &Path) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileTypeExt;
     if let Ok(meta) = std::fs::metadata(path) {
         let kind = meta.file_type();
@@ -86,7 +90,21 @@ fn create_regular(path: &Path) -> io::Result<File> {
             ));
         }
     }
-    File::create(path)
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    // SAFETY: a valid open descriptor; flock only changes the lock on its open file.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "another running process is writing this trace (put %p in ITERMEM_TRACE to give \
+             each process its own file)",
+        ));
+    }
+    file.set_len(0)?;
+    Ok(file)
 }
 
 /// Blocks SIGXFSZ in the calling (writer) thread, so that exceeding the file size limit is an
@@ -395,5 +413,18 @@ mod tests {
         let err = create_regular(&fifo.0).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert!(err.to_string().contains("FIFO"), "{err}");
+    }
+
+    #[test]
+    fn a_file_another_writer_holds_is_refused_and_kept() {
+        let path = crate::test_support::TempPath::new("shared.itrace");
+        let mut first = create_regular(&path.0).unwrap();
+        first.write_all(b"first").unwrap();
+        let err = create_regular(&path.0).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(err.to_string().contains("%p"), "{err}");
+        assert_eq!(std::fs::read(&path.0).unwrap(), b"first", "not truncated");
+        drop(first);
+        create_regular(&path.0).unwrap(); // released with its writer
     }
 }
