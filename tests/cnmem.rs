@@ -420,3 +420,67 @@ fn cnmem_mode_reuses_a_block_across_streams_only_after_its_kernels() {
         }
     }
 }
+
+/// `cnmem_replay` `dlopen`s the library with `RTLD_LOCAL`: the runtime it links is outside the
+/// global scope, where `dlsym(RTLD_NEXT)` looks. Every mode must still reach it, as the program's
+/// own call would have, and record mode must see the allocation (issue 14, item 2: "cudaMalloc
+/// not found in the CUDA libraries" and a failed run in every mode before, `off` included).
+#[test]
+fn a_runtime_loaded_by_an_rtld_local_library_is_found_in_every_mode() {
+    let Some(library) = library() else { return };
+    let instance = random_instance(7, 24, 60);
+    let sequence_file = support::scratch("rtld-local.seq");
+    std::fs::write(&sequence_file, sequence(&instance)).unwrap();
+    let replay = support::program("cnmem_replay");
+    let args = [
+        replay.to_str().unwrap(),
+        library.to_str().unwrap(),
+        "4096",
+        sequence_file.to_str().unwrap(),
+    ];
+    // Region sizes and the reservation: addresses differ between processes.
+    let shape = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|line| !line.starts_with("a "))
+            .map(|line| {
+                line.split_whitespace()
+                    .take(1)
+                    .chain(line.split_whitespace().skip(2))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    let plain = support::run_ok(&replay, &args[1..], &[]);
+    let trace = support::scratch("rtld-local.itrace");
+    for mode in ["off", "record", "pool", "cnmem"] {
+        let output = support::run_under_itermem(
+            &["--mode", mode],
+            &args,
+            &[
+                ("LD_BIND_NOW", "1"),
+                ("ITERMEM_TRACE", trace.to_str().unwrap()),
+            ],
+        );
+        let stdout = support::stdout_ok(&output);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("not found"), "{mode}: {stderr}");
+        assert_eq!(shape(&stdout), shape(&plain), "{mode}");
+        if mode == "record" {
+            let info = Command::new(support::itermem())
+                .args(["trace", "info", "--json"])
+                .arg(&trace)
+                .output()
+                .unwrap();
+            let info: serde_json::Value = serde_json::from_str(&support::stdout_ok(&info)).unwrap();
+            let regions = shape(&plain)
+                .iter()
+                .filter(|l| l.starts_with("region"))
+                .count();
+            assert_eq!(info["events"]["malloc"], regions as u64, "{info}");
+        }
+    }
+    std::fs::remove_file(sequence_file).unwrap();
+    std::fs::remove_file(trace).ok();
+}

@@ -1,8 +1,12 @@
 //! The one seam between itermem and the real CUDA libraries.
 //!
 //! Runtime functions are found with `dlsym(RTLD_NEXT, name)` — the definition the application
-//! would have reached without us — on first use and cached, one slot per symbol. A symbol that
-//! cannot be found is remembered as missing and reported once. Driver functions itermem needs
+//! would have reached without us — on first use and cached, one slot per symbol. A runtime that
+//! is not in the global scope (the dependency of a library the program `dlopen`ed with
+//! `RTLD_LOCAL`, as frameworks load their CUDA plugins) is invisible to `RTLD_NEXT`; its caller
+//! reached our hook only because the preloaded library comes first, so the definition is then
+//! looked up in the loaded objects themselves ([`definition_in_loaded_objects`]). A symbol that
+//! cannot be found either way is remembered as missing and reported once. Driver functions itermem needs
 //! for itself (kernel parameter layout and names) are looked up in `libcuda.so.1`, which every
 //! CUDA runtime has loaded by the time a kernel is launched. Nothing here can panic: a loader
 //! that panics inside a hook would take the host program down.
@@ -49,7 +53,10 @@ impl RealFn {
         let mut ptr = self.ptr.load(Ordering::Relaxed);
         if ptr.is_null() {
             // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
-            let found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+            let mut found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+            if found.is_null() {
+                found = definition_in_loaded_objects(self.name);
+            }
             ptr = if found.is_null() {
                 super::report(format_args!(
                     "{} not found in the CUDA libraries; the call fails",
@@ -65,6 +72,67 @@ impl RealFn {
         // vouches for; function pointers and data pointers have the same size here.
         (ptr != MISSING).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) })
     }
+}
+
+/// The first definition of `name`, in load order, among the loaded objects and their
+/// dependencies, other than ours; null if none. Finds a runtime loaded as the dependency of an
+/// `RTLD_LOCAL` library, which is outside the global scope `RTLD_NEXT` searches.
+fn definition_in_loaded_objects(name: &CStr) -> *mut c_void {
+    let ours = object_base(definition_in_loaded_objects as *const c_void);
+    for object in loaded_objects() {
+        // SAFETY: NUL-terminated path of an object that is loaded; RTLD_NOLOAD never loads one,
+        // it only takes a reference, released below.
+        let handle = unsafe { libc::dlopen(object.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        // SAFETY: valid handle and NUL-terminated name; a handle's lookup covers the object
+        // and its dependencies, never the preloaded libraries (ours).
+        let found = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        // SAFETY: the reference taken by dlopen above; the object stays loaded by its owner.
+        unsafe { libc::dlclose(handle) };
+        if !found.is_null() && object_base(found) != ours {
+            return found;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// The paths of the loaded objects, in load order (the main program, which has no path, left
+/// out: its handle is the global scope, where our hooks are).
+fn loaded_objects() -> Vec<std::ffi::CString> {
+    unsafe extern "C" fn collect(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        objects: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid entry and our `objects` pointer back unchanged.
+        let (info, objects) = unsafe { (&*info, &mut *(objects as *mut Vec<std::ffi::CString>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: the loader's NUL-terminated path of the object.
+            let path = unsafe { CStr::from_ptr(info.dlpi_name) };
+            if !path.is_empty() {
+                objects.push(path.to_owned());
+            }
+        }
+        0
+    }
+    let mut objects = Vec::new();
+    // SAFETY: `collect` only reads the entries and appends to `objects`, which outlives the
+    // call; dlopen is not called inside it (the loader's lock is held there).
+    unsafe { libc::dl_iterate_phdr(Some(collect), &mut objects as *mut _ as *mut c_void) };
+    objects
+}
+
+/// The load address of the object that contains `addr` (null if none).
+fn object_base(addr: *const c_void) -> *mut c_void {
+    // SAFETY: all-zero is a valid Dl_info; dladdr only reads `addr` as an address.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-parameter.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 {
+        return std::ptr::null_mut();
+    }
+    info.dli_fbase
 }
 
 type GetFuncBySymbol = unsafe extern "C" fn(*mut usize, *const c_void) -> u32;
