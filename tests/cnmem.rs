@@ -484,3 +484,61 @@ fn a_runtime_loaded_by_an_rtld_local_library_is_found_in_every_mode() {
     std::fs::remove_file(sequence_file).unwrap();
     std::fs::remove_file(trace).ok();
 }
+
+/// A device just big enough for the program: cnmem mode gives back the regions that hold no
+/// block when a request does not fit (here the regions of a smaller first batch) and retries,
+/// and a request that still cannot fit (cnmem's 512-byte rounding at exactly the program's
+/// peak) gets a line that says why (issue 14, item 5: out of memory without a word before,
+/// and the first case failed too).
+#[test]
+fn cnmem_mode_gives_back_empty_regions_when_the_device_is_full() {
+    let mlp = support::program("mlp_train");
+    let args = [
+        mlp.to_str().unwrap(),
+        "--iters",
+        "3",
+        "--batch-change",
+        "0:1024",
+    ];
+    let shim_stats = support::scratch("cnmem-full-plain.json");
+    let plain = support::run_ok(
+        &mlp,
+        &args[1..],
+        &[("CUDA_SHIM_STATS", shim_stats.to_str().unwrap())],
+    );
+    let peak = support::read_json(&shim_stats)["peak_device_bytes"]
+        .as_u64()
+        .unwrap();
+    std::fs::remove_file(&shim_stats).unwrap();
+    let stats = support::scratch("cnmem-full.json");
+    let run = |capacity: u64| {
+        support::run_under_itermem(
+            &["--mode", "cnmem", "--stats", stats.to_str().unwrap()],
+            &args,
+            &[("CUDA_SHIM_DEVICE_MEMORY", &capacity.to_string())],
+        )
+    };
+
+    let output = run(peak + 4096);
+    assert_eq!(
+        support::results(&support::stdout_ok(&output)),
+        support::results(&plain)
+    );
+    let cnmem = &support::read_json(&stats)["cnmem"];
+    assert!(cnmem["regions_released"].as_u64().unwrap() > 0, "{cnmem}");
+    assert_eq!(cnmem["fallback"], 0, "{cnmem}");
+
+    let output = run(peak);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let why: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("itermem:"))
+        .collect();
+    assert_eq!(why.len(), 1, "{stderr}");
+    assert!(
+        why[0].contains("does not fit") && why[0].contains("rounded up to 512 bytes"),
+        "{stderr}"
+    );
+    std::fs::remove_file(stats).unwrap();
+}

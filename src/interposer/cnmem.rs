@@ -2,7 +2,10 @@
 //! policy ([`crate::policy::Cnmem`]), as Theano and Caffe used it, so its footprint can be
 //! compared with SmartPool's on the same run. Regions come from the driver (`cuMemAlloc`),
 //! exactly sized on every miss after the initial reservation (`ITERMEM_CNMEM_RESERVATION`,
-//! default none), and are never returned until exit.
+//! default none), and are kept until exit — except when the device is full: real cnmem would
+//! then fail the request while a program without it would have had the memory, so the regions
+//! no block is allocated from are given back and the request retried; a request that still
+//! does not fit gets one `itermem:` line saying what cnmem holds, and goes to `cudaMalloc`.
 //!
 //! Like real cnmem with one manager, a freed block is reused at once: the policy assumes the
 //! program uses its blocks on one stream (or synchronises its streams), as cnmem's users did.
@@ -28,6 +31,41 @@ impl RegionSource for DriverRegions {
     }
 }
 
+/// A request the policy could not serve: the regions without blocks go back to the device and
+/// the request is retried; if it still fails, the first such request says why.
+#[cold]
+fn retry_when_full(
+    cnmem: &mut Cnmem<DriverRegions>,
+    size: u64,
+    stats: &mut CnmemStats,
+) -> Option<u64> {
+    let released = cnmem.take_free_regions();
+    for region in &released {
+        cuda::free(region.base);
+        stats.released_bytes += region.size;
+    }
+    stats.regions_released += released.len() as u64;
+    let addr = cnmem.alloc(size).ok();
+    if addr.is_none() && stats.fallback == 0 {
+        let largest_free = cnmem.free_blocks().map(|(_, bytes)| bytes).max();
+        let device_free = cuda::free_device_bytes()
+            .map_or_else(|| "an unknown number of".to_string(), |b| b.to_string());
+        super::report(format_args!(
+            "cnmem mode: a cudaMalloc of {size} bytes does not fit: cnmem holds {} bytes in {} \
+             regions, {} of them allocated (each request rounded up to 512 bytes), its largest \
+             free block is {} bytes (blocks never merge across regions), the device has \
+             {device_free} bytes free; {} bytes of regions without blocks were given back \
+             first; the request goes to cudaMalloc",
+            cnmem.reserved(),
+            cnmem.regions().len(),
+            cnmem.in_use(),
+            largest_free.unwrap_or(0),
+            stats.released_bytes,
+        ));
+    }
+    addr
+}
+
 /// Counters of cnmem mode, for the statistics.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct CnmemStats {
@@ -38,6 +76,9 @@ pub struct CnmemStats {
     pub served: u64,
     /// Mallocs the policy could not serve (the device is full), left to the real allocator.
     pub fallback: u64,
+    /// Regions without blocks given back to the device when it was full, and their bytes.
+    pub regions_released: u64,
+    pub released_bytes: u64,
 }
 
 /// `cnmemDevice_t` of cnmem 1.0.0 (cnmem.h).
@@ -148,7 +189,10 @@ impl CnmemState {
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
         let served = match self.allocator.as_mut()? {
             Allocator::Recreated(cnmem) => {
-                let addr = cnmem.alloc(size).ok();
+                let addr = cnmem
+                    .alloc(size)
+                    .ok()
+                    .or_else(|| retry_when_full(cnmem, size, &mut self.stats));
                 self.stats.reserved_bytes = cnmem.reserved();
                 self.stats.regions = cnmem.regions().len() as u64;
                 addr
@@ -157,6 +201,13 @@ impl CnmemState {
                 let mut ptr = std::ptr::null_mut();
                 // SAFETY: valid out-parameter; stream 0 (cnmem's default manager).
                 let status = unsafe { (cnmem.malloc)(&mut ptr, size as usize, 0) };
+                if status != 0 && self.stats.fallback == 0 {
+                    super::report(format_args!(
+                        "cnmem mode: the cnmem library cannot serve a cudaMalloc of {size} bytes \
+                         (cnmem status {status}; it never gives its regions back); the request \
+                         goes to cudaMalloc"
+                    ));
+                }
                 (status == 0 && !ptr.is_null()).then(|| {
                     cnmem.live.insert(ptr as u64);
                     ptr as u64

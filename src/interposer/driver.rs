@@ -23,6 +23,7 @@ type StreamWaitEvent = unsafe extern "C" fn(usize, usize, u32) -> u32;
 type CopyAsync = unsafe extern "C" fn(u64, u64, usize, usize) -> u32;
 type MemsetD8Async = unsafe extern "C" fn(u64, u8, usize, usize) -> u32;
 type CtxSynchronize = unsafe extern "C" fn() -> u32;
+type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
 
 struct Driver {
     mem_alloc: Option<MemAlloc>,
@@ -41,6 +42,7 @@ struct Driver {
     copy_async: Option<CopyAsync>,
     memset_async: Option<MemsetD8Async>,
     ctx_synchronize: Option<CtxSynchronize>,
+    mem_get_info: Option<MemGetInfo>,
 }
 
 fn driver() -> &'static Driver {
@@ -49,7 +51,7 @@ fn driver() -> &'static Driver {
     // (cuMemAlloc_v2, cuMemFree_v2, cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer_v2,
     // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
     // cuEventDestroy_v2, cuStreamCreate, cuStreamWaitEvent, cuMemcpyAsync, cuMemsetD8Async,
-    // cuCtxSynchronize).
+    // cuCtxSynchronize, cuMemGetInfo_v2).
     DRIVER.get_or_init(|| unsafe {
         Driver {
             mem_alloc: driver_function(c"cuMemAlloc_v2"),
@@ -68,6 +70,7 @@ fn driver() -> &'static Driver {
             copy_async: driver_function(c"cuMemcpyAsync"),
             memset_async: driver_function(c"cuMemsetD8Async"),
             ctx_synchronize: driver_function(c"cuCtxSynchronize"),
+            mem_get_info: driver_function(c"cuMemGetInfo_v2"),
         }
     })
 }
@@ -102,6 +105,15 @@ pub fn malloc(bytes: u64) -> Option<u64> {
     let mut ptr = 0u64;
     // SAFETY: valid out-parameter; the calling thread has the runtime's context current.
     (unsafe { alloc(&mut ptr, bytes as usize) } == SUCCESS).then_some(ptr)
+}
+
+/// The device memory still free, as the driver says.
+pub fn free_device_bytes() -> Option<u64> {
+    initialise_runtime();
+    let get_info = driver().mem_get_info?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-parameters; the calling thread has the runtime's context current.
+    (unsafe { get_info(&mut free, &mut total) } == SUCCESS).then_some(free as u64)
 }
 
 pub fn free(addr: u64) {

@@ -166,6 +166,27 @@ impl Arena {
         &self.regions
     }
 
+    /// Takes out every region that holds no used block (one free head block as large as the
+    /// region) and returns them, in the order they were added; the others keep their order.
+    pub fn remove_free_regions(&mut self) -> Vec<Region> {
+        let (free, kept): (Vec<Region>, Vec<Region>) = self.regions.iter().partition(|region| {
+            self.free_by_addr
+                .get(&region.base)
+                .is_some_and(|block| block.size == region.size)
+        });
+        for region in &free {
+            self.remove_free(region.base);
+            self.reserved -= region.size;
+        }
+        self.region_index = kept
+            .iter()
+            .enumerate()
+            .map(|(index, region)| (region.base, index))
+            .collect();
+        self.regions = kept;
+        free
+    }
+
     /// The region holding `addr` and its index.
     pub fn region_of(&self, addr: u64) -> Option<(usize, Region)> {
         let (_, &i) = self.region_index.range(..=addr).next_back()?;

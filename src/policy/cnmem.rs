@@ -196,6 +196,13 @@ impl<S: RegionSource> Cnmem<S> {
         &self.source
     }
 
+    /// Takes out the regions no block is allocated from, for the owner to give back to the
+    /// device. Real cnmem never does (rule 7); cnmem mode does when a request finds the device
+    /// full, where a program without cnmem would have had the memory.
+    pub fn take_free_regions(&mut self) -> Vec<Region> {
+        self.arena.remove_free_regions()
+    }
+
     /// The source and every region obtained from it, for a teardown that releases them.
     pub fn into_parts(self) -> (S, Vec<Region>) {
         (self.source, self.arena.regions().to_vec())
@@ -373,6 +380,45 @@ mod tests {
         c.free(d).unwrap();
         assert_eq!(c.reserved(), 1024 + 1536 + 2048);
         assert_eq!(c.in_use(), 0);
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn only_regions_without_blocks_are_taken_out() {
+        let mut c = cnmem(1024, true);
+        let a = c.alloc(1024).unwrap();
+        let b = c.alloc(1536).unwrap();
+        let d = c.alloc(2048).unwrap();
+        c.free(a).unwrap();
+        c.free(d).unwrap();
+        let taken = c.take_free_regions();
+        assert_eq!(
+            taken,
+            vec![
+                Region {
+                    base: a,
+                    size: 1024
+                },
+                Region {
+                    base: d,
+                    size: 2048
+                }
+            ]
+        );
+        assert_eq!(
+            (c.regions().len(), c.reserved(), c.in_use()),
+            (1, 1536, 1536)
+        );
+        assert_eq!(c.region_of(b).map(|(i, _)| i), Some(0));
+        assert_eq!(c.region_of(a), None);
+        c.check().unwrap();
+        // A partly used region stays; the next miss grows again.
+        let e = c.alloc(512).unwrap();
+        assert_eq!(c.regions().len(), 2);
+        c.free(e).unwrap();
+        c.free(b).unwrap();
+        assert_eq!(c.take_free_regions().len(), 2);
+        assert_eq!(c.reserved(), 0);
         c.check().unwrap();
     }
 
