@@ -434,3 +434,45 @@ fn concurrent_processes_never_share_a_trace_file() {
         std::fs::remove_file(own).unwrap();
     }
 }
+
+/// A program that ends within milliseconds of its start, by `exit`, `_exit`, `_Exit`, `abort`,
+/// a segmentation fault, or a SIGABRT handler of its own: the trace holds every event and is
+/// complete, the statistics are written, and the ending is the program's (its status, its
+/// signal, its handler) (issue 14, item 8: an empty trace and no statistics before).
+#[test]
+fn every_ending_of_a_program_leaves_its_whole_trace_and_statistics() {
+    use std::os::unix::process::ExitStatusExt;
+    let crash = program("crash_exit");
+    for (how, code, signal) in [
+        ("exit", Some(3), None),
+        ("_exit", Some(3), None),
+        ("_Exit", Some(3), None),
+        ("abort", None, Some(libc::SIGABRT)),
+        ("segv", None, Some(libc::SIGSEGV)),
+        ("own-handler", Some(7), None),
+    ] {
+        let trace = scratch(&format!("ending-{how}.itrace"));
+        let stats = scratch(&format!("ending-{how}.json"));
+        let output = Command::new(&crash)
+            .args([how, "2000"])
+            .env("LD_LIBRARY_PATH", support::shim_lib_dir())
+            .env("LD_PRELOAD", preload_library())
+            .env("ITERMEM_TRACE", &trace)
+            .env("ITERMEM_STATS", &stats)
+            .output()
+            .unwrap();
+        assert_eq!(
+            (output.status.code(), output.status.signal()),
+            (code, signal),
+            "{how}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let info = trace_info(&trace);
+        assert_eq!(info["complete"], true, "{how}");
+        assert_eq!(info["events"]["malloc"], 2000, "{how}");
+        assert_eq!(info["events"]["free"], 2000, "{how}");
+        assert_eq!(support::read_json(&stats)["events"]["free"], 2000, "{how}");
+        std::fs::remove_file(trace).unwrap();
+        std::fs::remove_file(stats).unwrap();
+    }
+}

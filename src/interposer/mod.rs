@@ -8,11 +8,12 @@
 //! program. A thread-local flag keeps calls made while a hook is running (itermem's own, or the
 //! runtime calling back into its exported names) out of the log.
 //!
-//! The state is created at the first hooked call from the `ITERMEM_*` environment. At process
-//! exit (atexit), and at SIGTERM/SIGINT, the trace is flushed and the statistics written.
+//! The state is created at the first hooked call from the `ITERMEM_*` environment. However the
+//! process ends, the trace is flushed and the statistics written (`ending.rs`).
 
 mod cnmem;
 mod driver;
+mod ending;
 pub mod hooks;
 mod live;
 mod pool;
@@ -23,7 +24,6 @@ mod swap;
 pub use recorder::{Recorder, Summary};
 
 use crate::config::{Config, Mode};
-use serde::Serialize;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -78,11 +78,7 @@ fn start() -> Option<Recorder> {
     if config.mode == Mode::Off {
         return None;
     }
-    // SAFETY: registering a plain `extern "C" fn()` with atexit has no preconditions.
-    unsafe { libc::atexit(at_exit) };
-    if config.trace.is_some() || config.stats.is_some() {
-        install_signal_flush();
-    }
+    ending::install(&config);
     Some(Recorder::new(config))
 }
 
@@ -223,108 +219,6 @@ pub fn kept_by_itermem(addr: u64) -> Option<u32> {
     };
     // When even that fails, keeping the block (a leak) is safer than freeing it.
     catch_unwind(AssertUnwindSafe(answer)).unwrap_or(Some(SUCCESS))
-}
-
-/// SIGTERM and SIGINT flush the trace and write the statistics. If the program left the signal
-/// at its default action, that action (termination) is carried out afterwards; a handler of the
-/// program's own runs as before (signal-hook chains it) and decides.
-fn install_signal_flush() {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let defaults: Vec<i32> = [SIGTERM, SIGINT]
-        .into_iter()
-        .filter(|&signal| has_default_action(signal))
-        .collect();
-    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
-        Ok(signals) => signals,
-        Err(err) => {
-            report(format_args!(
-                "cannot watch SIGTERM/SIGINT ({err}); the trace is flushed at exit only"
-            ));
-            return;
-        }
-    };
-    let spawned = std::thread::Builder::new()
-        .name("itermem-signals".into())
-        .spawn(move || {
-            for signal in signals.forever() {
-                let terminating = defaults.contains(&signal);
-                let _ = catch_unwind(|| finish(terminating));
-                if terminating {
-                    let _ = signal_hook::low_level::emulate_default_handler(signal);
-                }
-            }
-        });
-    if let Err(err) = spawned {
-        report(format_args!(
-            "cannot start the signal thread ({err}); the trace is flushed at exit only"
-        ));
-    }
-}
-
-fn has_default_action(signal: i32) -> bool {
-    // SAFETY: querying (act = NULL) the current action into a zeroed sigaction.
-    unsafe {
-        let mut current: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
-            && current.sa_sigaction == libc::SIG_DFL
-    }
-}
-
-extern "C" fn at_exit() {
-    let _ = catch_unwind(|| finish(true));
-}
-
-/// Flushes the trace and writes the statistics file; at the end of the process (`closing`) the
-/// trace gets its end record. Runs at exit and at SIGTERM/SIGINT; safe to run more than once
-/// (the statistics are simply rewritten).
-fn finish(closing: bool) {
-    let Some(Some(recorder)) = STATE.get() else {
-        return;
-    };
-    // A child forked without exec inherits the recorder but not its writer thread (waiting
-    // for it would hang the child's exit), and the trace and statistics are the parent's.
-    if std::process::id() != recorder.pid {
-        return;
-    }
-    recorder.flush(closing);
-    if let Some(path) = &recorder.config.stats {
-        write_stats(
-            path,
-            &Stats {
-                mode: recorder.config.mode,
-                trace: recorder
-                    .config
-                    .trace
-                    .as_deref()
-                    .map(|p| p.display().to_string()),
-                internal_error: !ACTIVE.load(Ordering::Relaxed),
-                summary: recorder.summary(),
-            },
-        );
-    }
-}
-
-/// The statistics file (`ITERMEM_STATS`): stable keys, documented in the README.
-#[derive(Serialize)]
-struct Stats {
-    mode: Mode,
-    trace: Option<String>,
-    /// Whether itermem hit an internal error and went pass-through.
-    internal_error: bool,
-    #[serde(flatten)]
-    summary: Summary,
-}
-
-fn write_stats(path: &Path, stats: &Stats) {
-    let result = serde_json::to_string_pretty(stats)
-        .map_err(std::io::Error::other)
-        .and_then(|text| std::fs::write(path, text + "\n"));
-    if let Err(err) = result {
-        report(format_args!(
-            "cannot write statistics to {}: {err}",
-            path.display()
-        ));
-    }
 }
 
 /// One `itermem:` line on stderr; never panics (a closed stderr is ignored).

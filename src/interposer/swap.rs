@@ -1079,7 +1079,7 @@ fn make_schedule(
         );
         let written = serde_json::to_string_pretty(&json)
             .map_err(std::io::Error::other)
-            .and_then(|text| std::fs::write(path, text + "\n"));
+            .and_then(|text| super::ending::write_atomically(path, (text + "\n").as_bytes()));
         if let Err(err) = written {
             super::report(format_args!(
                 "cannot write the plan to {}: {err}",
