@@ -2,6 +2,22 @@
 //! gzip-compressed input (recognised by its magic bytes) and names an unknown format by the
 //! bytes it starts with. One decoder and one way of saying it serve the trace importers
 //! ([`crate::import`]) and the op-level importers ([`crate::ops`]).
+//!
+//! # Gzip bombs
+//!
+//! A few megabytes of gzip can expand to gigabytes, so decompression is streamed and guarded
+//! twice ([`read_content`]):
+//!
+//! - **The format is recognised from the first [`HEAD_BYTES`] decompressed bytes**, by the
+//!   caller's own recogniser, before anything more is decompressed: content of no known format
+//!   is refused with the bytes it starts with after 64 KiB, not after decompressing the whole.
+//! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
+//!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
+//!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
+//!   in memory, plus one 64 KiB chunk and the decoder's window.
+//!
+//! Plain (uncompressed) files are not limited: their size on disk is their size in memory, and
+//! the user chose to read them.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -9,48 +25,152 @@ use std::io::{self, Read};
 /// The first two bytes of a gzip stream.
 pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// A corrupt or truncated gzip stream.
+/// The most bytes a gzip-compressed input may decompress to unless the caller raises it.
+///
+/// Far above any real recording (the largest file of the project's real traces, a 54 MB
+/// PyTorch profiler trace, decompresses to 51 MiB) and far below what would exhaust a
+/// workstation's memory: the issue this guards against is a 10 MB file that took 10 GB.
+pub const DEFAULT_MAX_DECOMPRESSED: u64 = 1 << 30;
+
+/// How many decompressed bytes format recognition looks at before decompressing more: enough
+/// for every format's first line or magic (a DTR log line is under 400 bytes).
+pub(crate) const HEAD_BYTES: usize = 64 * 1024;
+
+/// Why [`read_content`] gave no content.
 #[derive(Debug)]
-pub(crate) struct CorruptGzip {
-    pub error: io::Error,
-    /// Compressed bytes the decoder had consumed when it stopped.
-    pub compressed_offset: u64,
+pub(crate) enum ReadError {
+    /// Reading the file failed.
+    Io(io::Error),
+    /// A corrupt or truncated gzip stream.
+    Gzip {
+        error: io::Error,
+        /// Compressed bytes the decoder had consumed when it stopped.
+        compressed_offset: u64,
+    },
+    /// The gzip stream decompresses to more than `limit` bytes.
+    TooLarge { limit: u64 },
+    /// The first [`HEAD_BYTES`] decompressed bytes are of no format the caller reads.
+    Unrecognised { first_bytes: Vec<u8> },
 }
 
-/// Decompresses a whole gzip file (every member of a multi-member file).
-pub(crate) fn gunzip(raw: &[u8]) -> Result<Vec<u8>, CorruptGzip> {
-    /// Counts the compressed bytes the decoder has consumed.
-    struct Counting<'a> {
-        data: &'a [u8],
-        pos: usize,
-    }
-    impl Read for Counting<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let rest = &self.data[self.pos..];
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            self.pos += n;
-            Ok(n)
+/// How many of a content's first bytes an "unknown format" message shows.
+const SHOWN_BYTES: usize = 16;
+
+/// The content of a file whose first bytes, `head`, were already read from `reader` (any
+/// number, even none): decompressed, with a limit, if it starts with the gzip magic, else
+/// `head` followed by the rest of `reader`, unlimited; and whether it was gzip.
+///
+/// For gzip content longer than [`HEAD_BYTES`], `recognise` is asked about the first
+/// [`HEAD_BYTES`] decompressed bytes before more is decompressed; `false` stops with
+/// [`ReadError::Unrecognised`]. (Shorter content is returned whole: the caller's own
+/// recognition then sees all of it and can tell "empty" from "unknown".) More than `limit`
+/// decompressed bytes stop with [`ReadError::TooLarge`], having held at most `limit` of them.
+/// `size_hint` is the file's size on disk (0 when unknown), used to size the first buffer.
+pub(crate) fn read_content(
+    mut reader: impl Read,
+    mut head: Vec<u8>,
+    size_hint: u64,
+    limit: u64,
+    recognise: impl FnOnce(&[u8]) -> bool,
+) -> Result<(Vec<u8>, bool), ReadError> {
+    while head.len() < GZIP_MAGIC.len() {
+        let mut byte = [0u8; 1];
+        match reader.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => head.push(byte[0]),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(ReadError::Io(err)),
         }
     }
-    let mut decoder = flate2::read::MultiGzDecoder::new(Counting { data: raw, pos: 0 });
-    // Profiler traces compress about 15:1; start with room for that, capped.
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(8).min(1 << 30));
-    match decoder.read_to_end(&mut out) {
-        Ok(_) => Ok(out),
-        Err(error) => Err(CorruptGzip {
-            error,
-            compressed_offset: decoder.get_ref().pos as u64,
-        }),
+    if head.starts_with(&GZIP_MAGIC) {
+        let compressed = io::Cursor::new(head).chain(reader);
+        return gunzip(compressed, size_hint, limit, recognise).map(|bytes| (bytes, true));
+    }
+    let rest = usize::try_from(size_hint).map_or(0, |size| size.saturating_sub(head.len()));
+    head.reserve_exact(rest);
+    reader.read_to_end(&mut head).map_err(ReadError::Io)?;
+    Ok((head, false))
+}
+
+/// Counts the compressed bytes the decoder has consumed, and remembers whether reading the
+/// file itself failed (an I/O error, not corrupt data).
+struct Counting<R> {
+    inner: R,
+    consumed: u64,
+    failed: bool,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.consumed += n as u64;
+                Ok(n)
+            }
+            Err(err) => {
+                self.failed |= err.kind() != io::ErrorKind::Interrupted;
+                Err(err)
+            }
+        }
     }
 }
 
-/// `raw` decompressed if it starts with the gzip magic, else unchanged; and whether it was gzip.
-pub(crate) fn gunzip_if_gzip(raw: Vec<u8>) -> Result<(Vec<u8>, bool), CorruptGzip> {
-    if raw.starts_with(&GZIP_MAGIC) {
-        Ok((gunzip(&raw)?, true))
-    } else {
-        Ok((raw, false))
+/// Decompresses every member of a gzip stream, within `limit` (see [`read_content`]).
+fn gunzip(
+    compressed: impl Read,
+    size_hint: u64,
+    limit: u64,
+    recognise: impl FnOnce(&[u8]) -> bool,
+) -> Result<Vec<u8>, ReadError> {
+    let mut decoder = flate2::read::MultiGzDecoder::new(Counting {
+        inner: compressed,
+        consumed: 0,
+        failed: false,
+    });
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    // Profiler traces compress about 15:1: start with room for 8:1, within the limit.
+    let first = usize::try_from(size_hint.saturating_mul(8)).unwrap_or(usize::MAX);
+    let mut out: Vec<u8> = Vec::with_capacity(first.min(cap));
+    // Decompressed in chunks, so that the output grows by at most doubling and never past the
+    // limit (`read_to_end` would double past it).
+    let mut chunk = vec![0u8; HEAD_BYTES];
+    let mut recognise = Some(recognise);
+    loop {
+        let n = match decoder.read(&mut chunk) {
+            Ok(0) => return Ok(out),
+            Ok(n) => n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                let counting = decoder.get_ref();
+                return Err(if counting.failed {
+                    ReadError::Io(error)
+                } else {
+                    ReadError::Gzip {
+                        error,
+                        compressed_offset: counting.consumed,
+                    }
+                });
+            }
+        };
+        let len = out.len() + n;
+        if len as u64 > limit {
+            return Err(ReadError::TooLarge { limit });
+        }
+        if out.capacity() < len {
+            // `len <= limit`, so the new capacity stays within the limit.
+            let wanted = out.capacity().saturating_mul(2).clamp(len, cap);
+            out.reserve_exact(wanted - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
+        if out.len() > HEAD_BYTES {
+            if let Some(recognise) = recognise.take() {
+                if !recognise(&out[..HEAD_BYTES]) {
+                    return Err(ReadError::Unrecognised {
+                        first_bytes: out[..SHOWN_BYTES].to_vec(),
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -66,6 +186,35 @@ impl fmt::Display for FirstBytes<'_> {
     }
 }
 
+/// The sentence every "too large" error ends with: the limit and how to raise it.
+pub(crate) struct TooLarge(pub u64);
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limit = self.0;
+        write!(
+            f,
+            "the gzip data decompresses to more than {limit} bytes ({}), the limit that guards \
+             against gzip bombs; if the file is genuine, raise it with `--max-decompressed \
+             BYTES` (e.g. `--max-decompressed {}`)",
+            crate::export::human_bytes(limit),
+            suggestion(limit)
+        )
+    }
+}
+
+/// A limit four times `limit`, written the way `--max-decompressed` takes it.
+fn suggestion(limit: u64) -> String {
+    let raised = limit.saturating_mul(4);
+    match raised.trailing_zeros() {
+        40.. => format!("{}T", raised >> 40),
+        30..40 => format!("{}G", raised >> 30),
+        20..30 => format!("{}M", raised >> 20),
+        10..20 => format!("{}K", raised >> 10),
+        _ => raised.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,26 +226,121 @@ mod tests {
         enc.finish().unwrap()
     }
 
+    /// [`read_content`] of bytes in memory, recognising anything.
+    fn read(raw: Vec<u8>, limit: u64) -> Result<(Vec<u8>, bool), ReadError> {
+        read_content(io::empty(), raw, 0, limit, |_| true)
+    }
+
     #[test]
     fn gunzip_reads_every_member_and_reports_where_a_stream_breaks() {
         let mut two = gzip(b"first ");
         two.extend(gzip(b"second"));
         assert_eq!(
-            gunzip_if_gzip(two).unwrap(),
+            read(two, 1 << 20).unwrap(),
             (b"first second".to_vec(), true)
         );
         assert_eq!(
-            gunzip_if_gzip(b"plain".to_vec()).unwrap(),
+            read(b"plain".to_vec(), 1).unwrap(),
             (b"plain".to_vec(), false)
         );
         let whole = gzip(&[7u8; 4096]);
-        let cut = &whole[..whole.len() - 4];
-        let err = gunzip(cut).unwrap_err();
-        assert!(err.compressed_offset > 0 && err.compressed_offset <= cut.len() as u64);
+        let cut = whole[..whole.len() - 4].to_vec();
+        let len = cut.len() as u64;
+        match read(cut, 1 << 20).unwrap_err() {
+            ReadError::Gzip {
+                compressed_offset, ..
+            } => assert!(compressed_offset > 0 && compressed_offset <= len),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_head_and_the_rest_of_a_reader_are_one_content() {
+        let packed = gzip(b"0123456789");
+        for split in [0, 1, 2, 5, packed.len()] {
+            let (head, rest) = packed.split_at(split);
+            let got = read_content(rest, head.to_vec(), 0, 1 << 20, |_| true).unwrap();
+            assert_eq!(got, (b"0123456789".to_vec(), true), "split at {split}");
+        }
+        let got = read_content(&b"in"[..], b"pla".to_vec(), 5, 1, |_| false).unwrap();
+        assert_eq!(got, (b"plain".to_vec(), false));
+        // One byte, and none.
+        assert_eq!(read(vec![0x1f], 1).unwrap(), (vec![0x1f], false));
+        assert_eq!(read(Vec::new(), 1).unwrap(), (Vec::new(), false));
+    }
+
+    #[test]
+    fn decompression_stops_at_the_limit_holding_no_more_than_it() {
+        let content = vec![b'x'; 3 * HEAD_BYTES + 17];
+        let packed = gzip(&content);
+        let exact = content.len() as u64;
+        let (got, was_gzip) = read(packed.clone(), exact).unwrap();
+        assert!(was_gzip && got == content);
+        assert!(got.capacity() as u64 <= exact, "{}", got.capacity());
+        match read(packed, exact - 1).unwrap_err() {
+            ReadError::TooLarge { limit } => assert_eq!(limit, exact - 1),
+            other => panic!("{other:?}"),
+        }
+        // A limit below the head: the limit speaks first.
+        assert!(matches!(
+            read(gzip(&[b'y'; 100]), 99).unwrap_err(),
+            ReadError::TooLarge { limit: 99 }
+        ));
+        // Plain content is not limited.
+        assert_eq!(read(content.clone(), 1).unwrap(), (content, false));
+    }
+
+    #[test]
+    fn the_format_is_recognised_from_the_head_alone() {
+        let mut content = b"GIF89a".to_vec();
+        content.resize(4 * HEAD_BYTES, b'.');
+        let mut asked = None;
+        let err = read_content(io::empty(), gzip(&content), 0, 1 << 30, |head| {
+            asked = Some(head.len());
+            false
+        })
+        .unwrap_err();
+        assert_eq!(asked, Some(HEAD_BYTES));
+        match err {
+            ReadError::Unrecognised { first_bytes } => assert_eq!(first_bytes, content[..16]),
+            other => panic!("{other:?}"),
+        }
+        // Content no longer than the head is returned whole, unasked.
+        let short = vec![b'.'; HEAD_BYTES];
+        let got = read_content(io::empty(), gzip(&short), 0, 1 << 30, |_| unreachable!());
+        assert_eq!(got.unwrap(), (short, true));
+    }
+
+    #[test]
+    fn read_errors_of_the_file_are_not_corrupt_gzip() {
+        struct Failing;
+        impl Read for Failing {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk on fire"))
+            }
+        }
+        let packed = gzip(b"some text");
+        let err = read_content(Failing, packed[..5].to_vec(), 0, 1 << 20, |_| true).unwrap_err();
+        assert!(matches!(err, ReadError::Io(_)), "{err:?}");
+        let err = read_content(Failing, Vec::new(), 0, 1 << 20, |_| true).unwrap_err();
+        assert!(matches!(err, ReadError::Io(_)), "{err:?}");
     }
 
     #[test]
     fn first_bytes_are_shown_in_hex() {
         assert_eq!(FirstBytes(&[0x1f, 0x8b, 0]).to_string(), " 1f 8b 00");
+    }
+
+    #[test]
+    fn the_limit_message_says_how_to_raise_it() {
+        let text = TooLarge(1 << 30).to_string();
+        assert!(
+            text.contains("more than 1073741824 bytes (1.0 GiB)"),
+            "{text}"
+        );
+        assert!(text.contains("`--max-decompressed 4G`"), "{text}");
+        assert_eq!(suggestion(1000), "4000");
+        assert_eq!(suggestion(1 << 20), "4M");
+        assert_eq!(suggestion(u64::MAX), u64::MAX.to_string());
     }
 }

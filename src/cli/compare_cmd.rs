@@ -20,7 +20,7 @@ use itermem::policy::sim::{self, Policy as Baseline};
 use itermem::svg;
 use serde::Serialize;
 
-use super::BadInput;
+use super::{BadInput, InputArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
@@ -39,6 +39,8 @@ pub struct CompareArgs {
     /// Also draw, per trace, the memory load and the cnmem and SmartPool placements as SVG.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 /// One policy's result.
@@ -109,11 +111,12 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let import_options = args.input.import_options();
     let mut reports = Vec::new();
     for path in &args.traces {
-        let report = compare_file(path, &options)?;
+        let report = compare_file(path, &options, &import_options)?;
         if let Some(dir) = &args.svg {
-            draw(dir, path, &options)?;
+            draw(dir, path, &options, &import_options)?;
         }
         reports.push(report);
     }
@@ -125,8 +128,12 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn compare_file(path: &Path, options: &PlanOptions) -> anyhow::Result<TraceReport> {
-    let loaded = import::load(path)?;
+fn compare_file(
+    path: &Path,
+    options: &PlanOptions,
+    import_options: &import::ImportOptions,
+) -> anyhow::Result<TraceReport> {
+    let loaded = import::load_with(path, import_options)?;
     let (instance, iteration) = match loaded {
         Loaded::Instance(instance) => (instance, None),
         Loaded::Recording(recording) => {
@@ -239,8 +246,13 @@ fn table(reports: &[TraceReport]) -> String {
 }
 
 /// Writes `<name>.load.svg`, `<name>.cnmem.svg` and `<name>.smartpool.svg` into `dir`.
-fn draw(dir: &Path, path: &Path, options: &PlanOptions) -> anyhow::Result<()> {
-    let instance = match import::load(path)? {
+fn draw(
+    dir: &Path,
+    path: &Path,
+    options: &PlanOptions,
+    import_options: &import::ImportOptions,
+) -> anyhow::Result<()> {
+    let instance = match import::load_with(path, import_options)? {
         Loaded::Instance(instance) => instance,
         Loaded::Recording(recording) => recording.to_instance(None)?,
     };

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use itermem::detect::DetectError;
-use itermem::import::ImportError;
+use itermem::import::{self, ImportError};
 use itermem::plan::InstanceError;
 use itermem::trace::TraceError;
 
@@ -55,6 +55,39 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
     /// Measure itermem itself.
     Bench(bench_cmd::BenchArgs),
+}
+
+/// How the subcommands that read recordings (`trace info`, `trace export`, `compare`, `plan`)
+/// read them: flattened into each, so the flag is offered exactly where it has an effect.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct InputArgs {
+    /// The most bytes a gzip-compressed input may decompress to (K, M, G or T suffix): a guard
+    /// against gzip bombs, raised for a genuinely bigger recording. Plain files are not limited.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = import::DEFAULT_MAX_DECOMPRESSED,
+        value_parser = parse_max_decompressed
+    )]
+    pub max_decompressed: u64,
+}
+
+impl InputArgs {
+    /// The importers' options with this limit.
+    pub fn import_options(&self) -> import::ImportOptions {
+        import::ImportOptions {
+            max_decompressed: self.max_decompressed,
+            ..import::ImportOptions::default()
+        }
+    }
+}
+
+fn parse_max_decompressed(text: &str) -> Result<u64, String> {
+    itermem::config::parse_bytes(text)
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| {
+            "expected a positive byte count with an optional K, M, G or T suffix (e.g. 4G)".into()
+        })
 }
 
 /// Bad input or usage found after parsing (exit code 2).

@@ -23,7 +23,7 @@ use itermem::swap::combined::{self, ExecutorInputs, PlanJson, SwapJson};
 use itermem::swap::{self, CopyModel, SimOptions, SimResult, SwapPlan, baselines};
 use serde::Serialize;
 
-use super::BadInput;
+use super::{BadInput, InputArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
@@ -64,6 +64,8 @@ pub struct PlanArgs {
     /// Draw the load curves before and after, and the three streams' timelines, as SVG.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -250,6 +252,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let options = ops::LoadOptions {
         cost,
         window: timings.as_ref().map(|t| (t.window[0], t.window[1])),
+        max_decompressed: args.input.max_decompressed,
     };
     let trace = ops::load_with(&args.trace, &options)?.trace;
     if let Some(inputs) = timings {

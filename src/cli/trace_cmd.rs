@@ -20,7 +20,7 @@ use itermem::export::{self, human_bytes};
 use itermem::import;
 use itermem::trace::{EndRecord, Events, TraceError, TraceFile, TraceHeader};
 
-use super::BadInput;
+use super::{BadInput, InputArgs};
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
@@ -72,6 +72,8 @@ struct InfoArgs {
     top: usize,
     #[command(flatten)]
     detect: DetectArgs,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -100,6 +102,8 @@ struct ExportArgs {
     iteration: Option<usize>,
     #[command(flatten)]
     detect: DetectArgs,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
@@ -111,7 +115,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
 
 /// An itermem trace as it is, or any other recording `import` reads (PyTorch snapshot,
 /// profiler trace), converted to an in-memory itermem trace of its mallocs and frees.
-fn open(path: &Path) -> anyhow::Result<TraceFile> {
+fn open(path: &Path, input: &InputArgs) -> anyhow::Result<TraceFile> {
     let mut magic = [0u8; 8];
     let is_itermem = File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
@@ -120,7 +124,7 @@ fn open(path: &Path) -> anyhow::Result<TraceFile> {
         // (An unreadable or short file is reported by the trace reader, with its offset.)
         return Ok(TraceFile::open(path)?);
     }
-    let recording = import::load_recording(path, &import::ImportOptions::default())?;
+    let recording = import::load_recording(path, &input.import_options())?;
     let mut header = TraceHeader::for_this_process(recording.source().format.to_string(), 0);
     header.pid = 0;
     header.start_unix_ns = 0;
@@ -138,8 +142,8 @@ struct Loaded {
     cut_at: Option<u64>,
 }
 
-fn load(path: &Path, detect: &DetectArgs) -> anyhow::Result<Loaded> {
-    let file = open(path)?;
+fn load(path: &Path, detect: &DetectArgs, input: &InputArgs) -> anyhow::Result<Loaded> {
+    let file = open(path, input)?;
     let mut analyzer = analysis::Analyzer::new();
     let mut events = file.events();
     let mut cut_at = None;
@@ -198,7 +202,7 @@ fn with_events<T>(
 }
 
 fn info(args: &InfoArgs) -> anyhow::Result<()> {
-    let loaded = load(&args.file, &args.detect)?;
+    let loaded = load(&args.file, &args.detect, &args.input)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
@@ -411,7 +415,7 @@ fn print_info(out: &mut impl Write, loaded: &Loaded, top: usize) -> io::Result<(
 }
 
 fn export(args: &ExportArgs) -> anyhow::Result<()> {
-    let loaded = load(&args.file, &args.detect)?;
+    let loaded = load(&args.file, &args.detect, &args.input)?;
     let buffers = match args.format {
         Format::DsaCsv => Some(dsa_buffers(&loaded, args.iteration)?),
         _ => {

@@ -17,10 +17,11 @@ use crate::plan::{Buffer, Instance};
 
 const HEADER: [&str; 4] = ["id", "lower", "upper", "size"];
 
-/// Reads a DSA CSV file (gzip-compressed or not) into an [`Instance`].
+/// Reads a DSA CSV file (gzip-compressed or not, within
+/// [`DEFAULT_MAX_DECOMPRESSED`](super::DEFAULT_MAX_DECOMPRESSED) bytes) into an [`Instance`].
 pub fn read_dsa_csv(path: impl AsRef<Path>) -> Result<Instance, ImportError> {
     let path = path.as_ref();
-    let input = Input::open(path)?;
+    let input = Input::open(path, super::DEFAULT_MAX_DECOMPRESSED)?;
     let gzip = input.gzip;
     let bytes = input.bytes();
     if !looks_like_dsa_csv(bytes) {

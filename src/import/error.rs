@@ -5,7 +5,7 @@
 //! plus the event index for JSON, a key path for the structure of a snapshot. For a gzip file,
 //! places inside the data refer to the *decompressed* bytes (the message says so).
 
-use crate::content::FirstBytes;
+use crate::content::{FirstBytes, TooLarge};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -72,6 +72,9 @@ pub enum Problem {
         error: io::Error,
         compressed_offset: u64,
     },
+    /// The gzip stream decompresses to more than `limit` bytes
+    /// ([`ImportOptions::max_decompressed`](super::ImportOptions::max_decompressed)).
+    DecompressedTooLarge { limit: u64 },
     /// An itermem trace that cannot be read (the trace error has its own byte offset).
     Trace(TraceError),
     /// JSON that does not parse, or whose values have the wrong types.
@@ -123,6 +126,7 @@ impl fmt::Display for Problem {
                 "corrupt or truncated gzip data (the decoder stopped after {compressed_offset} \
                  compressed bytes): {error}"
             ),
+            Problem::DecompressedTooLarge { limit } => write!(f, "{}", TooLarge(*limit)),
             Problem::Trace(err) => write!(f, "{err}"),
             Problem::Json(msg) => write!(f, "{msg}"),
             Problem::Pickle(msg) => write!(f, "{msg}"),

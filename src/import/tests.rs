@@ -178,6 +178,119 @@ fn unreadable_empty_and_unknown_files_are_errors() {
     assert!(message.contains("DSA CSV"), "{message}");
 }
 
+/// A gzip file of `head` followed by `mebibytes` MiB of `fill`, built from one compressed MiB
+/// repeated as members of a multi-member gzip file: a 10 GiB bomb takes 10 MB and no time.
+fn gzip_bomb(head: &[u8], fill: u8, mebibytes: usize) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let chunk = vec![fill; 1 << 20];
+    enc.write_all(&chunk).unwrap();
+    let member = enc.finish().unwrap();
+    let mut out = gzip(head);
+    out.reserve(member.len() * mebibytes);
+    for _ in 0..mebibytes {
+        out.extend_from_slice(&member);
+    }
+    out
+}
+
+/// The peak resident memory of this process so far (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn gzip_bomb_stops_at_the_default_limit_holding_no_more() {
+    // Issue 14's bomb: 10 MB of gzip expanding to 10 GiB, here a valid start of a profiler
+    // trace ("[", then blanks) so that only the limit can stop it.
+    let bomb = TempPath::with("bomb.json.gz", &gzip_bomb(b"[", b' ', 10 << 10));
+    let err = load(&bomb.0).unwrap_err();
+    assert!(
+        matches!(err.problem(), Problem::DecompressedTooLarge { limit } if *limit == 1 << 30),
+        "{err}"
+    );
+    assert!(err.gzip());
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!("{} (gzip): ", bomb.0.display())),
+        "{message}"
+    );
+    assert!(
+        message.contains("more than 1073741824 bytes (1.0 GiB)"),
+        "{message}"
+    );
+    assert!(message.contains("--max-decompressed"), "{message}");
+    // The decompressed 10 GiB were never held: at most the limit (and the test harness).
+    assert!(peak_rss() < 3 << 30, "peak RSS {} bytes", peak_rss());
+}
+
+#[test]
+fn the_decompression_limit_is_an_option_and_plain_files_have_none() {
+    // A valid profiler trace of one allocation, padded to 2 MiB with blanks.
+    let mut json = kineto_json(&[memory_event(5.0, 1, 0, Some(0x100), 64)]).into_bytes();
+    json.splice(1..1, std::iter::repeat_n(b' ', 2 << 20));
+    let packed = TempPath::with("padded.json.gz", &gzip(&json));
+    let small = ImportOptions {
+        max_decompressed: 1 << 20,
+        ..ImportOptions::default()
+    };
+    let err = load_with(&packed.0, &small).unwrap_err();
+    assert!(
+        matches!(err.problem(), Problem::DecompressedTooLarge { limit } if *limit == 1 << 20),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("padded.json.gz (gzip)"), "{message}");
+    assert!(
+        message.contains("more than 1048576 bytes (1.0 MiB)"),
+        "{message}"
+    );
+    assert!(message.contains("`--max-decompressed 4M`"), "{message}");
+    // The default limit, or the exact size, reads it.
+    assert_eq!(recording_of(&packed.0).events().len(), 1);
+    let exact = ImportOptions {
+        max_decompressed: json.len() as u64,
+        ..ImportOptions::default()
+    };
+    assert!(load_with(&packed.0, &exact).is_ok());
+    // The same content uncompressed is read whatever the limit.
+    let plain = TempPath::with("padded.json", &json);
+    let Loaded::Recording(recording) = load_with(&plain.0, &small).unwrap() else {
+        panic!("expected a recording");
+    };
+    assert_eq!(recording.events().len(), 1);
+}
+
+#[test]
+fn gzip_of_no_known_format_is_refused_from_its_first_bytes() {
+    // 64 KiB of noise and then 10 GiB of zeros: refused as unknown, not at the limit, so
+    // decompression stopped after the head.
+    let mut rng = crate::rng::SplitMix64::new(14);
+    let noise: Vec<u8> = std::iter::once(b'~')
+        .chain((1..64 << 10).map(|_| rng.next_u64() as u8))
+        .collect();
+    let bomb = TempPath::with("noise.gz", &gzip_bomb(&noise, 0, 10 << 10));
+    let err = load(&bomb.0).unwrap_err();
+    match err.problem() {
+        Problem::UnknownFormat { first_bytes } => assert_eq!(first_bytes[..], noise[..16]),
+        other => panic!("{other:?}: {err}"),
+    }
+    assert!(err.gzip());
+    let message = err.to_string();
+    assert!(
+        message.contains("noise.gz (gzip): unrecognised content (starts with 7e "),
+        "{message}"
+    );
+    // The DSA CSV reader refuses it the same way.
+    let err = read_dsa_csv(&bomb.0).unwrap_err();
+    assert!(
+        matches!(err.problem(), Problem::UnknownFormat { .. }),
+        "{err}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // DSA CSV
 // ---------------------------------------------------------------------------------------------
@@ -599,7 +712,14 @@ fn snapshot_without_time_and_with_several_devices() {
     assert_eq!(recording.len(), 3);
     assert_eq!(recording.devices().len(), 3);
     // Chosen: device 0, whose entries have no time_us.
-    let zero = load_recording(&file.0, &ImportOptions { device: Some(0) }).unwrap();
+    let zero = load_recording(
+        &file.0,
+        &ImportOptions {
+            device: Some(0),
+            ..ImportOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(zero.device(), 0);
     assert_eq!(
         zero.events(),
@@ -614,7 +734,14 @@ fn snapshot_without_time_and_with_several_devices() {
         ]
     );
     // A device without events is an error listing those that have some.
-    let err = load_recording(&file.0, &ImportOptions { device: Some(2) }).unwrap_err();
+    let err = load_recording(
+        &file.0,
+        &ImportOptions {
+            device: Some(2),
+            ..ImportOptions::default()
+        },
+    )
+    .unwrap_err();
     assert!(
         err.to_string()
             .ends_with("device 2 has no events; devices with events: 0 1"),
@@ -758,7 +885,14 @@ fn profiler_memory_events_are_sorted_paired_and_filtered() {
             }
         ]
     );
-    let other = load_recording(&file.0, &ImportOptions { device: Some(1) }).unwrap();
+    let other = load_recording(
+        &file.0,
+        &ImportOptions {
+            device: Some(1),
+            ..ImportOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(other.events(), [at(0, 16, 0x100, 40)]);
 
     // The Chrome "JSON Array Format": a bare array of events.

@@ -173,9 +173,16 @@ struct ChromeArgs {
 /// would credit the tail of a step to the next one.)
 pub fn profiler_kernel_steps(path: impl AsRef<Path>) -> Result<KernelSteps, OpsError> {
     let path = path.as_ref();
-    let raw = std::fs::read(path).map_err(|err| OpsError::file(path, Problem::Io(err)))?;
-    let (raw, gzip) = crate::content::gunzip_if_gzip(raw)
-        .map_err(|corrupt| OpsError::file(path, Problem::Gzip(corrupt.error)))?;
+    let file = std::fs::File::open(path).map_err(|err| OpsError::file(path, Problem::Io(err)))?;
+    let size = file.metadata().map_or(0, |m| m.len());
+    // A JSON document: its first non-blank byte (after a byte-order mark) opens it.
+    let recognise = |head: &[u8]| {
+        let text = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
+        matches!(text.trim_ascii_start().first(), Some(b'{' | b'['))
+    };
+    let limit = crate::content::DEFAULT_MAX_DECOMPRESSED;
+    let (raw, gzip) = crate::content::read_content(file, Vec::new(), size, limit, recognise)
+        .map_err(|err| super::read_error(path, err))?;
     let trace: ChromeTrace = serde_json::from_slice(&raw).map_err(|err| {
         let mut e = OpsError::line(path, err.line() as u64, Problem::Json(err.to_string()));
         e.gzip = gzip;

@@ -6,7 +6,7 @@
 //! 0-based event indices for itermem traces. For a gzip file the line is one of the
 //! *decompressed* text (the message says so). Bad input is always an error, never a panic.
 
-use crate::content::FirstBytes;
+use crate::content::{FirstBytes, TooLarge};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,9 @@ pub enum Problem {
     Io(io::Error),
     /// The gzip stream is corrupt or truncated.
     Gzip(io::Error),
+    /// The gzip stream decompresses to more than `limit` bytes
+    /// ([`LoadOptions::max_decompressed`](super::LoadOptions::max_decompressed)).
+    DecompressedTooLarge { limit: u64 },
     /// The file has no content (after decompression, for a gzip file).
     Empty,
     /// The content is none of the formats [`super::load`] reads.
@@ -134,6 +137,7 @@ impl fmt::Display for Problem {
         match self {
             Problem::Io(err) => write!(f, "{err}"),
             Problem::Gzip(err) => write!(f, "corrupt or truncated gzip data: {err}"),
+            Problem::DecompressedTooLarge { limit } => write!(f, "{}", TooLarge(*limit)),
             Problem::Empty => write!(f, "the file is empty"),
             Problem::UnknownFormat { first_bytes } => {
                 write!(

@@ -32,6 +32,10 @@
 //! | generated dispatch trace (`generated.rs`) | JSON lines with `"ev"` | cost model (FLOPs, bytes) |
 //! | itermem trace ([`crate::trace`], `from_trace.rs`) | the magic `ITERMEM\0` | cost model (bytes touched) |
 //!
+//! Gzip input decompresses to at most [`LoadOptions::max_decompressed`] bytes (1 GiB unless
+//! raised, `--max-decompressed`) and is recognised from its first 64 KiB before more is
+//! decompressed, as in [`crate::import`]: a gzip bomb costs at most the limit.
+//!
 //! Each importer's module doc lists its modelling decisions. What all of them share:
 //!
 //! - **Ops that touch no data are not ops.** A view (DTR `CALL` whose results all alias an
@@ -281,7 +285,7 @@ pub enum OpFormat {
 }
 
 /// How [`load_with`] converts a file.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LoadOptions {
     /// Durations of ops the file does not time (generated and itermem traces).
     pub cost: CostModel,
@@ -289,6 +293,19 @@ pub struct LoadOptions {
     /// instead of choosing one (the swap executor plans the iteration it timed, and
     /// `itermem plan --timings` reproduces that plan from the trace).
     pub window: Option<(u64, u64)>,
+    /// The most bytes a gzip-compressed file may decompress to (a guard against gzip bombs,
+    /// as in [`crate::import`]; the CLI's `--max-decompressed`); plain files are not limited.
+    pub max_decompressed: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions {
+            cost: CostModel::default(),
+            window: None,
+            max_decompressed: crate::content::DEFAULT_MAX_DECOMPRESSED,
+        }
+    }
 }
 
 /// What an importer left out or inferred, for reports.
@@ -332,14 +349,30 @@ pub fn load(path: impl AsRef<Path>) -> Result<OpTrace, OpsError> {
 /// [`load`] with options, returning the format and the importer's statistics too.
 pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Loaded, OpsError> {
     let path = path.as_ref();
-    let raw = std::fs::read(path).map_err(|err| OpsError::file(path, Problem::Io(err)))?;
-    parse(path, raw, options)
+    let file = std::fs::File::open(path).map_err(|err| OpsError::file(path, Problem::Io(err)))?;
+    let size = file.metadata().map_or(0, |m| m.len());
+    // Streamed from the file: a gzip file is never held whole besides its content.
+    read(path, file, Vec::new(), size, options)
 }
 
 /// Converts the content of a file (`name` is used in messages and as the trace's `source`).
 pub fn parse(name: &Path, bytes: Vec<u8>, options: &LoadOptions) -> Result<Loaded, OpsError> {
-    let (bytes, gzip) = crate::content::gunzip_if_gzip(bytes)
-        .map_err(|corrupt| OpsError::file(name, Problem::Gzip(corrupt.error)))?;
+    read(name, std::io::empty(), bytes, 0, options)
+}
+
+/// Reads a file's content (`head`, then the rest of `reader`; see
+/// [`crate::content::read_content`]), decompressing gzip within `options.max_decompressed`,
+/// and converts it.
+fn read(
+    name: &Path,
+    reader: impl std::io::Read,
+    head: Vec<u8>,
+    size: u64,
+    options: &LoadOptions,
+) -> Result<Loaded, OpsError> {
+    let limit = options.max_decompressed;
+    let (bytes, gzip) = crate::content::read_content(reader, head, size, limit, head_recognised)
+        .map_err(|err| read_error(name, err))?;
     let result = match detect_format(&bytes) {
         Some(OpFormat::DtrLog) => dtr::parse(name, &bytes, options),
         Some(OpFormat::Generated) => generated::parse(name, &bytes, options),
@@ -358,6 +391,31 @@ pub fn parse(name: &Path, bytes: Vec<u8>, options: &LoadOptions) -> Result<Loade
         err.gzip = gzip;
         err
     })
+}
+
+/// Whether the first 64 KiB of decompressed content may be of a format [`load`] reads: a
+/// format [`detect_format`] names, or a JSON object whose first line runs past them (decided
+/// once the whole content is there; no real log has such a line).
+fn head_recognised(head: &[u8]) -> bool {
+    if detect_format(head).is_some() {
+        return true;
+    }
+    let text = head.trim_ascii_start();
+    text.starts_with(b"{") && !text.contains(&b'\n')
+}
+
+/// Why a file's content could not be read, as an [`OpsError`].
+pub(crate) fn read_error(name: &Path, err: crate::content::ReadError) -> OpsError {
+    use crate::content::ReadError;
+    let problem = match err {
+        ReadError::Io(err) => return OpsError::file(name, Problem::Io(err)),
+        ReadError::Gzip { error, .. } => Problem::Gzip(error),
+        ReadError::TooLarge { limit } => Problem::DecompressedTooLarge { limit },
+        ReadError::Unrecognised { first_bytes } => Problem::UnknownFormat { first_bytes },
+    };
+    let mut err = OpsError::file(name, problem);
+    err.gzip = true;
+    err
 }
 
 /// The format of decompressed content, from its first bytes or its first non-blank line.

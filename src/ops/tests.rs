@@ -547,6 +547,75 @@ fn itermem_events_become_one_iteration_of_launches() {
 use crate::test_support::TempPath;
 
 #[test]
+fn gzip_is_limited_and_recognised_from_its_first_bytes() {
+    // A generated trace padded with 2 MiB of blank lines: over a 1 MiB limit, under the default.
+    let mut text = GEN.join("\n").into_bytes();
+    text.extend(std::iter::repeat_n(b'\n', 2 << 20));
+    let packed = TempPath::with("padded.jsonl.gz", &gzip(&text));
+    let small = LoadOptions {
+        max_decompressed: 1 << 20,
+        ..LoadOptions::default()
+    };
+    let err = load_with(&packed.0, &small).unwrap_err();
+    assert!(
+        matches!(
+            err.problem,
+            Problem::DecompressedTooLarge { limit: 1048576 }
+        ),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "{}: the gzip data decompresses to more than 1048576 bytes",
+            packed.0.display()
+        )),
+        "{message}"
+    );
+    assert!(message.contains("`--max-decompressed 4M`"), "{message}");
+    assert!(parse(&path(), gzip(&text), &small).is_err());
+    let read = load_with(&packed.0, &LoadOptions::default()).unwrap().trace;
+    let expected = gen_trace(&GEN).unwrap().trace;
+    assert_eq!(
+        (&read.tensors, &read.ops),
+        (&expected.tensors, &expected.ops)
+    );
+    // Plain, it is read whatever the limit.
+    assert_eq!(parse(&path(), text, &small).unwrap().trace, expected);
+
+    // Content of no format: refused from its first 64 KiB, whatever follows (were it
+    // decompressed, the 2 MiB of zeros would hit the limit first).
+    let mut noise = b"ANNOTATE START\n".to_vec();
+    noise.resize(2 << 20, 0);
+    let err = parse(&path(), gzip(&noise), &small).unwrap_err();
+    assert!(
+        matches!(&err.problem, Problem::UnknownFormat { first_bytes } if first_bytes[..] == noise[..16]),
+        "{err}"
+    );
+    assert!(err.gzip);
+    assert!(
+        err.to_string()
+            .contains("unrecognised content (starts with 41 4e 4e"),
+        "{err}"
+    );
+
+    // A first line longer than the 64 KiB head is decided on the whole content.
+    let long = format!(r#"{{"ev":"meta","model":"{}"}}"#, "m".repeat(100 << 10));
+    let mut lines = GEN.to_vec();
+    lines[0] = &long;
+    let loaded = parse(&path(), gzip(lines.join("\n").as_bytes()), &small).unwrap();
+    assert_eq!(loaded.trace, expected);
+    // ... and one that is no JSON object is not.
+    let mut junk = vec![b'{'; 100 << 10];
+    junk.push(b'\n');
+    let err = parse(&path(), gzip(&junk), &small).unwrap_err();
+    assert!(
+        matches!(err.problem, Problem::UnknownFormat { .. }),
+        "{err}"
+    );
+}
+
+#[test]
 fn itermem_trace_files_load_plain_and_gzipped() {
     let file = TempPath::new("run.trace");
     crate::test_support::write_trace(&file.0, training(4));
