@@ -20,7 +20,7 @@ use itermem::policy::sim::{self, Policy as Baseline};
 use itermem::svg;
 use serde::Serialize;
 
-use super::{BadInput, InputArgs};
+use super::{BadInput, InputArgs, naming_file};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
@@ -114,7 +114,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     let import_options = args.input.import_options();
     let mut reports = Vec::new();
     for path in &args.traces {
-        let report = compare_file(path, &options, &import_options)?;
+        let report = naming_file(path, compare_file(path, &options, &import_options))?;
         if let Some(dir) = &args.svg {
             draw(dir, path, &options, &import_options)?;
         }

@@ -18,13 +18,16 @@ mod trace_cmd;
 
 use std::fmt;
 use std::io::{self, Write};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use itermem::detect::DetectError;
 use itermem::import::{self, ImportError};
-use itermem::plan::InstanceError;
+use itermem::ops::OpsError;
+use itermem::plan::{self, InstanceError};
+use itermem::policy::PolicyError;
 use itermem::trace::TraceError;
 
 const EXIT_CODES: &str = "\
@@ -113,6 +116,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `result`, its error naming `path` unless its message already does (the readers' errors
+/// name the file and the place in it; the planners' and simulators' do not know it).
+pub fn naming_file<T>(path: &Path, result: anyhow::Result<T>) -> anyhow::Result<T> {
+    result.map_err(|err| {
+        let name = path.display().to_string();
+        if format!("{err:#}").contains(&name) {
+            err
+        } else {
+            err.context(name)
+        }
+    })
+}
+
 /// 2 for bad input or usage, 0 for a closed output pipe, 1 otherwise.
 fn exit_code(err: &anyhow::Error) -> u8 {
     let mut code = 1;
@@ -122,6 +138,9 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || cause.is::<DetectError>()
             || cause.is::<ImportError>()
             || cause.is::<InstanceError>()
+            || cause.is::<OpsError>()
+            || cause.is::<plan::PlanError>()
+            || cause.is::<PolicyError>()
         {
             return 2;
         }

@@ -23,7 +23,7 @@ use itermem::swap::combined::{self, ExecutorInputs, PlanJson, SwapJson};
 use itermem::swap::{self, CopyModel, SimOptions, SimResult, SwapPlan, baselines};
 use serde::Serialize;
 
-use super::{BadInput, InputArgs};
+use super::{BadInput, InputArgs, naming_file};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
@@ -256,7 +256,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     };
     let trace = ops::load_with(&args.trace, &options)?.trace;
     if let Some(inputs) = timings {
-        return replan(&args, &trace, inputs);
+        return naming_file(&args.trace, replan(&args, &trace, inputs));
     }
     let peak = trace.peak().map_or(0, |p| p.bytes);
     if peak == 0 {
@@ -266,19 +266,25 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         )));
     }
     if args.sweep {
-        return sweep(&args, &trace, peak, copy);
+        return naming_file(&args.trace, sweep(&args, &trace, peak, copy));
     }
     let limit = limit_bytes(args.limit.as_deref().unwrap_or("100%"), peak)?;
-    let outcome = run_planner(
-        &trace,
-        limit,
-        copy,
-        args.planner,
-        args.evaluations,
-        !args.json,
+    let outcome = naming_file(
+        &args.trace,
+        run_planner(
+            &trace,
+            limit,
+            copy,
+            args.planner,
+            args.evaluations,
+            !args.json,
+        ),
     )?;
     let lent = swap::lent_windows(&trace, &outcome.plan, limit, copy);
-    let pool = combined::combined_pool(&trace, &lent, &Default::default())?;
+    let pool = naming_file(
+        &args.trace,
+        combined::combined_pool(&trace, &lent, &Default::default()),
+    )?;
     let json = PlanJson {
         trace: args.trace.display().to_string(),
         planner: args.planner.name().into(),

@@ -115,27 +115,38 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
 
 /// An itermem trace as it is, or any other recording `import` reads (PyTorch snapshot,
 /// profiler trace), converted to an in-memory itermem trace of its mallocs and frees.
-fn open(path: &Path, input: &InputArgs) -> anyhow::Result<TraceFile> {
+/// The trace of `path`, and the format it was converted from (None for an itermem trace).
+fn open(path: &Path, input: &InputArgs) -> anyhow::Result<(TraceFile, Option<String>)> {
     let mut magic = [0u8; 8];
     let is_itermem = File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
         .map_or(true, |()| &magic == b"ITERMEM\0");
     if is_itermem {
         // (An unreadable or short file is reported by the trace reader, with its offset.)
-        return Ok(TraceFile::open(path)?);
+        return Ok((TraceFile::open(path)?, None));
     }
     let recording = import::load_recording(path, &input.import_options())?;
+    let source = recording.source();
+    let format = format!(
+        "{}{}",
+        source.format,
+        if source.gzip { ", gzip" } else { "" }
+    );
     let mut header = TraceHeader::for_this_process(recording.source().format.to_string(), 0);
     header.pid = 0;
     header.start_unix_ns = 0;
     header.command_line = vec![path.display().to_string()];
     let bytes = itermem::trace::format::encode_trace(&header, &recording.to_events())?;
-    Ok(TraceFile::from_bytes(path, bytes)?)
+    Ok((TraceFile::from_bytes(path, bytes)?, Some(format)))
 }
 
 /// A checked trace: the file and the analysis of all its events.
 struct Loaded {
     file: TraceFile,
+    /// The size of the file on disk (for an imported file, not of its conversion).
+    file_bytes: u64,
+    /// The format an imported file was converted from; None for an itermem trace.
+    converted_from: Option<String>,
     analysis: Analysis,
     end: Option<EndRecord>,
     /// Where the file ends inside a record: the process ended without closing the trace.
@@ -143,7 +154,8 @@ struct Loaded {
 }
 
 fn load(path: &Path, detect: &DetectArgs, input: &InputArgs) -> anyhow::Result<Loaded> {
-    let file = open(path, input)?;
+    let (file, converted_from) = open(path, input)?;
+    let file_bytes = std::fs::metadata(path).map_or(file.len_bytes(), |meta| meta.len());
     let mut analyzer = analysis::Analyzer::new();
     let mut events = file.events();
     let mut cut_at = None;
@@ -158,6 +170,8 @@ fn load(path: &Path, detect: &DetectArgs, input: &InputArgs) -> anyhow::Result<L
     let analysis = analyzer.finish(&detect.config())?;
     Ok(Loaded {
         file,
+        file_bytes,
+        converted_from,
         analysis,
         end,
         cut_at,
@@ -220,7 +234,10 @@ fn info(args: &InfoArgs) -> anyhow::Result<()> {
 #[derive(Serialize)]
 struct InfoJson<'a> {
     file: String,
+    /// The format an imported file was converted from (null for an itermem trace).
+    converted_from: Option<&'a str>,
     format_version: u16,
+    /// The size of the file on disk.
     file_bytes: u64,
     /// Whether the writer finished cleanly (the end record is present).
     complete: bool,
@@ -267,8 +284,9 @@ impl<'a> InfoJson<'a> {
         let it = a.iteration.as_ref();
         InfoJson {
             file: loaded.file.path().display().to_string(),
+            converted_from: loaded.converted_from.as_deref(),
             format_version: loaded.file.version(),
-            file_bytes: loaded.file.len_bytes(),
+            file_bytes: loaded.file_bytes,
             complete: loaded.end.is_some(),
             events_lost: loaded.end.map(|e| e.events_lost),
             cut_at_byte: loaded.cut_at,
@@ -325,12 +343,15 @@ fn print_info(out: &mut impl Write, loaded: &Loaded, top: usize) -> io::Result<(
             None => "no end record: the writer did not finish".to_string(),
         },
     };
+    let format = match &loaded.converted_from {
+        Some(format) => format!("{format}, converted"),
+        None => format!("format v{}", loaded.file.version()),
+    };
     writeln!(
         out,
-        "trace       {} ({}, format v{}, {state})",
+        "trace       {} ({}, {format}, {state})",
         loaded.file.path().display(),
-        human_bytes(loaded.file.len_bytes()),
-        loaded.file.version()
+        human_bytes(loaded.file_bytes),
     )?;
     writeln!(
         out,

@@ -106,6 +106,10 @@ impl OpsError {
 
 impl fmt::Display for OpsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Problem::Trace(err) = &self.problem {
+            // A trace error already names the file and the byte offset.
+            return write!(f, "{err}");
+        }
         write!(f, "{}", self.path.display())?;
         match self.location {
             Location::File => {}
@@ -121,16 +125,9 @@ impl fmt::Display for OpsError {
     }
 }
 
-impl std::error::Error for OpsError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.problem {
-            Problem::Io(err) | Problem::Gzip(err) => Some(err),
-            Problem::Trace(err) => Some(err.as_ref()),
-            Problem::Invariant(err) => Some(err.as_ref()),
-            _ => None,
-        }
-    }
-}
+// No `source()`: the inner error is already part of the message, and `{:#}` would print it
+// twice ("corrupt deflate stream: corrupt deflate stream").
+impl std::error::Error for OpsError {}
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,114 @@
+//! What the CLI says about bad input: one `itermem:` line that names the file, says each thing
+//! once, and exit code 2 (issue 14, item 13: messages without the file, `plan` exiting 1,
+//! "corrupt deflate stream: corrupt deflate stream", and `trace info` giving the size of its
+//! own conversion instead of the file's). Every input is made here.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn input(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = support::scratch(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// A gzip header followed by bytes that are not deflate data.
+fn corrupt_gzip() -> Vec<u8> {
+    let mut bytes = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+    bytes.extend_from_slice(b"garbagegarbage");
+    bytes
+}
+
+/// The stderr of a command that must fail with exit code 2, after checking it is one line.
+fn bad_input(args: &[&str], file: &Path) -> String {
+    let output = Command::new(support::itermem())
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("itermem: "), "{args:?}: {stderr}");
+    stderr
+}
+
+/// No part of the message (between ": ") comes twice in a row.
+fn says_each_thing_once(message: &str) {
+    let parts: Vec<&str> = message.trim_end().split(": ").collect();
+    for pair in parts.windows(2) {
+        assert_ne!(pair[0].trim_start_matches("itermem "), pair[1], "{message}");
+    }
+}
+
+#[test]
+fn bad_input_is_named_said_once_and_exits_with_2() {
+    // Two buffers of 2^64 - 1 bytes: the sizes overflow every planner.
+    let overflowing = input(
+        "overflow.csv",
+        b"id,lower,upper,size\n0,0,1,18446744073709551615\n1,0,1,18446744073709551615\n",
+    );
+    let gzip = input("corrupt.log.gz", &corrupt_gzip());
+    let header = input("header.itrace", b"ITERMEM\0\x01\x00\xff\xff");
+    let cases: [(&[&str], &Path); 7] = [
+        (&["compare"], &overflowing),
+        (&["compare"], &gzip),
+        (&["plan", "--limit", "50%"], &gzip),
+        (&["plan", "--sweep"], &gzip),
+        (&["plan", "--limit", "50%"], &header),
+        (&["trace", "info"], &header),
+        (&["trace", "info"], &gzip),
+    ];
+    for (args, file) in cases {
+        let message = bad_input(args, file);
+        let name = file.display().to_string();
+        assert!(message.contains(&name), "{args:?}: {message}");
+        says_each_thing_once(&message);
+    }
+    for file in [overflowing, gzip, header] {
+        std::fs::remove_file(file).unwrap();
+    }
+}
+
+#[test]
+fn trace_info_gives_the_size_of_the_file_read() {
+    // A profiler trace of about 1 MB: its memory events, and kernels that are not converted.
+    let mut events = Vec::new();
+    for i in 0..2000u64 {
+        let bytes = if (i / 50) % 2 == 0 { 512 } else { -512 };
+        events.push(
+            serde_json::json!({"ph": "i", "s": "t", "name": "[memory]", "pid": 1,
+            "tid": 1, "ts": 2 * i, "args": {"Device Type": 1, "Device Id": 0,
+            "Addr": 1_000_000 + 4096 * (i % 50), "Bytes": bytes}}),
+        );
+    }
+    for i in 0..5000 {
+        events.push(serde_json::json!({"ph": "X", "cat": "kernel",
+            "name": format!("some_kernel_name_{i}"), "pid": 1, "tid": 7, "ts": i, "dur": 1}));
+    }
+    let json = serde_json::to_vec(&serde_json::json!({ "traceEvents": events })).unwrap();
+    let plain = input("profile.json", &json);
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(&json).unwrap();
+    let gzipped = input("profile.json.gz", &encoder.finish().unwrap());
+    for file in [plain, gzipped] {
+        let output = Command::new(support::itermem())
+            .args(["trace", "info", "--json"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let info: serde_json::Value = serde_json::from_str(&support::stdout_ok(&output)).unwrap();
+        let on_disk = std::fs::metadata(&file).unwrap().len();
+        assert_eq!(info["file_bytes"], on_disk, "{}", file.display());
+        let format = info["converted_from"].as_str().unwrap();
+        assert!(
+            format.starts_with("PyTorch profiler trace JSON"),
+            "{format}"
+        );
+        assert_eq!(info["events"]["malloc"], 1000);
+        std::fs::remove_file(file).unwrap();
+    }
+}
