@@ -1340,18 +1340,20 @@ mod tests {
         assert!(cholesky(&[1.0, 2.0, 2.0, 1.0], 2).is_none());
     }
 
-    /// Release builds only: `cargo test --release -p itermem --lib bo -- --ignored`.
+    /// Without early stopping every evaluation of the budget runs, in rounds of the default
+    /// batch. What those 36 evaluations cost in time is measured by `itermem bench bo`
+    /// (docs/BENCHMARKS.md), not asserted: a test that times itself fails on a loaded machine.
     #[test]
-    #[ignore = "timing; run in release"]
-    fn overhead_of_36_evaluations_is_small() {
-        let start = std::time::Instant::now();
+    fn without_patience_the_whole_budget_is_evaluated() {
         let config = BoConfig {
             patience: 0,
             ..BoConfig::default()
         };
         let r = minimize(bowl4, 4, WEIGHTS, &config).unwrap();
-        let elapsed = start.elapsed();
-        assert_eq!(r.evaluations, 36);
-        assert!(elapsed.as_millis() < 100, "{elapsed:?}");
+        assert_eq!((r.evaluations, r.history.len()), (36, 36));
+        assert!(!r.converged);
+        let initial = config.initial.max(4);
+        assert_eq!(r.rounds, (36 - initial).div_ceil(config.batch));
+        assert!(r.best.primary < 0.05 * 8.04, "{:?}", r.best);
     }
 }

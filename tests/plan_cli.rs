@@ -218,3 +218,28 @@ fn a_trace_without_tensor_bytes_is_an_error() {
     }
     std::fs::remove_file(log).unwrap();
 }
+
+/// The planning benchmarks run and report (their timings are reported, never asserted).
+#[test]
+fn planning_benchmarks_report_their_timings() {
+    let bench = |args: &[&str]| {
+        let output = Command::new(itermem())
+            .arg("bench")
+            .args(args)
+            .output()
+            .unwrap();
+        stdout_ok(&output)
+    };
+    let swap = bench(&["swap", "--ops", "300", "--tensors", "600", "--runs", "2"]);
+    assert!(
+        swap.contains("300 ops and 600 tensors") && swap.contains("evaluate"),
+        "{swap}"
+    );
+    let bo = bench(&["bo", "--runs", "1"]);
+    assert!(bo.contains("36 evaluations"), "{bo}");
+    let output = Command::new(itermem())
+        .args(["bench", "swap", "--runs", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}

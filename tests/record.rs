@@ -372,9 +372,30 @@ fn a_killed_program_leaves_a_trace_of_all_but_its_last_moments() {
     let stdout = child.stdout.take().unwrap();
     let mut lines = std::io::BufReader::new(stdout).lines();
     assert!(lines.any(|l| l.unwrap().starts_with("iter 3 ")));
-    // Iterations 0-3 ended at least 300 ms before the kill (the batch age and the writer's
-    // delay add up to 100 ms).
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Iterations 0-3 have ended: the writer puts them on disk while the program runs (within
+    // about 100 ms: the batch age and the writer's delay). Wait until the file holds them,
+    // not for a fixed time, which a loaded machine can overrun; a writer that kept them in
+    // memory never gets there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let four_iterations = || {
+        let output = Command::new(itermem())
+            .args(["trace", "info", "--json"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        let info: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+        let period = info["period_events"].as_u64();
+        let events = info["access_events"].as_u64().unwrap_or(0);
+        period.is_some_and(|period| events >= 4 * period)
+    };
+    while !four_iterations() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "iterations 0-3 are not in the trace a minute after they ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     child.kill().unwrap(); // SIGKILL: no handler, no atexit
     child.wait().unwrap();
     let info = trace_info(&trace);

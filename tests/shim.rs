@@ -99,12 +99,17 @@ fn stream_ordered_allocation_returns_memory_in_stream_order() {
 
 #[test]
 fn copy_bandwidth_model_slows_copies() {
-    let fast = check("async_copies", &[]);
-    let slow = check("async_copies", &[("CUDA_SHIM_H2D_GBPS", "1")]);
-    let ms = |out: &str| value_of(out, "h2d_ms").unwrap().parse::<f64>().unwrap();
-    // 8 MiB at 1 GB/s is 8.4 ms at least.
-    assert!(ms(&slow) >= 8.0, "{slow}");
-    assert!(ms(&slow) > ms(&fast), "fast {fast} slow {slow}");
+    check("async_copies", &[]);
+    let ms = |gbps: &str| {
+        let out = check("async_copies", &[("CUDA_SHIM_H2D_GBPS", gbps)]);
+        value_of(&out, "h2d_ms").unwrap().parse::<f64>().unwrap()
+    };
+    // 8 MiB take 8.39 ms at least at 1 GB/s, 33.6 ms at 0.25 GB/s. Only lower bounds: what a
+    // copy takes beyond the model depends on the machine's load.
+    for (gbps, at_least) in [("1", 8.38), ("0.25", 33.5)] {
+        let took = ms(gbps);
+        assert!(took >= at_least, "{gbps} GB/s: {took} ms");
+    }
 }
 
 #[test]
@@ -122,13 +127,16 @@ fn jitter_is_reproducible_by_seed() {
     assert_eq!(value_of(&none, "jitter_digest"), Some("0"));
 }
 
+/// The race is real, so this one depends on timing: each stream sleeps up to 20 ms before its
+/// operation, and over ten seeds stream B draws the shorter sleep by a margin of milliseconds
+/// several times, far beyond the scheduling delays of a loaded machine.
 #[test]
 fn jitter_exposes_a_missing_event_wait() {
     let values: Vec<String> = (1..=10)
         .map(|seed| {
             let seed = seed.to_string();
             let env = [
-                ("CUDA_SHIM_JITTER_US", "5000"),
+                ("CUDA_SHIM_JITTER_US", "20000"),
                 ("CUDA_SHIM_SEED", seed.as_str()),
             ];
             value_of(&check("event_wait_missing", &env), "value")

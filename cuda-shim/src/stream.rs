@@ -298,7 +298,9 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
-    /// Appends (stream tag, value) to a log, sleeping first to make ordering bugs visible.
+    /// Appends a value to a log, after its gate (if any) opened: a test holds work at a gate
+    /// while it checks what must or must not have run, instead of hoping a sleeping operation is
+    /// still asleep when it looks (which a loaded machine breaks).
     #[derive(Default)]
     struct Log {
         entries: Mutex<Vec<u32>>,
@@ -308,11 +310,44 @@ mod tests {
     /// Value whose execution panics, as a bug of the simulation would.
     const PANICS: u32 = u32::MAX;
 
+    /// Opens when its `Opener` is dropped.
+    type Gate = Option<Receiver<()>>;
+    type Opener = Sender<()>;
+
+    fn gate() -> (Opener, Gate) {
+        let (opener, gate) = crossbeam_channel::bounded(0);
+        (opener, Some(gate))
+    }
+
+    /// Longest a test waits for work that must complete: far beyond any load, and a wrong
+    /// ordering fails instead of hanging.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    /// How long a test gives work that must not run to (wrongly) run: absence of an event
+    /// cannot be awaited, so this bounds only how likely a wrong order is caught, never
+    /// whether a right one passes.
+    const CHANCE: Duration = Duration::from_millis(50);
+
+    /// Whether `marker` completes within `timeout`.
+    fn completes_within(marker: &Marker, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut done = marker.done.lock();
+        while done.is_none() {
+            if marker.cond.wait_until(&mut done, deadline).timed_out() {
+                return done.is_some();
+            }
+        }
+        true
+    }
+
     impl Executor for Log {
-        type Work = (u32, Duration);
-        fn execute(&self, (value, sleep): (u32, Duration)) {
+        type Work = (u32, Gate);
+        fn execute(&self, (value, gate): (u32, Gate)) {
             assert_ne!(value, PANICS, "simulated bug");
-            std::thread::sleep(sleep);
+            if let Some(gate) = gate {
+                // Err once the opener is dropped: the gate is open.
+                let _ = gate.recv();
+            }
             self.entries.lock().push(value);
         }
         fn jittered(&self, _: u64, delay: Duration) {
@@ -328,15 +363,13 @@ mod tests {
         (log, Streams::new(log, Duration::from_micros(jitter_us), 1))
     }
 
-    const SLOW: Duration = Duration::from_millis(20);
-
     #[test]
     fn one_stream_runs_in_submission_order() {
         let (log, streams) = setup(200);
         let s = streams.create(false);
         let mut last = None;
         for i in 0..50 {
-            last = Some(streams.submit(s, (i, Duration::ZERO), None).unwrap());
+            last = Some(streams.submit(s, (i, None), None).unwrap());
         }
         last.unwrap().wait();
         assert_eq!(*log.entries.lock(), (0..50).collect::<Vec<_>>());
@@ -346,9 +379,9 @@ mod tests {
     fn a_panicking_operation_completes_and_its_stream_goes_on() {
         let (log, streams) = setup(0);
         let s = streams.create(false);
-        let failed = streams.submit(s, (PANICS, Duration::ZERO), None).unwrap();
+        let failed = streams.submit(s, (PANICS, None), None).unwrap();
         failed.wait();
-        streams.submit(s, (1, Duration::ZERO), None).unwrap().wait();
+        streams.submit(s, (1, None), None).unwrap().wait();
         assert_eq!(*log.entries.lock(), vec![PANICS, 1]);
     }
 
@@ -357,11 +390,15 @@ mod tests {
         let (log, streams) = setup(0);
         let a = streams.create(true);
         let b = streams.create(true);
-        let first = streams.submit(a, (1, SLOW), None).unwrap();
-        streams
-            .submit(b, (2, Duration::ZERO), Some(first))
-            .unwrap()
-            .wait();
+        let (open, held) = gate();
+        let first = streams.submit(a, (1, held), None).unwrap();
+        let second = streams.submit(b, (2, None), Some(first)).unwrap();
+        assert!(
+            !completes_within(&second, CHANCE),
+            "b ran before the operation of a it waits for"
+        );
+        drop(open);
+        assert!(completes_within(&second, PATIENCE));
         assert_eq!(*log.entries.lock(), vec![1, 2]);
     }
 
@@ -370,17 +407,25 @@ mod tests {
         let (log, streams) = setup(0);
         let blocking = streams.create(false);
         let non_blocking = streams.create(true);
-        streams.submit(non_blocking, (9, SLOW * 5), None).unwrap();
-        streams.submit(blocking, (1, SLOW), None).unwrap();
-        streams.submit(0, (2, Duration::ZERO), None).unwrap().wait();
-        assert_eq!(
-            *log.entries.lock(),
-            vec![1, 2],
+        let (open_non_blocking, held_non_blocking) = gate();
+        let (open_blocking, held_blocking) = gate();
+        let nine = streams
+            .submit(non_blocking, (9, held_non_blocking), None)
+            .unwrap();
+        streams.submit(blocking, (1, held_blocking), None).unwrap();
+        let legacy = streams.submit(0, (2, None), None).unwrap();
+        assert!(
+            !completes_within(&legacy, CHANCE),
             "legacy ran before the blocking stream"
         );
-        streams.all_tails().iter().for_each(|m| {
-            m.wait();
-        });
+        drop(open_blocking);
+        assert!(
+            completes_within(&legacy, PATIENCE),
+            "legacy waits for the non-blocking stream"
+        );
+        assert_eq!(*log.entries.lock(), vec![1, 2]);
+        drop(open_non_blocking);
+        assert!(completes_within(&nine, PATIENCE));
         assert_eq!(*log.entries.lock(), vec![1, 2, 9]);
     }
 
@@ -389,36 +434,38 @@ mod tests {
         let (log, streams) = setup(0);
         let blocking = streams.create(false);
         let non_blocking = streams.create(true);
-        streams.submit(0, (1, SLOW), None).unwrap();
-        let nb = streams
-            .submit(non_blocking, (3, Duration::ZERO), None)
-            .unwrap();
-        streams
-            .submit(blocking, (2, Duration::ZERO), None)
-            .unwrap()
-            .wait();
-        nb.wait();
-        let entries = log.entries.lock().clone();
-        assert_eq!(
-            entries[0], 3,
-            "a non-blocking stream does not wait for legacy work"
+        let (open, held) = gate();
+        streams.submit(0, (1, held), None).unwrap();
+        let three = streams.submit(non_blocking, (3, None), None).unwrap();
+        let two = streams.submit(blocking, (2, None), None).unwrap();
+        assert!(
+            completes_within(&three, PATIENCE),
+            "a non-blocking stream waits for legacy work"
         );
-        assert_eq!(&entries[1..], &[1, 2]);
+        assert!(
+            !completes_within(&two, CHANCE),
+            "a blocking stream ran before earlier legacy work"
+        );
+        drop(open);
+        assert!(completes_within(&two, PATIENCE));
+        assert_eq!(*log.entries.lock(), vec![3, 1, 2]);
     }
 
     #[test]
     fn destroyed_stream_finishes_queued_work_and_its_handle_dies() {
         let (log, streams) = setup(0);
         let s = streams.create(false);
-        let done = streams.submit(s, (5, SLOW), None).unwrap();
-        streams.destroy(s).unwrap();
-        done.wait();
-        assert_eq!(*log.entries.lock(), vec![5]);
+        let (open, held) = gate();
+        let done = streams.submit(s, (5, held), None).unwrap();
+        streams.destroy(s).unwrap(); // while its work is still queued
         assert_eq!(
-            streams.submit(s, (6, SLOW), None).err(),
+            streams.submit(s, (6, None), None).err(),
             Some(INVALID_HANDLE)
         );
         assert_eq!(streams.destroy(s), Err(INVALID_HANDLE));
+        drop(open);
+        assert!(completes_within(&done, PATIENCE));
+        assert_eq!(*log.entries.lock(), vec![5]);
     }
 
     #[test]
@@ -428,7 +475,7 @@ mod tests {
             let streams = Streams::new(log, Duration::from_micros(100), seed);
             let s = streams.create(false);
             for i in 0..20 {
-                streams.submit(s, (i, Duration::ZERO), None).unwrap();
+                streams.submit(s, (i, None), None).unwrap();
             }
             streams.tail(s).unwrap().wait();
             log.delays.load(SeqCst)

@@ -1,17 +1,26 @@
-//! `itermem bench hooks`: what the interposer's hooks add to each CUDA call.
+//! `itermem bench`: how fast things are. Timings are measured and reported here, never
+//! asserted by tests (a loaded machine would fail them); the tests assert results.
 //!
-//! Runs `tests/programs/hook_bench` (cudaMalloc+cudaFree pairs, and launches of an 8-parameter
+//! `itermem bench hooks`: what the interposer's hooks add to each CUDA call. Runs
+//! `tests/programs/hook_bench` (cudaMalloc+cudaFree pairs, and launches of an 8-parameter
 //! kernel whose pointers point into some of the 10,000 allocations it keeps live) alternately
 //! on the simulated platform alone and under `LD_PRELOAD=libitermem.so` in each mode asked for
 //! (record with the trace on by default; swap with a limit of the whole device, so nothing is
 //! swapped), and reports the medians of each and their differences. Alternating runs and
 //! taking medians keeps a noisy machine from favouring either side.
+//!
+//! `itermem bench plan`, `swap` and `bo`: planning times (SmartPool best-fit, AutoSwap's plan
+//! and evaluation, Bayesian optimisation's own cost), medians over runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use itermem::config::Mode;
+use itermem::ops::{Op, OpTrace, Tensor};
+use itermem::rng::SplitMix64;
+use itermem::swap::{self, CopyModel, Weights};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -25,6 +34,35 @@ enum BenchWhat {
     Hooks(HooksArgs),
     /// SmartPool best-fit planning time on a seeded random instance (default 100k buffers).
     Plan(PlanArgs),
+    /// AutoSwap's planning and evaluation time on a seeded random iteration (default 5,000
+    /// ops, 10,000 tensors, limit half the peak).
+    Swap(SwapArgs),
+    /// What Bayesian optimisation costs by itself: 36 evaluations of a 4-D objective that
+    /// costs nothing.
+    Bo(BoArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SwapArgs {
+    /// Ops of the random iteration.
+    #[arg(long, default_value_t = 5_000)]
+    ops: usize,
+    /// Tensors of the random iteration.
+    #[arg(long, default_value_t = 10_000)]
+    tensors: usize,
+    /// Seed of the iteration.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Runs (the median time is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct BoArgs {
+    /// Runs (the median time is reported).
+    #[arg(long, default_value_t = 9)]
+    runs: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +122,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         BenchWhat::Hooks(args) => hooks(args),
         BenchWhat::Plan(args) => plan(args),
+        BenchWhat::Swap(args) => swap_bench(args),
+        BenchWhat::Bo(args) => bo_bench(args),
     }
 }
 
@@ -183,6 +223,160 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
         times[0],
         times[times.len() - 1],
         ratios[ratios.len() / 2]
+    );
+    Ok(())
+}
+
+/// Median, minimum and maximum of `times`, in milliseconds.
+fn spread(times: &mut [Duration]) -> (f64, f64, f64) {
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    (
+        ms(times[times.len() / 2]),
+        ms(times[0]),
+        ms(times[times.len() - 1]),
+    )
+}
+
+fn swap_bench(args: SwapArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        bail!(super::BadInput("--runs must be at least 1".into()));
+    }
+    let trace = random_iteration(args.ops, args.tensors, args.seed);
+    let peak = trace.peak().map_or(0, |p| p.bytes);
+    let limit = peak / 2;
+    let copy = CopyModel::pcie3();
+    let run = || {
+        let start = Instant::now();
+        let plan = swap::plan(&trace, limit, Weights::default(), copy);
+        let planned = start.elapsed();
+        let start = Instant::now();
+        let result = swap::evaluate(&trace, &plan, limit, copy);
+        (plan, result, planned, start.elapsed())
+    };
+    let (plan, result, planned, evaluated) = run();
+    let (mut plan_times, mut evaluate_times) = (vec![planned], vec![evaluated]);
+    for _ in 1..args.runs {
+        let (_, _, planned, evaluated) = run();
+        plan_times.push(planned);
+        evaluate_times.push(evaluated);
+    }
+    if let Err(e) = swap::check(&trace, &plan, limit, copy) {
+        bail!(
+            "internal error: the AutoSwap plan of seed {} is invalid: {e}",
+            args.seed
+        );
+    }
+    let (plan_ms, plan_min, plan_max) = spread(&mut plan_times);
+    let (eval_ms, eval_min, eval_max) = spread(&mut evaluate_times);
+    println!(
+        "AutoSwap on a random iteration of {} ops and {} tensors (seed {}), limit half the \
+         peak, PCIe 3, median of {} runs: plan {plan_ms:.1} ms (min {plan_min:.1}, max \
+         {plan_max:.1}), evaluate {eval_ms:.1} ms (min {eval_min:.1}, max {eval_max:.1}); {} \
+         swaps, overhead {:.3}",
+        args.ops,
+        args.tensors,
+        args.seed,
+        args.runs,
+        plan.swaps.len(),
+        result.overhead
+    );
+    Ok(())
+}
+
+/// A seeded random iteration: ops of 0–200 µs, tensors of 0–63 MiB that are resident, die
+/// during the iteration or are born and die in it, each accessed at up to four ops.
+fn random_iteration(n_ops: usize, n_tensors: usize, seed: u64) -> OpTrace {
+    let mut rng = SplitMix64::new(seed);
+    let n = n_ops.max(1);
+    let mut ops: Vec<Op> = (0..n)
+        .map(|k| Op {
+            name: format!("op{k}"),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            time_ns: if rng.below(10) == 0 {
+                0.0
+            } else {
+                rng.range(1, 2000) as f64 * 100.0
+            },
+            measured: true,
+            flops: 0.0,
+        })
+        .collect();
+    let mut tensors = Vec::with_capacity(n_tensors);
+    for id in 0..n_tensors as u32 {
+        let bytes = if rng.below(20) == 0 {
+            0
+        } else {
+            rng.range(1, 64) << 20
+        };
+        let (resident, born, dies) = match rng.below(4) {
+            0 => (true, None, None),
+            1 => (true, None, Some(rng.below(n as u64) as usize)),
+            _ => {
+                let born = rng.below(n as u64) as usize;
+                let dies =
+                    (rng.below(8) != 0).then(|| born + rng.below((n - born) as u64) as usize);
+                (false, Some(born), dies)
+            }
+        };
+        let (lo, hi) = (born.unwrap_or(0) as u64, dies.unwrap_or(n - 1) as u64);
+        let mut at: Vec<usize> = born.into_iter().collect();
+        for _ in 0..rng.below(4) {
+            at.push(rng.range(lo, hi + 1) as usize);
+        }
+        at.sort_unstable();
+        at.dedup();
+        for (j, &k) in at.iter().enumerate() {
+            if j == 0 && born.is_some() || rng.below(3) == 0 {
+                ops[k].writes.push(id);
+            } else {
+                ops[k].reads.push(id);
+            }
+        }
+        tensors.push(Tensor {
+            id,
+            bytes,
+            resident,
+            dies_after: dies,
+            born_at: born,
+        });
+    }
+    OpTrace {
+        source: format!("random iteration, seed {seed}"),
+        tensors,
+        ops,
+    }
+}
+
+fn bo_bench(args: BoArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        bail!(super::BadInput("--runs must be at least 1".into()));
+    }
+    // AutoSwap's four weights in [-1, 1], as `itermem plan` searches them, every evaluation
+    // run (no early stop on convergence).
+    let config = itermem::bo::BoConfig {
+        patience: 0,
+        ..itermem::bo::BoConfig::default()
+    };
+    let bowl = |x: &[f64]| {
+        let centre = [0.3, -0.5, 0.1, 0.7];
+        let value = x.iter().zip(centre).map(|(x, c)| (x - c) * (x - c)).sum();
+        itermem::bo::Objective::scalar(value)
+    };
+    let mut times = Vec::new();
+    let mut evaluations = 0;
+    for _ in 0..args.runs {
+        let start = Instant::now();
+        let result = itermem::bo::minimize(bowl, 4, (-1.0, 1.0), &config)?;
+        times.push(start.elapsed());
+        evaluations = result.evaluations;
+    }
+    let (ms, min, max) = spread(&mut times);
+    println!(
+        "Bayesian optimisation, {evaluations} evaluations of a free 4-D objective, median of {} \
+         runs: {ms:.1} ms (min {min:.1}, max {max:.1})",
+        args.runs
     );
     Ok(())
 }

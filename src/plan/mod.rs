@@ -36,10 +36,11 @@
 //!   by size is the incumbent; another run replaces it only if strictly smaller).
 //! * [`Policy::Search`] (beyond the paper): best-fit is the incumbent; one dive of a canonical
 //!   depth-first search (MiniMalloc-style) tries to meet `LB` at once, then best-of runs, then,
-//!   while `footprint > LB` and [`PlanOptions::budget`] lasts, the depth-first search at `LB`
-//!   and at capacities between `LB` and the incumbent, alternating with a seeded randomised
-//!   iterated greedy (see `search.rs`). A plan replaces the incumbent only if strictly smaller,
-//!   and the search stops as soon as `footprint = LB` (then the plan is optimal).
+//!   while `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts,
+//!   the depth-first search at `LB` and at capacities between `LB` and the incumbent,
+//!   alternating with a seeded randomised iterated greedy (see `search.rs`). A plan replaces
+//!   the incumbent only if strictly smaller, and the search stops as soon as `footprint = LB`
+//!   (then the plan is optimal).
 //!
 //! Every planner supports absence windows: a greedy run records each buffer once per resident
 //! interval and asks for the bytes taken during any of them; the DFS builds its conflict pairs
@@ -154,6 +155,11 @@ pub struct PlanOptions {
     /// Wall-clock budget of [`Policy::Search`], from the start of planning. Best-of always
     /// completes, so a search is never worse than best-of even with a zero budget.
     pub budget: Duration,
+    /// A budget of work instead of time: when set, [`Policy::Search`] stops after this many
+    /// steps (one depth-first search node; a greedy run on `n` buffers counts `n`) and
+    /// `budget` is not used. The same instance, seed and steps then give the same plan on any
+    /// machine under any load (what tests use); the time it takes still varies.
+    pub steps: Option<u64>,
     /// Seed of every randomised choice of [`Policy::Search`].
     pub seed: u64,
 }
@@ -163,6 +169,7 @@ impl Default for PlanOptions {
         PlanOptions {
             alignment: Alignment::DEFAULT,
             budget: Duration::from_secs(1),
+            steps: None,
             seed: 0x5EED,
         }
     }
@@ -236,7 +243,7 @@ pub fn plan(
         Policy::Search => search::search(
             instance,
             &prep,
-            start + options.budget,
+            search::Clock::with_deadline(start, options.budget, options.steps, prep.len()),
             options.seed,
             &mut stats,
         ),

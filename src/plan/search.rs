@@ -43,6 +43,11 @@
 //! proved infeasible and the incumbent. The incumbent is replaced only by a strictly smaller
 //! footprint, and the search stops as soon as `footprint = LB`.
 //!
+//! **The budget** is measured by a [`Clock`]: wall-clock time since planning started (the CLI,
+//! the interposer), or steps of work ([`super::PlanOptions::steps`]: one DFS node, or `n` per
+//! greedy run on `n` buffers). Counted in steps, the search does the same work and returns the
+//! same plan on any machine under any load, which is what tests need.
+//!
 //! **Absences** (swapped buffers, see [`super::Instance::with_absences`]): "overlaps" means
 //! "resident at a common instant" and "live at `t`" means "resident at `t`" throughout; every
 //! argument above holds for any such conflict relation as long as the buffers resident at one
@@ -54,7 +59,7 @@
 //! MiniMalloc's dynamic temporal decomposition (solving independent time partitions apart).
 
 use std::cell::OnceCell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::greedy::{self, Fit, Order, Prepared};
 use super::{Instance, Method, Outcome};
@@ -79,12 +84,56 @@ pub struct SearchStats {
     pub improvements: u64,
 }
 
+/// What a search's budget is measured in (see the module doc). Every deadline of this module
+/// is a tick of its clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Clock {
+    /// Nanoseconds since the instant given.
+    Wall(Instant),
+    /// Steps of work done: DFS nodes, plus `per_greedy_run` for each perturbed greedy run.
+    Steps { per_greedy_run: u64 },
+}
+
+impl Clock {
+    /// The clock of a search planned from `start` on `buffers` buffers, and its deadline:
+    /// `steps` of work when given, else `budget` of wall-clock time.
+    pub(crate) fn with_deadline(
+        start: Instant,
+        budget: Duration,
+        steps: Option<u64>,
+        buffers: usize,
+    ) -> (Clock, u64) {
+        match steps {
+            Some(steps) => {
+                let per_greedy_run = buffers as u64;
+                (Clock::Steps { per_greedy_run }, steps)
+            }
+            None => (Clock::Wall(start), nanos(budget)),
+        }
+    }
+
+    /// Ticks elapsed: nanoseconds since the start, or the steps `stats` counts.
+    fn now(&self, stats: &SearchStats) -> u64 {
+        match *self {
+            Clock::Wall(start) => nanos(start.elapsed()),
+            Clock::Steps { per_greedy_run } => stats
+                .greedy_runs
+                .saturating_mul(per_greedy_run)
+                .saturating_add(stats.dfs_nodes),
+        }
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// [`super::Policy::Search`]: best-fit, a first DFS dive at the lower bound, the rest of
-/// best-of, then [`improve`] until `deadline`.
+/// best-of, then [`improve`] until `deadline` on `clock`.
 pub(crate) fn search(
     instance: &Instance,
     prep: &Prepared,
-    deadline: Instant,
+    (clock, deadline): (Clock, u64),
     seed: u64,
     stats: &mut SearchStats,
 ) -> Outcome {
@@ -99,7 +148,8 @@ pub(crate) fn search(
         // placement usually meets the bound at once, for about the cost of a greedy run.
         let limit = 2 * prep.len() as u64 + 64;
         stats.dfs_runs += 1;
-        if let Ok(offsets) = dfs.run(&dfs.rankings[0], lb, limit, deadline, false, stats) {
+        let until = (clock, deadline);
+        if let Ok(offsets) = dfs.run(&dfs.rankings[0], lb, limit, until, false, stats) {
             offer(
                 &mut best,
                 offsets,
@@ -111,34 +161,42 @@ pub(crate) fn search(
         }
     }
     let best = greedy::best_of(instance, prep, best);
-    improve(instance, prep, dfs.as_ref(), best, deadline, seed, stats)
+    improve(
+        instance,
+        prep,
+        dfs.as_ref(),
+        best,
+        (clock, deadline),
+        seed,
+        stats,
+    )
 }
 
-/// Improves `incumbent` until `deadline` (see the module doc): half of the remaining time on
-/// the DFS at the lower bound, then slices of randomised greedy alternating with slices of DFS
-/// halfway between what is proved infeasible and the incumbent.
+/// Improves `incumbent` until `deadline` on `clock` (see the module doc): half of the
+/// remaining budget on the DFS at the lower bound, then slices of randomised greedy
+/// alternating with slices of DFS halfway between what is proved infeasible and the incumbent.
 fn improve(
     instance: &Instance,
     prep: &Prepared,
     dfs: Option<&Dfs<'_>>,
     incumbent: Outcome,
-    deadline: Instant,
+    (clock, deadline): (Clock, u64),
     seed: u64,
     stats: &mut SearchStats,
 ) -> Outcome {
     let mut best = incumbent;
     let lb = prep.lower_bound;
-    let start = Instant::now();
+    let start = clock.now(stats);
     if best.footprint <= lb || start >= deadline {
         return best;
     }
-    let budget = deadline.saturating_duration_since(start);
+    let budget = deadline - start;
     let mut rng = SplitMix64::new(seed);
     // Every capacity below `feasible_from` is proved infeasible.
     let mut feasible_from = lb;
 
     if let Some(dfs) = dfs {
-        match dfs.solve(lb, start + budget / 2, stats) {
+        match dfs.solve(lb, (clock, start + budget / 2), stats) {
             Verdict::Found(offsets) => {
                 offer(
                     &mut best,
@@ -153,11 +211,13 @@ fn improve(
             Verdict::Unknown => {}
         }
     }
-    let slice = budget / 16;
+    // At least one tick, so a slice always does some work (a clock of steps stands still
+    // otherwise).
+    let slice = (budget / 16).max(1);
     let mut round = 0u64;
-    while Instant::now() < deadline && best.footprint > feasible_from {
-        let slice_end = (Instant::now() + slice).min(deadline);
-        while Instant::now() < slice_end && best.footprint > feasible_from {
+    while clock.now(stats) < deadline && best.footprint > feasible_from {
+        let slice_end = clock.now(stats).saturating_add(slice).min(deadline);
+        while clock.now(stats) < slice_end && best.footprint > feasible_from {
             round += 1;
             let candidate = perturbed(instance, prep, &mut rng, round);
             stats.greedy_runs += 1;
@@ -171,8 +231,8 @@ fn improve(
             break;
         }
         let target = feasible_from + (best.footprint - feasible_from) / 2;
-        let slice_end = (Instant::now() + slice).min(deadline);
-        match dfs.solve(target, slice_end, stats) {
+        let slice_end = clock.now(stats).saturating_add(slice).min(deadline);
+        match dfs.solve(target, (clock, slice_end), stats) {
             Verdict::Found(offsets) => {
                 let method = Method::Dfs { capacity: target };
                 offer(&mut best, offsets, prep, method, stats)
@@ -466,18 +526,23 @@ impl<'a> Dfs<'a> {
         })
     }
 
-    /// A placement with footprint ≤ `capacity`, searching until `deadline` with doubling node
-    /// limits over the rankings.
-    fn solve(&self, capacity: u64, deadline: Instant, stats: &mut SearchStats) -> Verdict {
+    /// A placement with footprint ≤ `capacity`, searching until `deadline` on `clock` with
+    /// doubling node limits over the rankings.
+    fn solve(
+        &self,
+        capacity: u64,
+        (clock, deadline): (Clock, u64),
+        stats: &mut SearchStats,
+    ) -> Verdict {
         if capacity < self.prep.lower_bound {
             return Verdict::Refuted;
         }
         let mut limit = (self.prep.len() as u64).max(64);
-        while Instant::now() < deadline {
+        while clock.now(stats) < deadline {
             limit = limit.saturating_mul(2);
             for rank in &self.rankings {
                 stats.dfs_runs += 1;
-                match self.run(rank, capacity, limit, deadline, true, stats) {
+                match self.run(rank, capacity, limit, (clock, deadline), true, stats) {
                     Ok(offsets) => return Verdict::Found(offsets),
                     Err(Stop::Exhausted) => {
                         stats.dfs_refuted += 1;
@@ -485,7 +550,7 @@ impl<'a> Dfs<'a> {
                     }
                     Err(Stop::Aborted) => {}
                 }
-                if Instant::now() >= deadline {
+                if clock.now(stats) >= deadline {
                     return Verdict::Unknown;
                 }
             }
@@ -498,7 +563,7 @@ impl<'a> Dfs<'a> {
         rank: &[u32],
         capacity: u64,
         node_limit: u64,
-        deadline: Instant,
+        (clock, deadline): (Clock, u64),
         floors: bool,
         stats: &mut SearchStats,
     ) -> Result<Vec<u64>, Stop> {
@@ -538,7 +603,7 @@ impl<'a> Dfs<'a> {
             if nodes >= node_limit {
                 return Err(Stop::Aborted);
             }
-            if nodes % 256 == 0 && Instant::now() >= deadline {
+            if nodes % 256 == 0 && clock.now(stats) >= deadline {
                 return Err(Stop::Aborted);
             }
             let (placed, ok) = state.place(i, key.0, capacity);
@@ -964,8 +1029,9 @@ mod tests {
         // The optimum is the resident peak, 6: 0 and 2 share a range.
         assert_eq!(prep.lower_bound, 6);
         let mut stats = SearchStats::default();
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        let Verdict::Found(offsets) = dfs.solve(6, deadline, &mut stats) else {
+        // Counted in steps: the verdicts cannot depend on the machine's load.
+        let until = (Clock::Steps { per_greedy_run: 3 }, 100_000);
+        let Verdict::Found(offsets) = dfs.solve(6, until, &mut stats) else {
             panic!("the DFS misses a placement at the bound");
         };
         assert_eq!(offsets[0], offsets[2]);
@@ -973,9 +1039,6 @@ mod tests {
             check::validate_parts(&instance, &offsets, 6, Alignment::NONE),
             Ok(())
         );
-        assert!(matches!(
-            dfs.solve(5, deadline, &mut stats),
-            Verdict::Refuted
-        ));
+        assert!(matches!(dfs.solve(5, until, &mut stats), Verdict::Refuted));
     }
 }

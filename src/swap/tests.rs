@@ -819,32 +819,23 @@ fn property_random_plans() {
     }
 }
 
+/// A large iteration (~5,000 ops, ~10,000 tensors) gets a valid plan that keeps the limit
+/// where zero overhead is claimed, deterministically. How long planning and evaluation take is
+/// measured by `itermem bench swap` (docs/BENCHMARKS.md), not asserted here: a test that times
+/// itself fails on a loaded machine.
 #[test]
-fn perf_evaluate_large() {
-    // ~5 000 ops, ~10 000 tensors. The budget (50 ms per evaluate) is asserted in release
-    // builds only; debug builds just run it.
+fn large_random_iteration_gets_a_valid_deterministic_plan() {
     let mut rng = SplitMix64::new(42);
     let t = random_trace(&mut rng, 5_000, 10_000, 1 << 20);
     let p = profile::Profile::new(&t);
     let limit = p.peak().0 / 2;
-    let t_plan = std::time::Instant::now();
-    let plan = plan(&t, limit, Weights::default(), CopyModel::pcie3());
-    let plan_time = t_plan.elapsed();
-    let t_eval = std::time::Instant::now();
-    let r = evaluate(&t, &plan, limit, CopyModel::pcie3());
-    let eval_time = t_eval.elapsed();
+    let copy = CopyModel::pcie3();
+    let plan = plan(&t, limit, Weights::default(), copy);
+    assert!(!plan.swaps.is_empty());
+    let r = check(&t, &plan, limit, copy).unwrap_or_else(|e| panic!("{e}"));
     assert!(r.time_ns >= r.base_time_ns);
-    eprintln!(
-        "perf: plan {:?}, evaluate {:?} ({} swaps, overhead {:.3})",
-        plan_time,
-        eval_time,
-        plan.swaps.len(),
-        r.overhead
-    );
-    if !cfg!(debug_assertions) {
-        assert!(eval_time.as_millis() < 50, "evaluate took {eval_time:?}");
-        assert!(plan_time.as_millis() < 125, "plan took {plan_time:?}");
-    }
+    assert_eq!(evaluate(&t, &plan, limit, copy), r);
+    assert_eq!(super::plan(&t, limit, Weights::default(), copy), plan);
 }
 
 #[test]

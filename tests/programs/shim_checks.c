@@ -5,11 +5,17 @@
  * Usage: shim_checks CASE      (one of the case names in `cases` below)
  * Each case asserts its own expectations and exits 1 with a message on the first mismatch;
  * some print values (key=value lines) that tests/shim.rs compares across runs.
+ *
+ * A case that checks what the host sees while work is still queued or running holds that work
+ * at a gate (a kernel that returns only once the host opens it) instead of assuming that a
+ * sleeping kernel is still asleep when the host looks: the outcome must not depend on how
+ * loaded the machine is.
  */
 #define _DEFAULT_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +51,20 @@ static double now_ms(void) {
 
 /* ---- kernels (host functions run on stream threads) ---- */
 
+/* Gates, numbered 1, 2, … in the order they are made; the host opens them in that order. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gates_opened; /* guarded by gate_lock */
+static int gates_made;   /* host thread only */
+
+/* gate(int n): returns once the host has opened gate n */
+static void k_gate(void **args) {
+    int n = *(int *)args[0];
+    pthread_mutex_lock(&gate_lock);
+    while (gates_opened < n) pthread_cond_wait(&gate_cond, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+}
+
 /* append(int *log, int *count, int value): log[(*count)++] = value */
 static void k_append(void **args) {
     int *log = *(int **)args[0];
@@ -53,12 +73,10 @@ static void k_append(void **args) {
     log[(*count)++] = value;
 }
 
-/* slow_store(float *dst, float value, int sleep_us): sleeps, then *dst = value */
-static void k_slow_store(void **args) {
+/* store(float *dst, float value): *dst = value */
+static void k_store(void **args) {
     float *dst = *(float **)args[0];
     float value = *(float *)args[1];
-    int sleep_us = *(int *)args[2];
-    usleep((useconds_t)sleep_us);
     *dst = value;
 }
 
@@ -78,11 +96,13 @@ static void k_nothing(void **args) { (void)args; }
 
 static void register_kernels(void) {
     size_t append[] = {sizeof(int *), sizeof(int *), sizeof(int)};
-    size_t slow_store[] = {sizeof(float *), sizeof(float), sizeof(int)};
+    size_t store[] = {sizeof(float *), sizeof(float)};
     size_t copy[] = {sizeof(float *), sizeof(float *), sizeof(size_t)};
     size_t fault[] = {sizeof(int)};
+    size_t gate[] = {sizeof(int)};
     OK(cudaShimRegisterKernel(k_append, "append", 3, append, 0));
-    OK(cudaShimRegisterKernel(k_slow_store, "slow_store", 3, slow_store, 0));
+    OK(cudaShimRegisterKernel(k_gate, "gate", 1, gate, 0));
+    OK(cudaShimRegisterKernel(k_store, "store", 2, store, 0));
     OK(cudaShimRegisterKernel(k_copy, "copy", 3, copy, 0));
     OK(cudaShimRegisterKernel(k_fault, "fault", 1, fault, 0));
     OK(cudaShimRegisterKernel(k_nothing, "nothing", 0, NULL, 20 * 1000 * 1000ull));
@@ -95,14 +115,48 @@ static void launch_append(int *log, int *count, int value, cudaStream_t s) {
     OK(cudaLaunchKernel((const void *)k_append, one, one, args, 0, s));
 }
 
-static void launch_slow_store(float *dst, float value, int sleep_us, cudaStream_t s) {
-    void *args[] = {&dst, &value, &sleep_us};
-    OK(cudaLaunchKernel((const void *)k_slow_store, one, one, args, 0, s));
+static void launch_store(float *dst, float value, cudaStream_t s) {
+    void *args[] = {&dst, &value};
+    OK(cudaLaunchKernel((const void *)k_store, one, one, args, 0, s));
 }
 
 static void launch_copy(float *dst, const float *src, size_t n, cudaStream_t s) {
     void *args[] = {&dst, &src, &n};
     OK(cudaLaunchKernel((const void *)k_copy, one, one, args, 0, s));
+}
+
+/* The number of a new gate (closed until open_gate() has been called that many times). */
+static int next_gate(void) { return ++gates_made; }
+
+/* Queues a gate on `s`: the stream's later work waits until open_gate() opens it. */
+static void launch_gate(cudaStream_t s) {
+    int n = next_gate();
+    void *args[] = {&n};
+    OK(cudaLaunchKernel((const void *)k_gate, one, one, args, 0, s));
+}
+
+/* Opens the oldest gate still closed. */
+static void open_gate(void) {
+    pthread_mutex_lock(&gate_lock);
+    gates_opened++;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+}
+
+/* Waits until stream `s` has no work left. Used where the stream must finish while a gate
+ * elsewhere is still closed: a stream that wrongly waited for the gate would hang the check,
+ * so it fails instead, after a minute (far beyond any load). */
+static void expect_finishes(cudaStream_t s) {
+    double deadline = now_ms() + 60e3;
+    cudaError_t status;
+    while ((status = cudaStreamQuery(s)) == cudaErrorNotReady) {
+        if (now_ms() > deadline) {
+            fprintf(stderr, "expect_finishes: the stream waits for work held at a gate\n");
+            exit(1);
+        }
+        usleep(1000);
+    }
+    OK(status);
 }
 
 static float read_float(const float *dev) {
@@ -142,11 +196,14 @@ static void event_wait(void) {
     OK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
     OK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
     OK(cudaDeviceSynchronize());
-    launch_slow_store(a, 42.0f, 30000, sa);
+    launch_gate(sa); /* A's write happens only once the host opens the gate */
+    launch_store(a, 42.0f, sa);
     OK(cudaEventRecord(written, sa));
     EXPECT_CODE(cudaEventQuery(written), cudaErrorNotReady);
     OK(cudaStreamWaitEvent(sb, written, 0));
     launch_copy(b, a, 1, sb);
+    EXPECT_CODE(cudaStreamQuery(sb), cudaErrorNotReady);
+    open_gate();
     OK(cudaStreamSynchronize(sb));
     EXPECT(read_float(b) == 42.0f);
     OK(cudaEventQuery(written));
@@ -164,7 +221,7 @@ static void event_wait_missing(void) {
     OK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
     OK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
     OK(cudaDeviceSynchronize());
-    launch_slow_store(a, 42.0f, 0, sa);
+    launch_store(a, 42.0f, sa);
     launch_copy(b, a, 1, sb);
     OK(cudaDeviceSynchronize());
     printf("value=%g\n", read_float(b));
@@ -184,18 +241,28 @@ static void default_stream(void) {
     OK(cudaStreamCreateWithFlags(&non_blocking, cudaStreamNonBlocking));
     OK(cudaDeviceSynchronize());
 
-    launch_slow_store(x, 7.0f, 30000, blocking);
+    launch_gate(blocking);
+    launch_store(x, 7.0f, blocking);
     launch_copy(y, x, 1, 0); /* legacy stream: waits for `blocking` */
+    EXPECT_CODE(cudaStreamQuery(0), cudaErrorNotReady);
+    open_gate();
     EXPECT(read_float(y) == 7.0f);
 
-    launch_slow_store(z, 9.0f, 200000, non_blocking);
+    launch_gate(non_blocking); /* z is written only after the copy below has run */
+    launch_store(z, 9.0f, non_blocking);
     launch_copy(y, z, 1, 0); /* does not wait for `non_blocking` */
+    expect_finishes(0);
     EXPECT(read_float(y) == 0.0f);
+    EXPECT_CODE(cudaStreamQuery(non_blocking), cudaErrorNotReady);
+    open_gate();
     OK(cudaDeviceSynchronize());
     EXPECT(read_float(z) == 9.0f);
 
-    launch_slow_store(x, 11.0f, 30000, 0); /* legacy first ... */
-    launch_copy(y, x, 1, blocking);        /* ... then a blocking stream waits for it */
+    launch_gate(0);                    /* legacy first ... */
+    launch_store(x, 11.0f, 0);
+    launch_copy(y, x, 1, blocking);    /* ... then a blocking stream waits for it */
+    EXPECT_CODE(cudaStreamQuery(blocking), cudaErrorNotReady);
+    open_gate();
     OK(cudaStreamSynchronize(blocking));
     EXPECT(read_float(y) == 11.0f);
     printf("default_stream ok\n");
@@ -372,22 +439,31 @@ static void launch_errors(void) {
     printf("launch_errors ok\n");
 }
 
-/* Event timing follows simulated kernel durations; timing-disabled events cannot be timed. */
+/* Event timing follows simulated kernel durations; timing-disabled events cannot be timed.
+ * The time between two events is at least the simulated duration of the kernel between them,
+ * and at most what the host measured around them (no wall-clock threshold: the machine may be
+ * loaded). */
 static void event_timing(void) {
     cudaEvent_t start, stop, untimed;
     float ms;
+    double opened, synchronized;
     void *args[] = {NULL};
     OK(cudaEventCreate(&start));
     OK(cudaEventCreate(&stop));
     OK(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
     EXPECT_CODE(cudaEventElapsedTime(&ms, start, stop), cudaErrorInvalidResourceHandle);
+    launch_gate(0); /* both records complete only after the host opens the gate */
     OK(cudaEventRecord(start, 0));
     OK(cudaLaunchKernel((const void *)k_nothing, one, one, args, 0, 0)); /* 20 ms simulated */
     OK(cudaEventRecord(stop, 0));
     EXPECT_CODE(cudaEventElapsedTime(&ms, start, stop), cudaErrorNotReady);
+    opened = now_ms();
+    open_gate();
     OK(cudaEventSynchronize(stop));
+    synchronized = now_ms();
     OK(cudaEventElapsedTime(&ms, start, stop));
-    EXPECT(ms >= 19.0f && ms < 1000.0f);
+    EXPECT(ms >= 19.9f);
+    EXPECT(ms <= synchronized - opened + 0.001);
     OK(cudaEventRecord(untimed, 0));
     OK(cudaEventSynchronize(untimed));
     EXPECT_CODE(cudaEventElapsedTime(&ms, start, untimed), cudaErrorInvalidResourceHandle);
@@ -425,15 +501,15 @@ static void async_alloc(void) {
     void *p;
     size_t before, during, after, total;
     cudaStream_t s;
-    void *args[] = {NULL};
     OK(cudaStreamCreate(&s));
     OK(cudaMemGetInfo(&before, &total));
     OK(cudaMallocAsync(&p, 1 << 20, s));
-    OK(cudaLaunchKernel((const void *)k_nothing, one, one, args, 0, s)); /* 20 ms */
+    launch_gate(s); /* the stream reaches the free only once the host opens the gate */
     OK(cudaFreeAsync(p, s));
     EXPECT_CODE(cudaFreeAsync(p, s), cudaErrorInvalidValue);
     OK(cudaMemGetInfo(&during, &total));
     EXPECT(during == before - (1 << 20));
+    open_gate();
     OK(cudaStreamSynchronize(s));
     OK(cudaMemGetInfo(&after, &total));
     EXPECT(after == before);
@@ -481,7 +557,7 @@ static void mapped_host(void) {
     OK(cudaDeviceSynchronize());
     EXPECT(host[n - 1] == 0.0f);
     EXPECT_CODE(cudaMemset(dev + 1, 0, n * sizeof(float)), cudaErrorInvalidValue);
-    launch_slow_store(dev + 7, 2.5f, 0, 0); /* a kernel writes through the device pointer */
+    launch_store(dev + 7, 2.5f, 0); /* a kernel writes through the device pointer */
     OK(cudaDeviceSynchronize());
     EXPECT(host[7] == 2.5f);
     OK(cudaMalloc((void **)&device_block, n * sizeof(float)));
@@ -505,8 +581,8 @@ static void per_thread_stream(void) {
     float *a, *b, value = 5.0f, back = 0.0f;
     cudaLaunchConfig_t config = {{1, 1, 1}, {1, 1, 1}, 0, 0, NULL, 0};
     float stored = 6.0f;
-    int sleep_us = 20000;
-    void *args[] = {&a, &stored, &sleep_us};
+    int gate;
+    void *args[] = {&a, &stored}, *gate_args[] = {&gate};
     OK(cudaMalloc((void **)&a, sizeof(float)));
     OK(cudaMalloc((void **)&b, sizeof(float)));
     OK(cudaMemcpyAsync_ptsz(a, &value, sizeof value, cudaMemcpyHostToDevice, 0));
@@ -514,17 +590,25 @@ static void per_thread_stream(void) {
     OK(cudaMemcpy_ptds(&back, a, sizeof back, cudaMemcpyDeviceToHost));
     EXPECT(back == 5.0f);
     OK(cudaStreamCreateWithFlags(&config.stream, cudaStreamNonBlocking));
-    OK(cudaLaunchKernelExC(&config, (const void *)k_slow_store, args));
+    gate = next_gate(); /* launched with cudaLaunchKernelExC: it must hold config.stream */
+    OK(cudaLaunchKernelExC(&config, (const void *)k_gate, gate_args));
+    OK(cudaLaunchKernelExC(&config, (const void *)k_store, args));
     EXPECT_CODE(cudaStreamQuery(config.stream), cudaErrorNotReady);
+    expect_finishes(0); /* not on the legacy stream */
+    open_gate();
     OK(cudaStreamSynchronize(config.stream));
     EXPECT(read_float(a) == 6.0f);
     config.stream = 0;
     stored = 7.0f;
-    OK(cudaLaunchKernelExC_ptsz(&config, (const void *)k_slow_store, args));
+    gate = next_gate(); /* the same on the calling thread's own stream */
+    OK(cudaLaunchKernelExC_ptsz(&config, (const void *)k_gate, gate_args));
+    OK(cudaLaunchKernelExC_ptsz(&config, (const void *)k_store, args));
     OK(cudaMemsetAsync_ptsz(b, 0, sizeof(float), 0));
+    EXPECT_CODE(cudaStreamQuery_ptsz(0), cudaErrorNotReady);
+    open_gate();
     OK(cudaStreamSynchronize_ptsz(0));
     EXPECT(read_float(a) == 7.0f && read_float(b) == 0.0f);
-    EXPECT_CODE(cudaLaunchKernelExC(NULL, (const void *)k_slow_store, args), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaLaunchKernelExC(NULL, (const void *)k_store, args), cudaErrorInvalidValue);
     printf("per_thread_stream ok\n");
 }
 
