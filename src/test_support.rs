@@ -1,5 +1,9 @@
 //! Helpers shared by the unit tests of several modules.
 
+/// Sample inputs of the importers, shared with the fuzz targets (`tests/fuzz.rs`).
+#[path = "../tests/support/samples.rs"]
+pub mod samples;
+
 use crate::event::Event;
 use crate::trace::{Clock, TraceHeader, TraceWriter};
 use std::path::{Path, PathBuf};

@@ -18,7 +18,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -28,7 +27,11 @@ use itermem::import::{self, ImportOptions, Loaded};
 use itermem::ops;
 use itermem::rng::SplitMix64;
 use itermem::trace::{Clock, TraceFile, TraceHeader};
-use serde_pickle::{HashableValue, SerOptions, Value};
+use serde_pickle::{SerOptions, Value};
+
+#[path = "support/samples.rs"]
+mod samples;
+use samples::{GEN, dict, entry};
 
 /// Mutated inputs per target.
 const MUTATIONS: u64 = 5000;
@@ -626,40 +629,6 @@ fn trace_seeds() -> Vec<Seed> {
     ]
 }
 
-fn s(text: &str) -> Value {
-    Value::String(text.to_string())
-}
-
-fn dict(pairs: Vec<(&str, Value)>) -> Value {
-    Value::Dict(
-        pairs
-            .into_iter()
-            .map(|(k, v)| (HashableValue::String(k.to_string()), v))
-            .collect::<BTreeMap<_, _>>(),
-    )
-}
-
-fn entry(action: &str, addr: i64, size: i64, time_us: Option<i64>) -> Value {
-    let mut pairs = vec![
-        ("action", s(action)),
-        ("addr", Value::I64(addr)),
-        ("size", Value::I64(size)),
-        ("stream", Value::I64(0)),
-        (
-            "frames",
-            Value::List(vec![dict(vec![
-                ("filename", s("train.py")),
-                ("line", Value::I64(12)),
-                ("name", s("forward")),
-            ])]),
-        ),
-    ];
-    if let Some(t) = time_us {
-        pairs.push(("time_us", Value::I64(t)));
-    }
-    dict(pairs)
-}
-
 /// PyTorch memory snapshots: two devices, with and without times, in protocols 2 and 3, and a
 /// small real snapshot.
 fn snapshot_seeds() -> Vec<Seed> {
@@ -801,23 +770,6 @@ fn dtr_seeds() -> Vec<Seed> {
     ));
     seeds
 }
-
-const GEN: [&str; 14] = [
-    r#"{"ev":"meta","model":"toy"}"#,
-    r#"{"ev":"op","i":0,"name":"profiler._record_function_enter_new.default","r":[],"w":[],"flops":0,"out_shapes":[]}"#,
-    r#"{"ev":"pre","id":10,"bytes":1000,"op":1,"dtype":"float32"}"#,
-    r#"{"ev":"pre","id":11,"bytes":4000,"op":1,"dtype":"float32"}"#,
-    r#"{"ev":"alloc","id":12,"bytes":9000000,"op":1,"dtype":"float32"}"#,
-    r#"{"ev":"op","i":1,"name":"aten.convolution.default","r":[10,11],"w":[12],"flops":157000000000,"out_shapes":[[1]]}"#,
-    r#"{"ev":"op","i":2,"name":"prim.device.default","r":[12],"w":[],"flops":0,"out_shapes":[]}"#,
-    r#"{"ev":"op","i":3,"name":"aten.detach.default","r":[12],"w":[12],"flops":0,"out_shapes":[[1]]}"#,
-    r#"{"ev":"alloc","id":13,"bytes":0,"op":4,"dtype":"uint8"}"#,
-    r#"{"ev":"op","i":4,"name":"aten.empty.memory_format","r":[],"w":[13],"flops":0,"out_shapes":[[0]]}"#,
-    r#"{"ev":"free","id":10,"op":5}"#,
-    r#"{"ev":"op","i":5,"name":"aten.relu_.default","r":[12],"w":[12],"flops":0,"out_shapes":[[1]]}"#,
-    r#"{"ev":"free","id":13,"op":6}"#,
-    r#"{"ev":"end","op":6}"#,
-];
 
 fn generated_seeds() -> Vec<Seed> {
     let mut seeds = vec![seed("generated trace", GEN.join("\n"))];

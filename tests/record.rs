@@ -254,23 +254,34 @@ fn bad_configuration_gets_one_clear_line_and_the_program_runs() {
     );
 }
 
-#[test]
-fn sigterm_flushes_a_complete_trace() {
-    let mlp = program("mlp_train");
-    let trace = scratch("sigterm.itrace");
-    let mut child = Command::new(&mlp)
+/// mlp_train recording to `trace` for as long as it is let run, once it has printed the loss
+/// line of `iteration`; and its stdout, which must be kept open while it runs (a closed pipe
+/// would end it with SIGPIPE).
+fn training_past_iteration(
+    trace: &Path,
+    iteration: u32,
+) -> (std::process::Child, impl Iterator + use<>) {
+    use std::io::BufRead;
+    let mut child = Command::new(program("mlp_train"))
         .args(["--iters", "100000"])
         .env("LD_LIBRARY_PATH", support::shim_lib_dir())
         .env("LD_PRELOAD", preload_library())
-        .env("ITERMEM_TRACE", &trace)
+        .env("ITERMEM_TRACE", trace)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until training runs (the first loss line), then terminate it.
-    use std::io::BufRead;
     let stdout = child.stdout.take().unwrap();
     let mut lines = std::io::BufReader::new(stdout).lines();
-    assert!(lines.any(|l| l.unwrap().starts_with("iter 1 ")));
+    let line = format!("iter {iteration} ");
+    assert!(lines.any(|l| l.unwrap().starts_with(&line)));
+    (child, lines)
+}
+
+#[test]
+fn sigterm_flushes_a_complete_trace() {
+    let trace = scratch("sigterm.itrace");
+    // Wait until training runs (the first loss line), then terminate it.
+    let (mut child, _stdout) = training_past_iteration(&trace, 1);
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
@@ -358,20 +369,8 @@ fn after_an_internal_error_invalid_frees_of_served_blocks_still_fail() {
 
 #[test]
 fn a_killed_program_leaves_a_trace_of_all_but_its_last_moments() {
-    let mlp = program("mlp_train");
     let trace = scratch("killed.itrace");
-    let mut child = Command::new(&mlp)
-        .args(["--iters", "100000"])
-        .env("LD_LIBRARY_PATH", support::shim_lib_dir())
-        .env("LD_PRELOAD", preload_library())
-        .env("ITERMEM_TRACE", &trace)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::BufRead;
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    assert!(lines.any(|l| l.unwrap().starts_with("iter 3 ")));
+    let (mut child, _stdout) = training_past_iteration(&trace, 3);
     // Iterations 0-3 have ended: the writer puts them on disk while the program runs (within
     // about 100 ms: the batch age and the writer's delay). Wait until the file holds them,
     // not for a fixed time, which a loaded machine can overrun; a writer that kept them in

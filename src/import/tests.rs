@@ -2,12 +2,11 @@
 //! inputs, and the real recordings of `../shared/real-traces` (skipped with a message when the
 //! folder is absent, as in a fresh clone).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use serde_pickle::{HashableValue, SerOptions, Value};
+use serde_pickle::{SerOptions, Value};
 
 use super::pickle::{PValue, unpickle};
 use super::*;
@@ -19,6 +18,7 @@ use crate::event::{Event, EventKind, MemKind};
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
+use crate::test_support::samples::{dict, entry, s};
 use crate::test_support::{TempPath, buffer, write_trace};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -580,41 +580,6 @@ fn unpickler_reports_damage_without_panicking() {
 // ---------------------------------------------------------------------------------------------
 // PyTorch snapshots
 // ---------------------------------------------------------------------------------------------
-
-fn s(text: &str) -> Value {
-    Value::String(text.to_string())
-}
-
-fn dict(pairs: Vec<(&str, Value)>) -> Value {
-    Value::Dict(
-        pairs
-            .into_iter()
-            .map(|(k, v)| (HashableValue::String(k.to_string()), v))
-            .collect::<BTreeMap<_, _>>(),
-    )
-}
-
-/// One trace entry; `time_us` None leaves the key out (PyTorch ≤ 2.1).
-fn entry(action: &str, addr: i64, size: i64, time_us: Option<i64>) -> Value {
-    let mut pairs = vec![
-        ("action", s(action)),
-        ("addr", Value::I64(addr)),
-        ("size", Value::I64(size)),
-        ("stream", Value::I64(0)),
-        (
-            "frames",
-            Value::List(vec![dict(vec![
-                ("filename", s("train.py")),
-                ("line", Value::I64(12)),
-                ("name", s("forward")),
-            ])]),
-        ),
-    ];
-    if let Some(t) = time_us {
-        pairs.push(("time_us", Value::I64(t)));
-    }
-    dict(pairs)
-}
 
 fn snapshot_value(devices: &[Vec<Value>]) -> Value {
     dict(vec![

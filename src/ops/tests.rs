@@ -323,23 +323,6 @@ fn dtr_malformed_input_names_file_and_line() {
 // ---------------------------------------------------------------------------------------------
 // Generated dispatch traces
 
-const GEN: [&str; 14] = [
-    r#"{"ev":"meta","model":"toy"}"#,
-    r#"{"ev":"op","i":0,"name":"profiler._record_function_enter_new.default","r":[],"w":[],"flops":0,"out_shapes":[]}"#,
-    r#"{"ev":"pre","id":10,"bytes":1000,"op":1,"dtype":"float32"}"#,
-    r#"{"ev":"pre","id":11,"bytes":4000,"op":1,"dtype":"float32"}"#,
-    r#"{"ev":"alloc","id":12,"bytes":9000000,"op":1,"dtype":"float32"}"#,
-    r#"{"ev":"op","i":1,"name":"aten.convolution.default","r":[10,11],"w":[12],"flops":157000000000,"out_shapes":[[1]]}"#,
-    r#"{"ev":"op","i":2,"name":"prim.device.default","r":[12],"w":[],"flops":0,"out_shapes":[]}"#,
-    r#"{"ev":"op","i":3,"name":"aten.detach.default","r":[12],"w":[12],"flops":0,"out_shapes":[[1]]}"#,
-    r#"{"ev":"alloc","id":13,"bytes":0,"op":4,"dtype":"uint8"}"#,
-    r#"{"ev":"op","i":4,"name":"aten.empty.memory_format","r":[],"w":[13],"flops":0,"out_shapes":[[0]]}"#,
-    r#"{"ev":"free","id":10,"op":5}"#,
-    r#"{"ev":"op","i":5,"name":"aten.relu_.default","r":[12],"w":[12],"flops":0,"out_shapes":[[1]]}"#,
-    r#"{"ev":"free","id":13,"op":6}"#,
-    r#"{"ev":"end","op":6}"#,
-];
-
 #[test]
 fn generated_trace_drops_dataless_ops_and_moves_lifetimes() {
     let loaded = gen_trace(&GEN).unwrap();
@@ -545,6 +528,7 @@ fn itermem_events_become_one_iteration_of_launches() {
 }
 
 use crate::test_support::TempPath;
+use crate::test_support::samples::GEN;
 
 #[test]
 fn gzip_is_limited_and_recognised_from_its_first_bytes() {

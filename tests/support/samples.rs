@@ -1,0 +1,69 @@
+//! The smallest valid example of each importer's input, shared by the importers' unit tests
+//! (`src/import/tests.rs`, `src/ops/tests.rs`) and the fuzz targets (`tests/fuzz.rs`), which
+//! include this file by path: one copy of each.
+
+#![allow(dead_code)] // each includer uses its own subset
+
+use serde_pickle::{HashableValue, Value};
+use std::collections::BTreeMap;
+
+// ---------------------------------------------------------------------------------------------
+// PyTorch snapshots
+
+/// A pickle string.
+pub fn s(text: &str) -> Value {
+    Value::String(text.to_string())
+}
+
+/// A pickle dict with string keys.
+pub fn dict(pairs: Vec<(&str, Value)>) -> Value {
+    Value::Dict(
+        pairs
+            .into_iter()
+            .map(|(k, v)| (HashableValue::String(k.to_string()), v))
+            .collect::<BTreeMap<_, _>>(),
+    )
+}
+
+/// One trace entry; `time_us` None leaves the key out (PyTorch ≤ 2.1).
+pub fn entry(action: &str, addr: i64, size: i64, time_us: Option<i64>) -> Value {
+    let mut pairs = vec![
+        ("action", s(action)),
+        ("addr", Value::I64(addr)),
+        ("size", Value::I64(size)),
+        ("stream", Value::I64(0)),
+        (
+            "frames",
+            Value::List(vec![dict(vec![
+                ("filename", s("train.py")),
+                ("line", Value::I64(12)),
+                ("name", s("forward")),
+            ])]),
+        ),
+    ];
+    if let Some(t) = time_us {
+        pairs.push(("time_us", Value::I64(t)));
+    }
+    dict(pairs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generated dispatch traces
+
+/// A generated dispatch trace of six ops: pre-existing tensors, a zero-byte allocation, views.
+pub const GEN: [&str; 14] = [
+    r#"{"ev":"meta","model":"toy"}"#,
+    r#"{"ev":"op","i":0,"name":"profiler._record_function_enter_new.default","r":[],"w":[],"flops":0,"out_shapes":[]}"#,
+    r#"{"ev":"pre","id":10,"bytes":1000,"op":1,"dtype":"float32"}"#,
+    r#"{"ev":"pre","id":11,"bytes":4000,"op":1,"dtype":"float32"}"#,
+    r#"{"ev":"alloc","id":12,"bytes":9000000,"op":1,"dtype":"float32"}"#,
+    r#"{"ev":"op","i":1,"name":"aten.convolution.default","r":[10,11],"w":[12],"flops":157000000000,"out_shapes":[[1]]}"#,
+    r#"{"ev":"op","i":2,"name":"prim.device.default","r":[12],"w":[],"flops":0,"out_shapes":[]}"#,
+    r#"{"ev":"op","i":3,"name":"aten.detach.default","r":[12],"w":[12],"flops":0,"out_shapes":[[1]]}"#,
+    r#"{"ev":"alloc","id":13,"bytes":0,"op":4,"dtype":"uint8"}"#,
+    r#"{"ev":"op","i":4,"name":"aten.empty.memory_format","r":[],"w":[13],"flops":0,"out_shapes":[[0]]}"#,
+    r#"{"ev":"free","id":10,"op":5}"#,
+    r#"{"ev":"op","i":5,"name":"aten.relu_.default","r":[12],"w":[12],"flops":0,"out_shapes":[[1]]}"#,
+    r#"{"ev":"free","id":13,"op":6}"#,
+    r#"{"ev":"end","op":6}"#,
+];
