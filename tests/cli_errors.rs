@@ -95,12 +95,7 @@ fn trace_info_gives_the_size_of_the_file_read() {
     encoder.write_all(&json).unwrap();
     let gzipped = input("profile.json.gz", &encoder.finish().unwrap());
     for file in [plain, gzipped] {
-        let output = Command::new(support::itermem())
-            .args(["trace", "info", "--json"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let info: serde_json::Value = serde_json::from_str(&support::stdout_ok(&output)).unwrap();
+        let info = support::trace_info(&file);
         let on_disk = std::fs::metadata(&file).unwrap().len();
         assert_eq!(info["file_bytes"], on_disk, "{}", file.display());
         let format = info["converted_from"].as_str().unwrap();

@@ -468,12 +468,7 @@ fn a_runtime_loaded_by_an_rtld_local_library_is_found_in_every_mode() {
         assert!(!stderr.contains("not found"), "{mode}: {stderr}");
         assert_eq!(shape(&stdout), shape(&plain), "{mode}");
         if mode == "record" {
-            let info = Command::new(support::itermem())
-                .args(["trace", "info", "--json"])
-                .arg(&trace)
-                .output()
-                .unwrap();
-            let info: serde_json::Value = serde_json::from_str(&support::stdout_ok(&info)).unwrap();
+            let info = support::trace_info(&trace);
             let regions = shape(&plain)
                 .iter()
                 .filter(|l| l.starts_with("region"))

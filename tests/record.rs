@@ -6,20 +6,13 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::{itermem, number, program, results, run_ok, run_under_itermem, scratch, stdout_ok};
+use support::{
+    itermem, number, program, results, run_ok, run_under_itermem, scratch, stdout_ok, trace_info,
+};
 
 /// The interposer as `itermem run` finds it.
 fn preload_library() -> PathBuf {
     itermem::interposer::library_beside(Path::new(itermem()))
-}
-
-fn trace_info(trace: &Path) -> serde_json::Value {
-    let output = Command::new(itermem())
-        .args(["trace", "info", "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    serde_json::from_str(&stdout_ok(&output)).unwrap()
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use itermem::config::Mode;
-use itermem::ops::{Op, OpTrace, Tensor};
+use itermem::ops::random::random_iteration;
 use itermem::rng::SplitMix64;
 use itermem::swap::{self, CopyModel, Weights};
 
@@ -242,7 +242,8 @@ fn swap_bench(args: SwapArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         bail!(super::BadInput("--runs must be at least 1".into()));
     }
-    let trace = random_iteration(args.ops, args.tensors, args.seed);
+    let mut rng = SplitMix64::new(args.seed);
+    let trace = random_iteration(&mut rng, args.ops, args.tensors, 1 << 20);
     let peak = trace.peak().map_or(0, |p| p.bytes);
     let limit = peak / 2;
     let copy = CopyModel::pcie3();
@@ -282,71 +283,6 @@ fn swap_bench(args: SwapArgs) -> anyhow::Result<()> {
         result.overhead
     );
     Ok(())
-}
-
-/// A seeded random iteration: ops of 0–200 µs, tensors of 0–63 MiB that are resident, die
-/// during the iteration or are born and die in it, each accessed at up to four ops.
-fn random_iteration(n_ops: usize, n_tensors: usize, seed: u64) -> OpTrace {
-    let mut rng = SplitMix64::new(seed);
-    let n = n_ops.max(1);
-    let mut ops: Vec<Op> = (0..n)
-        .map(|k| Op {
-            name: format!("op{k}"),
-            reads: Vec::new(),
-            writes: Vec::new(),
-            time_ns: if rng.below(10) == 0 {
-                0.0
-            } else {
-                rng.range(1, 2000) as f64 * 100.0
-            },
-            measured: true,
-            flops: 0.0,
-        })
-        .collect();
-    let mut tensors = Vec::with_capacity(n_tensors);
-    for id in 0..n_tensors as u32 {
-        let bytes = if rng.below(20) == 0 {
-            0
-        } else {
-            rng.range(1, 64) << 20
-        };
-        let (resident, born, dies) = match rng.below(4) {
-            0 => (true, None, None),
-            1 => (true, None, Some(rng.below(n as u64) as usize)),
-            _ => {
-                let born = rng.below(n as u64) as usize;
-                let dies =
-                    (rng.below(8) != 0).then(|| born + rng.below((n - born) as u64) as usize);
-                (false, Some(born), dies)
-            }
-        };
-        let (lo, hi) = (born.unwrap_or(0) as u64, dies.unwrap_or(n - 1) as u64);
-        let mut at: Vec<usize> = born.into_iter().collect();
-        for _ in 0..rng.below(4) {
-            at.push(rng.range(lo, hi + 1) as usize);
-        }
-        at.sort_unstable();
-        at.dedup();
-        for (j, &k) in at.iter().enumerate() {
-            if j == 0 && born.is_some() || rng.below(3) == 0 {
-                ops[k].writes.push(id);
-            } else {
-                ops[k].reads.push(id);
-            }
-        }
-        tensors.push(Tensor {
-            id,
-            bytes,
-            resident,
-            dies_after: dies,
-            born_at: born,
-        });
-    }
-    OpTrace {
-        source: format!("random iteration, seed {seed}"),
-        tensors,
-        ops,
-    }
 }
 
 fn bo_bench(args: BoArgs) -> anyhow::Result<()> {

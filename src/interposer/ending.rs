@@ -69,37 +69,33 @@ extern "C" fn at_exit() {
 #[cfg(not(test))]
 #[unsafe(no_mangle)]
 pub extern "C" fn _exit(status: c_int) -> ! {
-    end_now(c"_exit", status)
+    end_now(status)
 }
 
-/// `_Exit(3)`, the C99 name of `_exit`.
+/// `_Exit(3)`, the C99 name of `_exit` (the same function in every libc).
 #[cfg(not(test))]
 #[unsafe(no_mangle)]
 #[allow(non_snake_case)]
 pub extern "C" fn _Exit(status: c_int) -> ! {
-    end_now(c"_Exit", status)
+    end_now(status)
 }
 
+/// Writes the files, then ends the process through the real `_exit`.
 #[cfg(not(test))]
-fn end_now(name: &'static std::ffi::CStr, status: c_int) -> ! {
-    let _ = catch_unwind(|| finish(true));
-    type Exit = unsafe extern "C" fn(c_int) -> !;
+fn end_now(status: c_int) -> ! {
     use super::real::RealFn;
+    type Exit = unsafe extern "C" fn(c_int) -> !;
     static EXIT: RealFn = RealFn::new(c"_exit");
-    static UNDERSCORE_EXIT: RealFn = RealFn::new(c"_Exit");
-    let real = if name == c"_exit" {
-        &EXIT
-    } else {
-        &UNDERSCORE_EXIT
-    };
-    // SAFETY: both names have the prototype `void (int)` and never return.
-    if let Some(exit) = unsafe { real.get::<Exit>() } {
+    let _ = catch_unwind(|| finish(true));
+    // SAFETY: `_exit` has the prototype `void (int)` and never returns.
+    if let Some(exit) = unsafe { EXIT.get::<Exit>() } {
         // SAFETY: as above.
         unsafe { exit(status) }
     }
     // SAFETY: exit_group ends every thread of the process; it does not return.
     unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
-    unreachable!("exit_group returned")
+    // Not a panic: nothing may unwind out of an `extern "C"` function.
+    std::process::abort()
 }
 
 /// SIGTERM and SIGINT flush the trace and write the statistics. If the program left the signal

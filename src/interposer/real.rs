@@ -6,9 +6,9 @@
 //! `RTLD_LOCAL`, as frameworks load their CUDA plugins) is invisible to `RTLD_NEXT`; its caller
 //! reached our hook only because the preloaded library comes first, so the definition is then
 //! looked up in the loaded objects themselves ([`definition_in_loaded_objects`]). A symbol that
-//! cannot be found either way is remembered as missing and reported once. Driver functions itermem needs
-//! for itself (kernel parameter layout and names) are looked up in `libcuda.so.1`, which every
-//! CUDA runtime has loaded by the time a kernel is launched. Nothing here can panic: a loader
+//! cannot be found either way is remembered as missing and reported once. Driver functions
+//! itermem needs for itself (kernel parameter layout and names) are looked up in
+//! `libcuda.so.1`, which every CUDA runtime has loaded by the time a kernel is launched. Nothing here can panic: a loader
 //! that panics inside a hook would take the host program down.
 
 use std::ffi::{CStr, c_char, c_void};

@@ -56,6 +56,7 @@ mod dtr;
 mod error;
 mod from_trace;
 mod generated;
+pub mod random;
 
 #[cfg(test)]
 mod tests;

@@ -514,8 +514,8 @@ impl PlanJson {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::random::random_iteration;
     use crate::rng::SplitMix64;
-    use crate::swap::tests::random_trace;
 
     fn tensor(id: TensorId, born: Option<usize>, dies: Option<usize>) -> Tensor {
         Tensor {
@@ -593,7 +593,7 @@ mod tests {
         let copy = CopyModel::pcie3();
         let mut swapped = 0;
         for _ in 0..40 {
-            let (trace, _) = poolable(&random_trace(&mut rng, 60, 40, 1 << 20));
+            let (trace, _) = poolable(&random_iteration(&mut rng, 60, 40, 1 << 20));
             let Some(peak) = trace.peak() else { continue };
             let budget = peak.bytes * 3 / 4;
             let planned = plan_within(&trace, budget, copy, 8, true).unwrap();

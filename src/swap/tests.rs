@@ -2,6 +2,7 @@
 
 use super::baselines::{self, Score};
 use super::*;
+use crate::ops::random::random_iteration;
 use crate::ops::{Op, OpTrace, Tensor};
 use crate::rng::SplitMix64;
 
@@ -665,79 +666,6 @@ fn copy_presets() {
     assert_eq!(p3.out_ns(0), 47_200.0);
 }
 
-/// A random training-like trace: resident parameters (alive across iterations) and optimizer
-/// state, activations born in "forward" and read again in "backward", temporaries.
-pub(crate) fn random_trace(
-    rng: &mut SplitMix64,
-    n_ops: usize,
-    n_tensors: usize,
-    unit: u64,
-) -> OpTrace {
-    let n = n_ops.max(1);
-    let mut tensors = Vec::with_capacity(n_tensors);
-    let mut ops: Vec<Op> = (0..n)
-        .map(|k| {
-            let t = if rng.below(10) == 0 {
-                0.0
-            } else {
-                rng.range(1, 2000) as f64 * 100.0
-            };
-            op(&format!("op{k}"), t, &[], &[])
-        })
-        .collect();
-    for id in 0..n_tensors {
-        let bytes = if rng.below(20) == 0 {
-            0
-        } else {
-            rng.range(1, 64) * unit
-        };
-        let kind = rng.below(4);
-        let (resident, born, dies) = match kind {
-            0 => (true, None, None),
-            1 => (true, None, Some(rng.below(n as u64) as usize)),
-            _ => {
-                let b = rng.below(n as u64) as usize;
-                let d = if rng.below(8) == 0 {
-                    None
-                } else {
-                    Some(b + rng.below((n - b) as u64) as usize)
-                };
-                (false, Some(b), d)
-            }
-        };
-        let lo = born.unwrap_or(0);
-        let hi = dies.unwrap_or(n - 1);
-        let mut acc = Vec::new();
-        if let Some(b) = born {
-            acc.push(b);
-        }
-        for _ in 0..rng.below(4) {
-            acc.push(rng.range(lo as u64, hi as u64 + 1) as usize);
-        }
-        acc.sort_unstable();
-        acc.dedup();
-        for (j, &k) in acc.iter().enumerate() {
-            if j == 0 && born.is_some() || rng.below(3) == 0 {
-                ops[k].writes.push(id as u32);
-            } else {
-                ops[k].reads.push(id as u32);
-            }
-        }
-        tensors.push(Tensor {
-            id: id as u32,
-            bytes,
-            resident,
-            dies_after: dies,
-            born_at: born,
-        });
-    }
-    OpTrace {
-        source: "random".into(),
-        tensors,
-        ops,
-    }
-}
-
 #[test]
 fn property_random_plans() {
     let mut rng = SplitMix64::new(0x5eed_a070);
@@ -749,7 +677,7 @@ fn property_random_plans() {
     for case in 0..150 {
         let n_ops = rng.range(1, 40) as usize;
         let n_t = rng.range(0, 30) as usize;
-        let t = random_trace(&mut rng, n_ops, n_t, 1 << 20);
+        let t = random_iteration(&mut rng, n_ops, n_t, 1 << 20);
         let copy = copies[case % copies.len()];
         let p = profile::Profile::new(&t);
         let (peak, _) = p.peak();
@@ -826,7 +754,7 @@ fn property_random_plans() {
 #[test]
 fn large_random_iteration_gets_a_valid_deterministic_plan() {
     let mut rng = SplitMix64::new(42);
-    let t = random_trace(&mut rng, 5_000, 10_000, 1 << 20);
+    let t = random_iteration(&mut rng, 5_000, 10_000, 1 << 20);
     let p = profile::Profile::new(&t);
     let limit = p.peak().0 / 2;
     let copy = CopyModel::pcie3();

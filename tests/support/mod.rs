@@ -158,6 +158,16 @@ pub fn scratch(name: &str) -> PathBuf {
     dir.join(format!("{name}-{}", std::process::id()))
 }
 
+/// `itermem trace info --json` of a trace (or of any recording it reads), which must succeed.
+pub fn trace_info(trace: &Path) -> serde_json::Value {
+    let output = Command::new(itermem())
+        .args(["trace", "info", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    serde_json::from_str(&stdout_ok(&output)).unwrap()
+}
+
 /// A JSON file written by the run under test.
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
