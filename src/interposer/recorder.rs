@@ -543,7 +543,7 @@ impl Recorder {
         if seq.swap_live.is_some() {
             self.capture(&mut seq, index, &kind);
         }
-        let change = seq.detector.push(token, live_bytes);
+        let mut change = seq.detector.push(token, live_bytes);
         let (lost, detected) = match change {
             Change::Unchanged => (None, None),
             Change::Detected(period) => (None, Some(period)),
@@ -559,11 +559,21 @@ impl Recorder {
         }
         if let Some(period) = detected {
             seq.changes += 1;
-            log::info!(
-                "iteration detected at event {index}: {} events, boundary at event {}",
-                period.length,
-                period.boundary
-            );
+            if seq.detector.drifts(&period) {
+                // Neither planned nor timed: a loop inside the iteration (see `drifts`).
+                log::info!(
+                    "period of {} events found at event {index} left alone: the live bytes \
+                     drift from one repeat to the next",
+                    period.length
+                );
+                change = lost.map_or(Change::Unchanged, Change::Lost);
+            } else {
+                log::info!(
+                    "iteration detected at event {index}: {} events, boundary at event {}",
+                    period.length,
+                    period.boundary
+                );
+            }
         }
         self.record(&mut seq, kind);
         (index, change)
