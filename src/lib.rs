@@ -15,6 +15,7 @@ pub mod interposer;
 pub mod ops;
 pub mod plan;
 pub mod policy;
+pub mod replay;
 pub mod rng;
 pub mod svg;
 pub mod swap;

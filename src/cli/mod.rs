@@ -13,6 +13,7 @@
 mod bench_cmd;
 mod compare_cmd;
 mod plan_cmd;
+mod replay_cmd;
 mod run_cmd;
 mod trace_cmd;
 
@@ -35,7 +36,9 @@ Exit codes:
   0  success
   1  failure (e.g. the output cannot be written)
   2  bad usage or bad input (unreadable, corrupt or malformed trace or CSV, no iteration
-     found where needed)";
+     found where needed)
+  3  replay: a tensor did not hold the bytes written into it
+  itermem run and itermem replay pass on the program's own exit code";
 
 /// Iteration-aware GPU memory management: run programs under the interposer, inspect and
 /// convert recorded traces, measure the hooks.
@@ -58,6 +61,12 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
     /// Measure itermem itself.
     Bench(bench_cmd::BenchArgs),
+    /// Replay a recorded iteration as a CUDA program that verifies every byte, e.g.
+    /// `itermem replay --shim --mode pool --scale 0.02 densenet.log.gz`.
+    Replay(replay_cmd::ReplayArgs),
+    /// The replay process `itermem replay` starts (run it directly under `itermem run`).
+    #[command(hide = true)]
+    ReplayProgram(replay_cmd::ProgramArgs),
 }
 
 /// How the subcommands that read recordings (`trace info`, `trace export`, `compare`, `plan`)
@@ -113,6 +122,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Compare(args) => compare_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Plan(args) => plan_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Replay(args) => replay_cmd::run(args),
+        Command::ReplayProgram(args) => replay_cmd::run_program(args),
     }
 }
 

@@ -15,31 +15,38 @@ use super::BadInput;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// What itermem does: off, record, pool, swap or cnmem.
-    #[arg(long, default_value = "record", value_parser = parse_mode)]
-    mode: Mode,
-    /// Write the access trace to this file.
-    #[arg(long, value_name = "FILE")]
-    trace: Option<PathBuf>,
-    /// Write a JSON summary to this file when the program exits.
-    #[arg(long, value_name = "FILE")]
-    stats: Option<PathBuf>,
-    /// Swap mode: the device memory the program may hold (bytes with an optional K, M, G
-    /// suffix, or a percentage of the device's memory, e.g. 60%).
-    #[arg(long, value_name = "BYTES|PERCENT", value_parser = parse_limit)]
-    limit: Option<String>,
-    /// Swap mode: write the plan in use to this file (JSON, as `itermem plan --json`).
-    #[arg(long, value_name = "FILE")]
-    plan_out: Option<PathBuf>,
-    /// Run on the simulated CUDA platform (cuda-shim), building it first if needed.
-    #[arg(long)]
-    shim: bool,
-    /// The interposer library to preload (default: libitermem.so beside this executable).
-    #[arg(long, value_name = "PATH")]
-    lib: Option<PathBuf>,
+    #[command(flatten)]
+    pub env: InterposerArgs,
     /// The program to run and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// How a program is run under itermem: the flags `itermem run` and `itermem replay` share.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InterposerArgs {
+    /// What itermem does: off, record, pool, swap or cnmem (default: record).
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<Mode>,
+    /// Write the access trace to this file.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Write a JSON summary to this file when the program exits.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+    /// Swap mode: the device memory the program may hold (bytes with an optional K, M, G
+    /// suffix, or a percentage of the device's memory, e.g. 60%).
+    #[arg(long, value_name = "BYTES|PERCENT", value_parser = parse_limit)]
+    pub limit: Option<String>,
+    /// Swap mode: write the plan in use to this file (JSON, as `itermem plan --json`).
+    #[arg(long, value_name = "FILE")]
+    pub plan_out: Option<PathBuf>,
+    /// Run on the simulated CUDA platform (cuda-shim), building it first if needed.
+    #[arg(long)]
+    pub shim: bool,
+    /// The interposer library to preload (default: libitermem.so beside this executable).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
 }
 
 fn parse_limit(text: &str) -> Result<String, String> {
@@ -56,47 +63,64 @@ fn parse_mode(text: &str) -> Result<Mode, String> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let lib = match args.lib {
-        Some(lib) => lib,
-        None => default_library()?,
-    };
-    if !lib.is_file() {
-        bail!(BadInput(format!(
-            "{} does not exist (build it with `cargo build`)",
-            lib.display()
-        )));
-    }
     let mut command = Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env(
-            "LD_PRELOAD",
-            prepend(lib.as_os_str(), std::env::var_os("LD_PRELOAD"), " "),
-        )
-        .env("ITERMEM_MODE", args.mode.to_string());
-    for (name, value) in [
-        ("ITERMEM_TRACE", &args.trace),
-        ("ITERMEM_STATS", &args.stats),
-        ("ITERMEM_PLAN_OUT", &args.plan_out),
-    ] {
-        if let Some(path) = value {
-            command.env(name, path);
-        }
-    }
-    if let Some(limit) = &args.limit {
-        command.env("ITERMEM_LIMIT", limit);
-    }
-    if args.shim {
-        let libs = shim_libraries()?;
-        command.env(
-            "LD_LIBRARY_PATH",
-            prepend(libs.as_os_str(), std::env::var_os("LD_LIBRARY_PATH"), ":"),
-        );
-    }
+    command.args(&args.command[1..]);
+    args.env.apply(&mut command, Mode::Record)?;
     let status = command
         .status()
         .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
     Ok(exit_code_of(status))
+}
+
+impl InterposerArgs {
+    /// Sets up `command`'s environment: `libitermem.so` preloaded in `--mode` (or `default`
+    /// when not given; `None`: the environment's own setting, nothing preloaded here), the
+    /// `ITERMEM_*` variables of the flags given, and with `--shim` the simulated CUDA libraries
+    /// first on the library path.
+    pub fn apply(
+        &self,
+        command: &mut Command,
+        default: impl Into<Option<Mode>>,
+    ) -> anyhow::Result<()> {
+        if let Some(mode) = self.mode.or(default.into()) {
+            let lib = match &self.lib {
+                Some(lib) => lib.clone(),
+                None => default_library()?,
+            };
+            if !lib.is_file() {
+                bail!(BadInput(format!(
+                    "{} does not exist (build it with `cargo build`)",
+                    lib.display()
+                )));
+            }
+            command
+                .env(
+                    "LD_PRELOAD",
+                    prepend(lib.as_os_str(), std::env::var_os("LD_PRELOAD"), " "),
+                )
+                .env("ITERMEM_MODE", mode.to_string());
+        }
+        for (name, value) in [
+            ("ITERMEM_TRACE", &self.trace),
+            ("ITERMEM_STATS", &self.stats),
+            ("ITERMEM_PLAN_OUT", &self.plan_out),
+        ] {
+            if let Some(path) = value {
+                command.env(name, path);
+            }
+        }
+        if let Some(limit) = &self.limit {
+            command.env("ITERMEM_LIMIT", limit);
+        }
+        if self.shim {
+            let libs = shim_libraries()?;
+            command.env(
+                "LD_LIBRARY_PATH",
+                prepend(libs.as_os_str(), std::env::var_os("LD_LIBRARY_PATH"), ":"),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// The interposer built with the running executable ([`itermem::interposer::library_beside`]).
@@ -129,7 +153,7 @@ fn prepend(first: &OsStr, rest: Option<OsString>, separator: &str) -> OsString {
     joined
 }
 
-fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+pub fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => ExitCode::from(code as u8),

@@ -1,0 +1,230 @@
+//! `itermem replay`: runs a recorded iteration as a CUDA program ([`itermem::replay`]).
+//!
+//! `itermem replay` prepares the environment (the interposer as `itermem run` would, the
+//! simulated device's capacity and copy bandwidth) and runs `itermem replay-program`, the
+//! replay itself, in a child process: the replay is an ordinary CUDA program, so it also runs
+//! under `itermem run` (then `--mode` is left out and the environment's setting holds).
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::Context;
+use itermem::config::{Limit, Mode};
+use itermem::replay::runner::{self, RunOptions};
+use itermem::replay::{self, LoadSettings, Origin, Program, Scaling};
+use itermem::swap::CopyModel;
+
+use super::run_cmd::{InterposerArgs, exit_code_of};
+use super::{BadInput, InputArgs, naming_file};
+
+/// Exit code of a replay that found a tensor holding the wrong bytes.
+pub const MISMATCH_EXIT: u8 = 3;
+
+/// What the replay process itself is given.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProgramArgs {
+    /// The recording to replay: any format `itermem plan` or `itermem compare` reads.
+    #[arg(value_name = "TRACE")]
+    recording: PathBuf,
+    /// Iterations to run.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    iters: u32,
+    /// Multiply every size by F (e.g. 0.02 to run an 11 GB log in 220 MB).
+    #[arg(long, default_value_t = 1.0, value_name = "F", value_parser = positive)]
+    scale: f64,
+    /// Multiply every kernel's duration by F.
+    #[arg(long, default_value_t = 1.0, value_name = "F", value_parser = non_negative)]
+    time_scale: f64,
+    /// After op N of the first iteration, overwrite a word of the first tensor it writes: shows
+    /// that the verification catches a corruption (the replay then fails).
+    #[arg(long, value_name = "N")]
+    corrupt: Option<u64>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    input: InputArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    program: ProgramArgs,
+    /// cuda-shim's device memory: auto (the limit in swap mode, else twice the replay's peak
+    /// plus 64 MiB; an explicit CUDA_SHIM_DEVICE_MEMORY wins) or bytes (K, M, G suffix).
+    #[arg(long, default_value = "auto", value_name = "auto|BYTES")]
+    device_memory: String,
+    /// The host link of cuda-shim's copy model and of the swap planner: pcie3, pcie4, pcie5,
+    /// nvlink or GB/s, multiplied by --scale and divided by --time-scale so copies overlap
+    /// kernels as on the recording's GPU (CUDA_SHIM_*_GBPS and ITERMEM_BANDWIDTH, when set,
+    /// win).
+    #[arg(long, default_value = "pcie3", value_name = "LINK")]
+    bandwidth: String,
+    /// How itermem runs the replay; `--limit P%` is P % of the replay's peak live bytes.
+    #[command(flatten)]
+    env: InterposerArgs,
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{text}' is not a positive number")),
+    }
+}
+
+fn non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{text}' is not a number ≥ 0")),
+    }
+}
+
+impl ProgramArgs {
+    fn load(&self) -> anyhow::Result<Program> {
+        let settings = LoadSettings {
+            scaling: Scaling {
+                size: self.scale,
+                time: self.time_scale,
+            },
+            max_decompressed: Some(self.input.max_decompressed),
+        };
+        naming_file(&self.recording, replay::load(&self.recording, &settings))
+    }
+
+    /// The arguments that give this value to `replay-program`.
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "replay-program".to_string(),
+            self.recording.display().to_string(),
+            format!("--iters={}", self.iters),
+            format!("--scale={}", self.scale),
+            format!("--time-scale={}", self.time_scale),
+            format!("--max-decompressed={}", self.input.max_decompressed),
+        ];
+        args.extend(self.corrupt.map(|op| format!("--corrupt={op}")));
+        if self.json {
+            args.push("--json".into());
+        }
+        args
+    }
+}
+
+/// `itermem replay`: the environment, then the replay in a child process.
+pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let program = args.program.load()?;
+    let peak = program.peak_bytes();
+    let limit = match args.env.limit.as_deref().map(itermem::config::parse_limit) {
+        Some(Some(Limit::Fraction(f))) => Some((peak as f64 * f).ceil() as u64),
+        Some(Some(Limit::Bytes(b))) => Some(b),
+        _ => None,
+    };
+    args.env.limit = limit.map(|b| b.to_string());
+    let device_memory = match args.device_memory.as_str() {
+        "auto" => match (args.env.mode, limit) {
+            (Some(Mode::Swap), Some(limit)) => limit,
+            _ => peak * 2 + (64 << 20),
+        },
+        text => itermem::config::parse_bytes(text)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                BadInput(format!(
+                    "--device-memory {text}: expected auto or a byte count"
+                ))
+            })?,
+    };
+    let link = CopyModel::parse(&args.bandwidth).ok_or_else(|| {
+        BadInput(format!(
+            "--bandwidth {}: expected pcie3, pcie4, pcie5, nvlink or GB/s",
+            args.bandwidth
+        ))
+    })?;
+    let factor = args.program.scale / args.program.time_scale.max(1e-9);
+    let h2d = factor / link.in_ns_per_byte;
+    let d2h = factor / link.out_ns_per_byte;
+
+    let exe = std::env::current_exe().context("cannot locate the itermem executable")?;
+    let mut command = Command::new(exe);
+    command.args(args.program.to_args());
+    args.env.apply(&mut command, None)?;
+    let explicit = args.device_memory != "auto";
+    for (name, value, always) in [
+        (
+            "CUDA_SHIM_DEVICE_MEMORY",
+            device_memory.to_string(),
+            explicit,
+        ),
+        ("CUDA_SHIM_H2D_GBPS", format!("{h2d:.6}"), false),
+        ("CUDA_SHIM_D2H_GBPS", format!("{d2h:.6}"), false),
+        ("ITERMEM_BANDWIDTH", format!("{:.6}", h2d.min(d2h)), false),
+    ] {
+        if always || std::env::var_os(name).is_none() {
+            command.env(name, value);
+        }
+    }
+    let status = command.status().context("cannot run the replay")?;
+    Ok(exit_code_of(status))
+}
+
+/// `itermem replay-program`: the replay itself, in this process.
+pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
+    let program = args.load()?;
+    let options = RunOptions {
+        iterations: args.iters,
+        corrupt_op: args.corrupt,
+    };
+    let outcome = runner::run(&program, &options)?;
+    if args.json {
+        let json = serde_json::json!({
+            "trace": program.source,
+            "tensors": program.bytes.len(),
+            "launches_per_iteration": program.launches(),
+            "peak_bytes": program.peak_bytes(),
+            "resident_bytes": program.resident_bytes(),
+            "outcome": outcome,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{}", summary(&program, &outcome));
+    }
+    match outcome.mismatch {
+        Some(mismatch) => {
+            eprintln!("itermem: replay verification failed: {mismatch}");
+            Ok(ExitCode::from(MISMATCH_EXIT))
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn summary(program: &Program, outcome: &runner::Outcome) -> String {
+    let origin = match program.origin {
+        Origin::Ops => "one kernel per op",
+        Origin::Allocations => "allocations with writing and checking kernels",
+    };
+    let mut times = outcome.iteration_seconds.clone();
+    times.sort_by(f64::total_cmp);
+    let median = times.get(times.len() / 2).copied().unwrap_or(0.0);
+    format!(
+        "replay      {} ({origin})\n\
+         program     {} tensors, {} launches per iteration, peak {} B ({} B resident)\n\
+         iterations  {} completed, median {:.3} ms\n\
+         verified    {} sampled and {} whole-tensor checks ({} B), {} B written, {} reads of \
+         unwritten tensors\n\
+         result      {}\n",
+        program.source,
+        program.bytes.len(),
+        program.launches(),
+        program.peak_bytes(),
+        program.resident_bytes(),
+        outcome.iteration_seconds.len(),
+        median * 1e3,
+        outcome.checks_sampled,
+        outcome.checks_all,
+        outcome.bytes_checked_all,
+        outcome.bytes_written,
+        outcome.unwritten_reads,
+        match &outcome.mismatch {
+            None => "every tensor held what was written".to_string(),
+            Some(m) => format!("MISMATCH: {m}"),
+        }
+    )
+}

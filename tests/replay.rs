@@ -1,0 +1,305 @@
+//! `itermem replay`: a recorded iteration runs as a CUDA program on the simulated GPU, under
+//! every mode of `itermem run`, with every tensor it reads verified; its own trace reproduces the
+//! input iteration; a corruption stops it with the op, tensor, address and words named.
+
+#[path = "support/samples.rs"]
+mod samples;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use itermem::replay::{LoadSettings, Program, Scaling};
+use support::{itermem, read_json, run_under_itermem, scratch, stdout_ok, trace_info};
+
+const MIB: u64 = 1 << 20;
+
+/// A generated dispatch trace of one training step of a four-layer network: weights (1 MiB) and
+/// an input batch (2 MiB) alive before it, activations of 4 MiB kept for the backward pass (the
+/// first ones idle for most of it: what swap mode moves out), gradients, in-place updates. The
+/// matrix products take about 1.3 ms each at the default cost model's rate.
+fn write_op_trace(name: &str) -> PathBuf {
+    const LAYERS: u32 = 4;
+    let weight = |layer: u32| layer; // 1..=4
+    let activation = |layer: u32| if layer == 0 { 5 } else { 10 + layer }; // a0 is the input
+    let grad = |layer: u32| 20 + layer;
+    let weight_grad = |layer: u32| 30 + layer;
+    let loss = 40;
+    let mut lines = vec![r#"{"ev":"meta","model":"four-layer"}"#.to_string()];
+    let mut ops = 0;
+    let mut op = |lines: &mut Vec<String>, name: &str, r: &[u32], w: &[u32], gflop: f64| {
+        lines.push(format!(
+            r#"{{"ev":"op","i":{ops},"name":"{name}","r":{r:?},"w":{w:?},"flops":{},"out_shapes":[[1]]}}"#,
+            gflop * 1e9
+        ));
+        ops += 1;
+        ops
+    };
+    let alloc = |lines: &mut Vec<String>, id: u32, bytes: u64, op: u32| {
+        lines.push(format!(
+            r#"{{"ev":"alloc","id":{id},"bytes":{bytes},"op":{op},"dtype":"float32"}}"#
+        ))
+    };
+    let free = |lines: &mut Vec<String>, id: u32, op: u32| {
+        lines.push(format!(r#"{{"ev":"free","id":{id},"op":{op}}}"#))
+    };
+    for layer in 1..=LAYERS {
+        lines.push(format!(
+            r#"{{"ev":"pre","id":{},"bytes":{MIB},"op":0,"dtype":"float32"}}"#,
+            weight(layer)
+        ));
+    }
+    lines.push(format!(
+        r#"{{"ev":"pre","id":{},"bytes":{},"op":0,"dtype":"float32"}}"#,
+        activation(0),
+        2 * MIB
+    ));
+    let mut next = 0;
+    for layer in 1..=LAYERS {
+        alloc(&mut lines, activation(layer), 4 * MIB, next);
+        let r = [activation(layer - 1), weight(layer)];
+        next = op(
+            &mut lines,
+            "aten.mm.default",
+            &r,
+            &[activation(layer)],
+            20.0,
+        );
+    }
+    alloc(&mut lines, loss, 4096, next);
+    next = op(
+        &mut lines,
+        "aten.mse_loss.default",
+        &[activation(LAYERS)],
+        &[loss],
+        0.5,
+    );
+    alloc(&mut lines, grad(LAYERS), 4 * MIB, next);
+    let r = [loss, activation(LAYERS)];
+    next = op(
+        &mut lines,
+        "aten.mse_loss_backward.default",
+        &r,
+        &[grad(LAYERS)],
+        0.5,
+    );
+    free(&mut lines, loss, next);
+    free(&mut lines, activation(LAYERS), next);
+    for layer in (1..=LAYERS).rev() {
+        alloc(&mut lines, weight_grad(layer), MIB, next);
+        let mut w = vec![weight_grad(layer)];
+        if layer > 1 {
+            alloc(&mut lines, grad(layer - 1), 4 * MIB, next);
+            w.push(grad(layer - 1));
+        }
+        let r = [grad(layer), activation(layer - 1), weight(layer)];
+        next = op(&mut lines, "aten.mm.default", &r, &w, 40.0);
+        free(&mut lines, grad(layer), next);
+        free(&mut lines, activation(layer - 1), next);
+    }
+    for layer in 1..=LAYERS {
+        let r = [weight(layer), weight_grad(layer)];
+        next = op(&mut lines, "aten.add_.Tensor", &r, &[weight(layer)], 0.5);
+        free(&mut lines, weight_grad(layer), next);
+    }
+    lines.push(format!(r#"{{"ev":"end","op":{next}}}"#));
+    let path = scratch(name).with_extension("jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// A PyTorch memory snapshot of three steps of a small model: a weight allocated once, then per
+/// step activations of 1–2 MiB allocated and freed (a `time_us` 300 µs apart).
+fn write_snapshot(name: &str) -> PathBuf {
+    use samples::{dict, entry};
+    use serde_pickle::Value;
+    let mut events = vec![entry("alloc", 0x1000_0000, 512 * 1024, Some(0))];
+    let mut time = 0;
+    let mut tick = || {
+        time += 300;
+        Some(time)
+    };
+    for _ in 0..3 {
+        let sizes = [2 * MIB, MIB + 4096, 2 * MIB, 512 * 1024];
+        for (i, &size) in sizes.iter().enumerate() {
+            let addr = 0x2000_0000 + (i as i64) * 0x40_0000;
+            events.push(entry("alloc", addr, size as i64, tick()));
+        }
+        for (i, &size) in sizes.iter().enumerate().rev() {
+            let addr = 0x2000_0000 + (i as i64) * 0x40_0000;
+            events.push(entry("free_requested", addr, size as i64, tick()));
+        }
+    }
+    let snapshot = dict(vec![
+        ("segments", Value::List(vec![])),
+        ("device_traces", Value::List(vec![Value::List(events)])),
+    ]);
+    let path = scratch(name).with_extension("pickle");
+    let bytes = serde_pickle::value_to_vec(&snapshot, serde_pickle::SerOptions::new()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// `itermem run --shim MODE_ARGS -- itermem replay-program TRACE ARGS`.
+fn replay_under(mode_args: &[&str], trace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut program = vec![itermem(), "replay-program", trace.to_str().unwrap()];
+    program.extend_from_slice(args);
+    run_under_itermem(mode_args, &program, env)
+}
+
+fn program_of(trace: &Path) -> Program {
+    itermem::replay::load(trace, &LoadSettings::default()).unwrap()
+}
+
+#[test]
+fn an_op_trace_and_a_snapshot_replay_verified_in_every_mode() {
+    for (name, trace) in [
+        ("op trace", write_op_trace("replay-modes-ops")),
+        ("snapshot", write_snapshot("replay-modes-snapshot")),
+    ] {
+        let peak = program_of(&trace).peak_bytes();
+        let limit = (peak * 8 / 10).to_string();
+        for mode in ["off", "record", "pool", "cnmem", "swap"] {
+            let stats = scratch(&format!("replay-modes-{mode}")).with_extension("json");
+            let shim = scratch(&format!("replay-modes-{mode}-shim")).with_extension("json");
+            let mut mode_args = vec!["--mode", mode, "--stats", stats.to_str().unwrap()];
+            if mode == "swap" {
+                mode_args.extend(["--limit", &limit]);
+            }
+            let output = replay_under(
+                &mode_args,
+                &trace,
+                &["--iters", "20"],
+                &[
+                    ("CUDA_SHIM_STATS", shim.to_str().unwrap()),
+                    ("CUDA_SHIM_JITTER_US", "100"),
+                    ("CUDA_SHIM_H2D_GBPS", "20"),
+                    ("CUDA_SHIM_D2H_GBPS", "20"),
+                ],
+            );
+            let out = stdout_ok(&output);
+            assert!(
+                out.contains("iterations  20 completed")
+                    && out.contains("every tensor held what was written"),
+                "{name} in {mode} mode:\n{out}"
+            );
+            let device = read_json(&shim);
+            let peak_device = device["peak_device_bytes"].as_u64().unwrap();
+            match mode {
+                "pool" => {
+                    let pool = &read_json(&stats)["pool"];
+                    assert!(pool["served"].as_u64().unwrap() > 0, "{name}: {pool:#}");
+                    assert_eq!(pool["fallback_after_plan"], 0, "{name}: {pool:#}");
+                }
+                "swap" => {
+                    let swap = &read_json(&stats)["swap"];
+                    assert!(
+                        swap["swapped_out_bytes"].as_u64().unwrap() > 0,
+                        "{name}: nothing swapped under {limit} B: {swap:#}"
+                    );
+                    assert!(
+                        peak_device <= limit.parse().unwrap(),
+                        "{name}: device peak {peak_device} above the limit {limit}"
+                    );
+                }
+                _ => {}
+            }
+            for path in [stats, shim] {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_replays_own_trace_reproduces_the_input_iteration() {
+    let input = write_op_trace("replay-round-trip");
+    let scale = 0.5;
+    let recorded = scratch("replay-round-trip").with_extension("itrace");
+    let output = replay_under(
+        &["--mode", "record", "--trace", recorded.to_str().unwrap()],
+        &input,
+        &["--iters", "20", &format!("--scale={scale}")],
+        &[],
+    );
+    stdout_ok(&output);
+
+    // The period is one iteration of the program: its allocations, frees, launches, uploads.
+    let program = itermem::replay::load(
+        &input,
+        &LoadSettings {
+            scaling: Scaling {
+                size: scale,
+                time: 1.0,
+            },
+            max_decompressed: None,
+        },
+    )
+    .unwrap();
+    let info = trace_info(&recorded);
+    assert_eq!(
+        info["period_events"].as_u64(),
+        Some(program.steps.len() as u64),
+        "{info:#}"
+    );
+
+    // The recorded iteration, read back as ops, has the input's ops and live bytes (scaled).
+    let original = itermem::ops::load(&input).unwrap();
+    let replayed = itermem::ops::load(&recorded).unwrap();
+    let kernels: Vec<_> = replayed
+        .ops
+        .iter()
+        .filter(|op| !op.name.starts_with("memcpy"))
+        .collect();
+    assert_eq!(kernels.len(), original.ops.len(), "{replayed:#?}");
+    // Live bytes at each kernel, in the order of the input's ops (the recorded iteration may
+    // start at another op: it is rotated to the input's first op).
+    let live: Vec<u64> = replayed
+        .live_bytes()
+        .into_iter()
+        .zip(&replayed.ops)
+        .filter(|(_, op)| !op.name.starts_with("memcpy"))
+        .map(|(bytes, _)| bytes)
+        .collect();
+    let scaled: Vec<u64> = original
+        .live_bytes()
+        .iter()
+        .map(|&b| (b as f64 * scale) as u64)
+        .collect();
+    let aligned = (0..live.len()).any(|shift| {
+        let mut rotated = live.clone();
+        rotated.rotate_left(shift);
+        rotated == scaled
+    });
+    assert!(aligned, "replayed {live:?}, input scaled {scaled:?}");
+    let _ = std::fs::remove_file(recorded);
+}
+
+#[test]
+fn a_corrupted_tensor_stops_the_replay_naming_op_tensor_address_and_words() {
+    let trace = write_op_trace("replay-corrupt");
+    // Op 1 writes the second layer's activation, which op 2 reads.
+    let output = Command::new(itermem())
+        .args([
+            "replay",
+            "--shim",
+            "--mode",
+            "record",
+            "--iters",
+            "3",
+            "--corrupt",
+            "1",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("replay verification failed: iteration 0, op 2: tensor")
+            && stderr.contains("holds 0xa5a5a5a5a5a5a5a5 at byte 0 where 0x"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("iterations  0 completed"), "{stdout}");
+}
