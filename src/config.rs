@@ -86,6 +86,8 @@ pub struct Config {
     pub plan_out: Option<PathBuf>,
     /// Swap mode: the host link the planner assumes for its copies.
     pub bandwidth: CopyModel,
+    /// Swap mode: the smallest tensor the planner swaps.
+    pub swap_min_bytes: u64,
 }
 
 impl Default for Config {
@@ -102,6 +104,7 @@ impl Default for Config {
             swap_verify: false,
             plan_out: None,
             bandwidth: CopyModel::default(),
+            swap_min_bytes: crate::swap::AutoSwapOptions::default().min_bytes,
         }
     }
 }
@@ -207,6 +210,12 @@ pub const OPTIONS: &[Opt] = &[
         forms: "pcie3, pcie4, pcie5, nvlink or GB/s (e.g. 12.5)",
         doc: "swap mode: the host link the planner assumes (default pcie3)",
         apply: |c, v| CopyModel::parse(v).map(|m| c.bandwidth = m).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_SWAP_MIN_BYTES",
+        forms: "bytes with an optional K, M, G suffix (e.g. 256K)",
+        doc: "swap mode: the smallest tensor the planner swaps (default 1M)",
+        apply: |c, v| parse_bytes(v).map(|b| c.swap_min_bytes = b).is_some(),
     },
 ];
 
@@ -559,15 +568,22 @@ mod tests {
             ("ITERMEM_SWAP_VERIFY", "1"),
             ("ITERMEM_PLAN_OUT", "plan.json"),
             ("ITERMEM_BANDWIDTH", "pcie4"),
+            ("ITERMEM_SWAP_MIN_BYTES", "256K"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(c.swap_min_bytes, 256 << 10);
         assert!(c.swap_verify);
         assert_eq!(c.plan_out, Some(PathBuf::from("plan.json")));
         assert_eq!(c.bandwidth, CopyModel::pcie4());
-        let (c, problems) = config(&[("ITERMEM_SWAP_VERIFY", "yes"), ("ITERMEM_BANDWIDTH", "x")]);
+        let (c, problems) = config(&[
+            ("ITERMEM_SWAP_VERIFY", "yes"),
+            ("ITERMEM_BANDWIDTH", "x"),
+            ("ITERMEM_SWAP_MIN_BYTES", "big"),
+        ]);
         assert!(!c.swap_verify);
         assert_eq!(c.bandwidth, CopyModel::pcie3());
-        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(c.swap_min_bytes, 1 << 20);
+        assert_eq!(problems.len(), 3, "{problems:?}");
     }
 
     #[test]

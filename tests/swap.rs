@@ -303,3 +303,33 @@ fn threads_allocating_beyond_the_limit_at_once_get_mapped_host_memory() {
     );
     std::fs::remove_file(stats).unwrap();
 }
+
+#[test]
+fn allocations_a_device_smaller_than_the_limit_refuses_come_from_mapped_host_memory() {
+    // A fragmented or shared device can answer out of memory below the limit: the program's
+    // malloc must not fail where the limit says it fits.
+    let mlp = program("mlp_train");
+    let args = ["--iters", "10"];
+    let on_big_device = run_ok(&mlp, &args, &[]);
+    let stats = scratch("smaller-device-stats.json");
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            LIMIT,
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &[mlp.to_str().unwrap(), args[0], args[1]],
+        &[("CUDA_SHIM_DEVICE_MEMORY", "4000000")],
+    );
+    let out = stdout_ok(&output);
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    let summary = read_json(&stats);
+    assert!(
+        summary["swap"]["warmup_host_allocations"].as_u64().unwrap() > 0,
+        "{summary:#}"
+    );
+    std::fs::remove_file(stats).unwrap();
+}

@@ -20,7 +20,7 @@ use itermem::export::human_bytes;
 use itermem::ops::{self, OpTrace, cost::CostModel};
 use itermem::plan as dsa;
 use itermem::swap::combined::{self, ExecutorInputs, PlanJson, SwapJson};
-use itermem::swap::{self, CopyModel, SimOptions, SimResult, SwapPlan, baselines};
+use itermem::swap::{self, AutoSwapOptions, CopyModel, SimOptions, SimResult, SwapPlan, baselines};
 use serde::Serialize;
 
 use super::{BadInput, InputArgs, naming_file};
@@ -126,7 +126,14 @@ fn run_planner(
         Planner::Bo => {
             let bar = ProgressBar::new(progress, evaluations.max(4));
             let report = |done: usize, _budget: usize, _best: &bo::Objective| bar.tick(done);
-            let found = combined::bo_plan(trace, limit, copy, evaluations, Some(&report))?;
+            let found = combined::bo_plan(
+                trace,
+                limit,
+                copy,
+                evaluations,
+                &AutoSwapOptions::default(),
+                Some(&report),
+            )?;
             bar.finish();
             (found.plan, Some(found.weights), found.evaluations)
         }

@@ -49,6 +49,8 @@ type Run<'a> = &'a mut dyn FnMut() -> u32;
 const SUCCESS: u32 = 0;
 /// `cudaErrorInvalidValue`: what `cudaFree` answers for a pointer that is no allocation.
 const INVALID_VALUE: u32 = 1;
+/// `cudaErrorMemoryAllocation`: the real allocator found no room.
+const MEMORY_ALLOCATION: u32 = 2;
 
 fn on_alloc(
     rec: &Recorder,
@@ -67,6 +69,15 @@ fn on_alloc(
         }
     }
     let result = run();
+    if result == MEMORY_ALLOCATION && kind == MemKind::Device && size > 0 && !ptr.is_null() {
+        if let Some((addr, id)) = rec.host_backed_malloc(size as u64) {
+            // SAFETY: `ptr` is the caller's non-null out-parameter.
+            unsafe { *ptr = addr as *mut c_void };
+            rec.on_served_malloc(id, addr, size as u64);
+            clear_last_error();
+            return SUCCESS;
+        }
+    }
     if result == SUCCESS && !ptr.is_null() {
         // SAFETY: the call succeeded, so the runtime wrote the new address through `ptr`.
         let addr = unsafe { *ptr } as u64;
@@ -75,6 +86,18 @@ fn on_alloc(
         }
     }
     result
+}
+
+/// Consumes this thread's last runtime error: the failed malloc's, which itermem answered
+/// (the program must not find it in `cudaGetLastError`).
+fn clear_last_error() {
+    type GetLastError = unsafe extern "C" fn() -> u32;
+    static GET_LAST_ERROR: RealFn = RealFn::new(c"cudaGetLastError");
+    // SAFETY: cudaGetLastError's prototype.
+    if let Some(get_last_error) = unsafe { GET_LAST_ERROR.get::<GetLastError>() } {
+        // SAFETY: as above; it takes no argument and only resets the thread's last error.
+        unsafe { get_last_error() };
+    }
 }
 
 /// `device`: whether the freed pointer may come from itermem's own allocator (`cudaFree`,

@@ -79,6 +79,14 @@ impl History {
         }
     }
 
+    /// Whether a device malloc was made in `[start, start + length)`.
+    pub fn has_malloc_in(&self, start: u64, length: u64) -> bool {
+        let first = self.records.partition_point(|r| r.index < start);
+        self.records
+            .get(first)
+            .is_some_and(|r| r.index < start.saturating_add(length))
+    }
+
     /// The allocation problem of the iteration `[start, start + length)`: the mallocs made and
     /// freed within it, as buffers with lifetimes relative to `start` (the buffer's id is its
     /// malloc's relative position). Mallocs that outlive the iteration are not planned.
@@ -249,6 +257,11 @@ mod tests {
             .map(|b| (b.lower, b.upper, b.size))
             .collect();
         assert_eq!(buffers, vec![(0, 5, 64), (2, 8, 32)]);
+        // Mallocs at 5, 10, 12, 16: a period of launches between them allocates nothing.
+        assert!(h.has_malloc_in(10, 10));
+        assert!(h.has_malloc_in(16, 1));
+        assert!(!h.has_malloc_in(6, 4));
+        assert!(!h.has_malloc_in(17, 100));
     }
 
     #[test]

@@ -145,6 +145,7 @@ impl Recorder {
         let swap_config = SwapConfig {
             limit: config.limit,
             copy: config.bandwidth,
+            min_bytes: config.swap_min_bytes,
             verify: config.swap_verify,
             plan_out: config.plan_out.clone(),
             trace: config.trace.clone(),
@@ -207,6 +208,14 @@ impl Recorder {
         let id = self.next_id.fetch_add(1, Relaxed);
         let addr = pool.lock().malloc(index, size, id)?;
         Some((addr, id))
+    }
+
+    /// Swap mode, after the real allocator answered out of memory: the block from mapped host
+    /// memory instead, as beyond the limit (the program's malloc must not fail where the limit
+    /// says it fits), or None.
+    pub fn host_backed_malloc(&self, size: u64) -> Option<(u64, AllocId)> {
+        let addr = self.pool.as_ref()?.lock().host_backed_malloc(size)?;
+        Some((addr, self.next_id.fetch_add(1, Relaxed)))
     }
 
     /// Records a `cudaMalloc` served by [`Recorder::served_malloc`].
@@ -661,6 +670,18 @@ impl Recorder {
                 detected: period, ..
             } => {
                 let mut pool = pool.lock();
+                let Some(start) = period.boundary.checked_sub(period.length) else {
+                    return;
+                };
+                if !pool.history.has_malloc_in(start, period.length) {
+                    // A run of launches (an optimizer's update of every parameter, say): no
+                    // allocation to plan or swap, so not the training iteration.
+                    log::info!(
+                        "period of {} events left alone: it allocates no device memory",
+                        period.length
+                    );
+                    return;
+                }
                 if pool.executor.is_some() {
                     let next = self.next_index.load(Relaxed);
                     if let Some((start, length)) =
@@ -677,9 +698,7 @@ impl Recorder {
                 }
                 // The complete iteration just before the boundary; its structure is the one
                 // every later iteration repeats.
-                if let Some(start) = period.boundary.checked_sub(period.length) {
-                    pool.plan_iteration(start, period.length);
-                }
+                pool.plan_iteration(start, period.length);
             }
         }
     }

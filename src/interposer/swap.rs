@@ -45,6 +45,8 @@ pub struct SwapConfig {
     /// Device bytes the process may hold (None: no limit, nothing is swapped).
     pub limit: Option<crate::config::Limit>,
     pub copy: CopyModel,
+    /// `ITERMEM_SWAP_MIN_BYTES`: the smallest tensor swapped.
+    pub min_bytes: u64,
     /// `ITERMEM_SWAP_VERIFY`: poison a range once its bytes are on the host.
     pub verify: bool,
     /// `ITERMEM_PLAN_OUT`: where the plan in use is written.
@@ -334,11 +336,17 @@ impl PoolState {
     /// limit, else None (the real allocator serves it).
     pub(super) fn overflow(&mut self, size: u64) -> Option<u64> {
         let in_use = self.device_bytes();
-        let exec = self.executor.as_mut()?;
-        let limit = exec.limit()?;
+        let limit = self.executor.as_mut()?.limit()?;
         if in_use + granules(size) <= limit {
             return None;
         }
+        self.host_backed_malloc(size)
+    }
+
+    /// Swap mode: a device malloc served from mapped host memory (the device is at the limit,
+    /// or the real allocator found no room: a fragmented device says so below the limit).
+    pub fn host_backed_malloc(&mut self, size: u64) -> Option<u64> {
+        let exec = self.executor.as_mut()?;
         let (host, device) = cuda::mapped_host(size.max(1))?;
         exec.host_backed.insert(device, (host, size));
         exec.host_backed_bytes += size;
@@ -1015,6 +1023,7 @@ fn make_schedule(
         budget_bytes: 0,
         outside_pool_bytes,
         evaluations: EVALUATIONS,
+        min_swap_bytes: config.min_bytes,
         allow_swaps,
     };
     inputs.budget_bytes = inputs.budget_for(limit);

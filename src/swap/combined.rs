@@ -4,7 +4,8 @@
 //! interposer's swap mode executes it: both call [`bo_plan`] and [`combined_pool`], and the
 //! executor's [`plan_within`] is what `itermem plan --timings` runs to reproduce a live plan.
 
-use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows, plan};
+use super::autoswap::{AutoSwapOptions, plan_with};
+use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows};
 use crate::bo::{self, BoConfig, BoError, Objective, Progress};
 use crate::ops::{Op, OpTrace, Tensor, TensorId};
 use crate::plan::{self as dsa, Absence, Buffer, Instance, PlanOptions, Policy};
@@ -32,13 +33,14 @@ pub fn bo_plan(
     limit: u64,
     copy: CopyModel,
     evaluations: usize,
+    options: &AutoSwapOptions,
     progress: Option<Progress<'_>>,
 ) -> Result<BoPlan, BoError> {
     let score = |w: &[f64]| {
         let weights = Weights::from_array([w[0], w[1], w[2], w[3]]);
         objective(&evaluate(
             trace,
-            &plan(trace, limit, weights, copy),
+            &plan_with(trace, limit, weights, copy, options),
             limit,
             copy,
         ))
@@ -62,7 +64,7 @@ pub fn bo_plan(
         found.best_x[3],
     ];
     Ok(BoPlan {
-        plan: plan(trace, limit, Weights::from_array(weights), copy),
+        plan: plan_with(trace, limit, Weights::from_array(weights), copy, options),
         weights,
         evaluations: found.evaluations,
     })
@@ -289,6 +291,7 @@ pub fn plan_within(
     budget: u64,
     copy: CopyModel,
     evaluations: usize,
+    options: &AutoSwapOptions,
     allow_swaps: bool,
 ) -> anyhow::Result<Executable> {
     let no_swaps = || -> anyhow::Result<Executable> {
@@ -312,7 +315,7 @@ pub fn plan_within(
     let mut limit = budget;
     let mut best: Option<Executable> = None;
     for _ in 0..FIT_ATTEMPTS {
-        let chosen = bo_plan(trace, limit, copy, evaluations, None)?;
+        let chosen = bo_plan(trace, limit, copy, evaluations, options, None)?;
         let result = check(trace, &chosen.plan, limit, copy)
             .map_err(|err| anyhow::anyhow!("internal error: the swap plan is invalid: {err}"))?;
         let lent = lent_windows(trace, &chosen.plan, limit, copy);
@@ -407,8 +410,16 @@ pub struct ExecutorInputs {
     /// start, and the pool's rounding to the allocation granule).
     pub outside_pool_bytes: u64,
     pub evaluations: usize,
+    /// Smallest tensor swapped (`ITERMEM_SWAP_MIN_BYTES`; plans written before it existed
+    /// used 1 MiB).
+    #[serde(default = "default_min_swap_bytes")]
+    pub min_swap_bytes: u64,
     /// False when a launch's accesses could not be seen: the pool is planned without swaps.
     pub allow_swaps: bool,
+}
+
+fn default_min_swap_bytes() -> u64 {
+    AutoSwapOptions::default().min_bytes
 }
 
 impl ExecutorInputs {
@@ -422,11 +433,16 @@ impl ExecutorInputs {
     pub fn plan(&self, trace: &OpTrace) -> anyhow::Result<(OpTrace, Vec<TensorId>, Executable)> {
         let timed = self.timed(trace)?;
         let (reduced, kept) = poolable(&timed);
+        let options = AutoSwapOptions {
+            min_bytes: self.min_swap_bytes,
+            ..AutoSwapOptions::default()
+        };
         let plan = plan_within(
             &reduced,
             self.budget_bytes,
             self.copy,
             self.evaluations,
+            &options,
             self.allow_swaps,
         )?;
         Ok((reduced, kept, plan))
@@ -596,13 +612,15 @@ mod tests {
             let (trace, _) = poolable(&random_iteration(&mut rng, 60, 40, 1 << 20));
             let Some(peak) = trace.peak() else { continue };
             let budget = peak.bytes * 3 / 4;
-            let planned = plan_within(&trace, budget, copy, 8, true).unwrap();
+            let planned =
+                plan_within(&trace, budget, copy, 8, &AutoSwapOptions::default(), true).unwrap();
             swapped += planned.plan.swaps.len();
             assert!(shared_addresses(&trace, &planned.pool).is_empty());
             if planned.fits {
                 assert!(planned.pool.footprint <= budget);
             }
-            let pool_only = plan_within(&trace, budget, copy, 8, false).unwrap();
+            let pool_only =
+                plan_within(&trace, budget, copy, 8, &AutoSwapOptions::default(), false).unwrap();
             assert!(pool_only.plan.swaps.is_empty());
         }
         assert!(swapped > 0, "no random trace needed a swap");
