@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use itermem::config::{Limit, Mode};
 use itermem::replay::runner::{self, RunOptions};
 use itermem::replay::{self, LoadSettings, Origin, Program, Scaling};
-use itermem::swap::CopyModel;
+use itermem::swap::{AutoSwapOptions, CopyModel};
 
 use super::run_cmd::{InterposerArgs, exit_code_of};
 use super::{BadInput, InputArgs, naming_file};
@@ -29,7 +29,8 @@ pub struct ProgramArgs {
     /// Iterations to run.
     #[arg(long, default_value_t = 10, value_name = "N")]
     iters: u32,
-    /// Multiply every size by F (e.g. 0.02 to run an 11 GB log in 220 MB).
+    /// Multiply every size by F (e.g. 0.02 to run an 11 GB log in 220 MB); the copy bandwidth
+    /// and the smallest tensor swap mode swaps (ITERMEM_SWAP_MIN_BYTES, 1 MiB) scale with it.
     #[arg(long, default_value_t = 1.0, value_name = "F", value_parser = positive)]
     scale: f64,
     /// Multiply every kernel's duration by F.
@@ -142,6 +143,10 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let h2d = factor / link.in_ns_per_byte;
     let d2h = factor / link.out_ns_per_byte;
 
+    let min_swap_bytes = (AutoSwapOptions::default().min_bytes as f64 * args.program.scale)
+        .ceil()
+        .max(1.0) as u64;
+
     let exe = std::env::current_exe().context("cannot locate the itermem executable")?;
     let mut command = Command::new(exe);
     command.args(args.program.to_args());
@@ -156,6 +161,7 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
         ("CUDA_SHIM_H2D_GBPS", format!("{h2d:.6}"), false),
         ("CUDA_SHIM_D2H_GBPS", format!("{d2h:.6}"), false),
         ("ITERMEM_BANDWIDTH", format!("{:.6}", h2d.min(d2h)), false),
+        ("ITERMEM_SWAP_MIN_BYTES", min_swap_bytes.to_string(), false),
     ] {
         if always || std::env::var_os(name).is_none() {
             command.env(name, value);
@@ -186,13 +192,18 @@ pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", summary(&program, &outcome));
     }
-    match outcome.mismatch {
-        Some(mismatch) => {
-            eprintln!("itermem: replay verification failed: {mismatch}");
-            Ok(ExitCode::from(MISMATCH_EXIT))
-        }
-        None => Ok(ExitCode::SUCCESS),
+    if let Some(mismatch) = outcome.mismatch {
+        eprintln!("itermem: replay verification failed: {mismatch}");
+        return Ok(ExitCode::from(MISMATCH_EXIT));
     }
+    if outcome.kernels_run != outcome.launches {
+        bail!(
+            "the device ran {} kernels of the {} launched",
+            outcome.kernels_run,
+            outcome.launches
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn summary(program: &Program, outcome: &runner::Outcome) -> String {
@@ -206,7 +217,7 @@ fn summary(program: &Program, outcome: &runner::Outcome) -> String {
     format!(
         "replay      {} ({origin})\n\
          program     {} tensors, {} launches per iteration, peak {} B ({} B resident)\n\
-         iterations  {} completed, median {:.3} ms\n\
+         iterations  {} completed, median {:.3} ms, {} kernels run\n\
          verified    {} sampled and {} whole-tensor checks ({} B), {} B written, {} reads of \
          unwritten tensors\n\
          result      {}\n",
@@ -217,6 +228,7 @@ fn summary(program: &Program, outcome: &runner::Outcome) -> String {
         program.resident_bytes(),
         outcome.iteration_seconds.len(),
         median * 1e3,
+        outcome.kernels_run,
         outcome.checks_sampled,
         outcome.checks_all,
         outcome.bytes_checked_all,

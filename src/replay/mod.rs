@@ -70,6 +70,10 @@ pub struct Access {
 pub struct Launch {
     /// The op (or event) of the input it stands for, for messages.
     pub op: u64,
+    /// Which of the replay's [`runner::KERNELS`] runs it: ops of one name run one kernel, as
+    /// in the program recorded (a hash of the name; writing and checking kernels of a
+    /// recording are two).
+    pub kernel: usize,
     /// Checks first, then writes (an in-place op has both for its tensor).
     pub accesses: Vec<Access>,
     /// How long the kernel takes on the device, at least.
@@ -229,6 +233,7 @@ impl Program {
             let writes = op.writes.iter().copied().filter(|&t| exists(t)).map(write);
             steps.push(Step::Launch(Launch {
                 op: i as u64,
+                kernel: kernel_of(&op.name),
                 accesses: checks.chain(writes).collect(),
                 duration_ns: scaling.duration_ns(op.time_ns),
             }));
@@ -290,6 +295,7 @@ impl Program {
             let launch = |tensors: &[TensorId], kind: AccessKind, duration_ns: u64| {
                 Step::Launch(Launch {
                     op: time as u64,
+                    kernel: usize::from(kind != AccessKind::Write),
                     accesses: tensors
                         .iter()
                         .map(|&tensor| Access { tensor, kind })
@@ -317,6 +323,14 @@ impl Program {
             steps,
         }
     }
+}
+
+/// The kernel that runs ops named `name` (FNV-1a of the name).
+fn kernel_of(name: &str) -> usize {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % runner::KERNELS.len() as u64) as usize
 }
 
 /// Whether op `op`'s read of `tensor` is the last read of the version it holds: the op writes

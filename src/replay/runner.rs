@@ -126,6 +126,8 @@ pub struct Outcome {
     /// Host time of each iteration completed (its work synchronised at its end), seconds.
     pub iteration_seconds: Vec<f64>,
     pub launches: u64,
+    /// Kernels the device ran: equal to `launches` unless a launch was lost.
+    pub kernels_run: u64,
     pub allocations: u64,
     pub uploads: u64,
     pub bytes_written: u64,
@@ -157,18 +159,12 @@ pub fn run(program: &Program, options: &RunOptions) -> anyhow::Result<Outcome> {
         );
     };
     let sizes = [size_of::<KernelArgs>()];
-    // SAFETY: a registration of our kernel with one parameter of KernelArgs's size, as the
-    // kernel reads it; the name is a static NUL-terminated string.
-    let result = unsafe {
-        register(
-            replay_kernel,
-            c"itermem_replay_op".as_ptr(),
-            1,
-            sizes.as_ptr(),
-            0,
-        )
-    };
-    runtime.check(result, || "cudaShimRegisterKernel".into())?;
+    for (kernel, name) in KERNELS.iter().zip(KERNEL_NAMES) {
+        // SAFETY: a registration of our kernel with one parameter of KernelArgs's size, as the
+        // kernel reads it; the name is a static NUL-terminated string.
+        let result = unsafe { register(*kernel, name.as_ptr(), 1, sizes.as_ptr(), 0) };
+        runtime.check(result, || "cudaShimRegisterKernel".into())?;
+    }
     let mut replay = Replay::start(&runtime, program)?;
     let outcome = replay.run(options);
     replay.finish()?;
@@ -248,6 +244,7 @@ impl<'a> Replay<'a> {
                 .push(started.elapsed().as_secs_f64());
         }
         self.synchronize()?;
+        self.outcome.kernels_run = KERNELS_RUN.iter().map(|k| k.load(Ordering::Relaxed)).sum();
         let report = self.report();
         if report.done.load(Ordering::Acquire) != 0 {
             self.outcome.mismatch = Some(MismatchFound {
@@ -385,7 +382,7 @@ impl<'a> Replay<'a> {
             // argument at the launch, so `args` may go out of scope after it.
             let result = unsafe {
                 (self.runtime.launch_kernel)(
-                    replay_kernel as *const c_void,
+                    KERNELS[launch.kernel % KERNELS.len()] as *const c_void,
                     one,
                     one,
                     params.as_mut_ptr(),
@@ -452,13 +449,41 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// Kernels that ran, per kernel: the launches the device executed, compared with those made.
+static KERNELS_RUN: [AtomicU64; KERNELS.len()] = [const { AtomicU64::new(0) }; KERNELS.len()];
+
 /// Scheduled end of the previous kernel, on [`now_ns`]'s clock.
 static PREVIOUS_END: AtomicU64 = AtomicU64::new(0);
 
+/// The replay's kernels: the same body under eight names, so ops of different names launch
+/// different kernels, as they did in the program recorded (an interposer tells kernels apart).
+pub const KERNELS: [cuda::ShimKernel; 8] = [
+    replay_kernel::<0>,
+    replay_kernel::<1>,
+    replay_kernel::<2>,
+    replay_kernel::<3>,
+    replay_kernel::<4>,
+    replay_kernel::<5>,
+    replay_kernel::<6>,
+    replay_kernel::<7>,
+];
+
+const KERNEL_NAMES: [&std::ffi::CStr; 8] = [
+    c"itermem_replay_op0",
+    c"itermem_replay_op1",
+    c"itermem_replay_op2",
+    c"itermem_replay_op3",
+    c"itermem_replay_op4",
+    c"itermem_replay_op5",
+    c"itermem_replay_op6",
+    c"itermem_replay_op7",
+];
+
 /// The kernel body, run by cuda-shim on the stream's thread. It must not panic (the shim would
 /// report a launch failure): every access is within the slots' bounds by construction.
-extern "C" fn replay_kernel(params: *mut *mut c_void) {
+extern "C" fn replay_kernel<const K: usize>(params: *mut *mut c_void) {
     let start = now_ns();
+    KERNELS_RUN[K].fetch_add(1, Ordering::Relaxed);
     // SAFETY: cuda-shim passes one pointer per registered parameter; ours is one KernelArgs,
     // copied at the launch and alive while the body runs.
     let args = unsafe { &*(*params).cast::<KernelArgs>() };

@@ -108,6 +108,7 @@ fn an_op_trace_becomes_one_launch_per_op_with_its_lifetimes() {
     let launch = |op: u64, accesses: &[(u32, AccessKind)], duration_ns: u64| {
         Step::Launch(Launch {
             op,
+            kernel: kernel_of("op"),
             accesses: accesses
                 .iter()
                 .map(|&(tensor, kind)| Access { tensor, kind })
@@ -182,6 +183,7 @@ fn an_allocation_problem_writes_each_buffer_at_birth_and_checks_it_at_death() {
     let launch = |op: u64, tensors: &[u32], kind: AccessKind, duration_ns: u64| {
         Step::Launch(Launch {
             op,
+            kernel: usize::from(kind == AccessKind::CheckAll),
             accesses: tensors
                 .iter()
                 .map(|&tensor| Access { tensor, kind })
@@ -207,4 +209,11 @@ fn an_allocation_problem_writes_each_buffer_at_birth_and_checks_it_at_death() {
         ]
     );
     assert_eq!(program.peak_bytes(), 64 + 100 + 50);
+}
+
+#[test]
+fn the_replay_kernels_are_distinct_functions() {
+    let addresses: std::collections::HashSet<usize> =
+        runner::KERNELS.iter().map(|&k| k as usize).collect();
+    assert_eq!(addresses.len(), runner::KERNELS.len());
 }
