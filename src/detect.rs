@@ -417,32 +417,6 @@ impl Detector {
         self.lock.map(|lock| lock.period)
     }
 
-    /// Whether the live bytes drift from one repeat of `period` to the next: after the event
-    /// before each of its boundaries in the retained periodic stretch, they differ by more than
-    /// the 512-byte size classes of its tokens allow (512 bytes per event of a repeat). A
-    /// training iteration ends with the memory it started with; a loop inside it does not (a
-    /// layer of the forward pass keeps its activations, one of the backward pass frees them),
-    /// so a drifting period is a loop within the iteration, not the iteration.
-    pub fn drifts(&self, period: &Period) -> bool {
-        let live_before = |boundary: u64| {
-            let index = boundary.checked_sub(1)?;
-            if index < period.start.max(self.first_retained) {
-                return None;
-            }
-            self.live
-                .get(usize::try_from(index - self.first_retained).ok()?)
-        };
-        let tolerance = period.length.saturating_mul(512);
-        let mut boundaries = (0..).map_while(|j| {
-            let boundary = period.boundary.checked_sub(j * period.length)?;
-            live_before(boundary)
-        });
-        let Some(&first) = boundaries.next() else {
-            return false;
-        };
-        boundaries.any(|&bytes| bytes.abs_diff(first) > tolerance)
-    }
-
     /// Records one event: its token and the live device bytes after it. Returns what changed.
     pub fn push(&mut self, token: u64, live_bytes: u64) -> Change {
         self.remember(token, live_bytes);
@@ -838,28 +812,6 @@ mod tests {
         assert_eq!(period.length, 16);
         assert!(period.detected_at >= 4 * 16 - 1 && period.detected_at < 5 * 16);
         assert!(period.iterations_seen >= 4);
-    }
-
-    #[test]
-    fn a_loop_that_keeps_memory_drifts_and_an_iteration_does_not() {
-        // A layer loop of the forward pass: each repeat allocates 1 MiB more than it frees.
-        // A training iteration: each repeat ends with the bytes it started with, give or take
-        // the 512-byte size classes of its tokens.
-        let pattern = distinct(1, 40);
-        for (growth, drifts) in [(1u64 << 20, true), (0, false), (300, false)] {
-            let mut detector = Detector::new(config(1 << 10, 2, 0)).unwrap();
-            let mut found = None;
-            for (i, &token) in repeat(&pattern, 6).iter().enumerate() {
-                let repeat = (i / pattern.len()) as u64;
-                let within = (i % pattern.len()) as u64;
-                if let Change::Detected(period) = detector.push(token, repeat * growth + within) {
-                    found = Some(period);
-                }
-            }
-            let period = found.expect("the loop is periodic");
-            assert_eq!(period.length, 40);
-            assert_eq!(detector.drifts(&period), drifts, "growth {growth}");
-        }
     }
 
     #[test]

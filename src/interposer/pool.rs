@@ -79,12 +79,25 @@ impl History {
         }
     }
 
-    /// Whether a device malloc was made in `[start, start + length)`.
-    pub fn has_malloc_in(&self, start: u64, length: u64) -> bool {
-        let first = self.records.partition_point(|r| r.index < start);
-        self.records
-            .get(first)
-            .is_some_and(|r| r.index < start.saturating_add(length))
+    /// Whether `[start, start + length)` may be the training iteration: it allocates device
+    /// memory and frees as many blocks as it allocates. In a steady training loop every repeat
+    /// does; a repeat that keeps blocks is the program loading its weights or a layer of the
+    /// forward pass keeping its activations, one that frees more is a layer of the backward
+    /// pass, one without a malloc is a run of launches (an optimizer updating every parameter):
+    /// loops inside the iteration, whose plans would serve one loop and fall back after it.
+    pub fn balanced(&self, start: u64, length: u64) -> bool {
+        let window = start..start.saturating_add(length);
+        let mallocs = self
+            .records
+            .iter()
+            .filter(|r| window.contains(&r.index))
+            .count();
+        let frees = self
+            .records
+            .iter()
+            .filter(|r| r.freed_at.is_some_and(|f| window.contains(&f)))
+            .count();
+        mallocs > 0 && mallocs == frees
     }
 
     /// The allocation problem of the iteration `[start, start + length)`: the mallocs made and
@@ -257,11 +270,14 @@ mod tests {
             .map(|b| (b.lower, b.upper, b.size))
             .collect();
         assert_eq!(buffers, vec![(0, 5, 64), (2, 8, 32)]);
-        // Mallocs at 5, 10, 12, 16: a period of launches between them allocates nothing.
-        assert!(h.has_malloc_in(10, 10));
-        assert!(h.has_malloc_in(16, 1));
-        assert!(!h.has_malloc_in(6, 4));
-        assert!(!h.has_malloc_in(17, 100));
+        // Mallocs at 5, 10, 12, 16, frees at 15, 18, 19.
+        assert!(h.balanced(12, 7), "mallocs 12 and 16, frees 15 and 18");
+        assert!(
+            !h.balanced(10, 6),
+            "mallocs 10 and 12, frees 15: keeps a block"
+        );
+        assert!(!h.balanced(16, 4), "malloc 16, frees 18 and 19: frees more");
+        assert!(!h.balanced(6, 4), "no malloc at all");
     }
 
     #[test]

@@ -552,7 +552,7 @@ impl Recorder {
         if seq.swap_live.is_some() {
             self.capture(&mut seq, index, &kind);
         }
-        let mut change = seq.detector.push(token, live_bytes);
+        let change = seq.detector.push(token, live_bytes);
         let (lost, detected) = match change {
             Change::Unchanged => (None, None),
             Change::Detected(period) => (None, Some(period)),
@@ -568,21 +568,11 @@ impl Recorder {
         }
         if let Some(period) = detected {
             seq.changes += 1;
-            if seq.detector.drifts(&period) {
-                // Neither planned nor timed: a loop inside the iteration (see `drifts`).
-                log::info!(
-                    "period of {} events found at event {index} left alone: the live bytes \
-                     drift from one repeat to the next",
-                    period.length
-                );
-                change = lost.map_or(Change::Unchanged, Change::Lost);
-            } else {
-                log::info!(
-                    "iteration detected at event {index}: {} events, boundary at event {}",
-                    period.length,
-                    period.boundary
-                );
-            }
+            log::info!(
+                "iteration detected at event {index}: {} events, boundary at event {}",
+                period.length,
+                period.boundary
+            );
         }
         self.record(&mut seq, kind);
         (index, change)
@@ -673,11 +663,10 @@ impl Recorder {
                 let Some(start) = period.boundary.checked_sub(period.length) else {
                     return;
                 };
-                if !pool.history.has_malloc_in(start, period.length) {
-                    // A run of launches (an optimizer's update of every parameter, say): no
-                    // allocation to plan or swap, so not the training iteration.
+                if !pool.history.balanced(start, period.length) {
                     log::info!(
-                        "period of {} events left alone: it allocates no device memory",
+                        "period of {} events left alone: a loop within the iteration (it does \
+                         not free the blocks it allocates)",
                         period.length
                     );
                     return;
