@@ -303,3 +303,73 @@ fn a_corrupted_tensor_stops_the_replay_naming_op_tensor_address_and_words() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("iterations  0 completed"), "{stdout}");
 }
+
+/// A shared real workload, or `None` after saying why the test is skipped.
+fn real_trace(relative: &str) -> Option<PathBuf> {
+    let path = support::root().join("../shared/real-traces").join(relative);
+    if path.exists() {
+        Some(path)
+    } else {
+        println!(
+            "skipped: {} is absent (the shared real traces are not part of a fresh clone)",
+            path.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn real_op_logs_and_snapshots_replay_verified_with_the_pool_serving_every_planned_malloc() {
+    let cases = [
+        (
+            "dtr-op-logs/unet-6-8000000000.0-2020-10-1-10-57-18-default.log.gz",
+            "0.01",
+        ),
+        (
+            "pytorch-snapshots/cs336_lm_small_b32_ctx256_fp32_fwdbwd.pickle",
+            "0.005",
+        ),
+    ];
+    for (relative, scale) in cases {
+        let Some(trace) = real_trace(relative) else {
+            continue;
+        };
+        let stats = scratch("replay-real-pool").with_extension("json");
+        let shim = scratch("replay-real-pool-shim").with_extension("json");
+        let output = Command::new(itermem())
+            .args(["replay", "--shim", "--mode", "pool", "--iters", "8"])
+            .args(["--scale", scale, "--time-scale", "0.05", "--stats"])
+            .arg(&stats)
+            .arg(&trace)
+            .env("CUDA_SHIM_STATS", &shim)
+            .output()
+            .unwrap();
+        let out = stdout_ok(&output);
+        assert!(out.contains("every tensor held what was written"), "{out}");
+        let summary = read_json(&stats);
+        let pool = &summary["pool"];
+        assert_eq!(pool["plans"], 1, "{relative}: {pool:#}");
+        assert_eq!(pool["fallback_after_plan"], 0, "{relative}: {pool:#}");
+        let program = itermem::replay::load(
+            &trace,
+            &LoadSettings {
+                scaling: Scaling {
+                    size: scale.parse().unwrap(),
+                    time: 1.0,
+                },
+                max_decompressed: None,
+            },
+        )
+        .unwrap();
+        // The device held the pool and the blocks alive before the iteration, and little else.
+        let peak = read_json(&shim)["peak_device_bytes"].as_u64().unwrap();
+        let planned = pool["pool_bytes"].as_u64().unwrap() + program.resident_bytes();
+        assert!(
+            peak as f64 <= 1.02 * planned as f64,
+            "{relative}: device peak {peak} above 1.02 x {planned}"
+        );
+        for path in [stats, shim] {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
