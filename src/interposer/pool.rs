@@ -5,13 +5,16 @@
 //! Life cycle: the recorder keeps the recent device mallocs and frees ([`History`]). When the
 //! detector finds the iteration (length `p`, boundary `b`), the complete iteration `[b − p, b)`
 //! becomes an allocation problem: every malloc freed within it is a buffer, at its position
-//! relative to the iteration's start. A background thread plans it (best of several orderings,
+//! relative to the iteration's start (one that crosses the boundary holds its range over the
+//! whole iteration). A background thread plans it (best of several orderings,
 //! [`crate::plan`]); the pool (one real `cudaMalloc` of the footprint) is installed at the next
 //! iteration boundary. From then on a malloc at relative position `r` with the planned size gets
 //! `base + offset(r)`; anything else (another size, an unplanned position, a persistent tensor)
 //! goes to the real allocator (the fallback) and is counted. If the program stops following the
 //! period, the pool stops serving (its blocks stay valid until freed) and a new period is
-//! planned into a new pool.
+//! planned into a new pool; until that pool serves, mallocs are placed first fit in the left
+//! pool's free ranges (a loop inside the iteration planned first, say, leaves its pool to the
+//! rest of the iteration), and it is released once its last block is freed.
 //!
 //! Invariants:
 //! - a range is handed out only if no live pool block overlaps it (checked on every serve, so a
@@ -100,9 +103,13 @@ impl History {
         mallocs > 0 && mallocs == frees
     }
 
-    /// The allocation problem of the iteration `[start, start + length)`: the mallocs made and
-    /// freed within it, as buffers with lifetimes relative to `start` (the buffer's id is its
-    /// malloc's relative position). Mallocs that outlive the iteration are not planned.
+    /// The allocation problem of the iteration `[start, start + length)`: the mallocs made in
+    /// it, as buffers with lifetimes relative to `start` (the buffer's id is its malloc's
+    /// relative position). One freed after the iteration's end but less than an iteration after
+    /// its malloc crosses the boundary (an input loaded for the next iteration, a block a loop
+    /// hands to its next repeat): it holds its range over the whole iteration, which its copy of
+    /// the next iteration, allocated after it is freed, takes over. Mallocs not freed by then
+    /// (not yet, or ever) are not planned.
     pub fn iteration(&self, start: u64, length: u64) -> Option<Instance> {
         let end = start.checked_add(length)?;
         let buffers = self
@@ -110,11 +117,18 @@ impl History {
             .iter()
             .filter(|r| r.index >= start && r.index < end)
             .filter_map(|r| {
-                let freed = r.freed_at.filter(|&f| f < end)?;
+                let freed = r.freed_at?;
+                let (lower, upper) = if freed < end {
+                    (r.index - start, freed - start)
+                } else if freed - r.index < length {
+                    (0, length)
+                } else {
+                    return None;
+                };
                 Some(Buffer {
                     id: r.index - start,
-                    lower: r.index - start,
-                    upper: freed - start,
+                    lower,
+                    upper,
                     size: r.size,
                 })
             })
@@ -171,6 +185,25 @@ impl Pool {
         }
         self.live.insert(offset, (offset + size, id));
         Some(self.base + offset)
+    }
+
+    /// Pool mode between two plans: the first range of `size` bytes (at a multiple of 512, as
+    /// planned offsets are) that no live block holds, so the memory of a plan the program left
+    /// serves it until the next plan, instead of the device holding the pool and new blocks.
+    pub fn serve_first_fit(&mut self, size: u64, id: AllocId) -> Option<u64> {
+        const ALIGN: u64 = 512;
+        let mut cursor = 0u64;
+        for (&offset, &(end, _)) in &self.live {
+            if offset >= cursor.saturating_add(size) {
+                break;
+            }
+            cursor = cursor.max(end.div_ceil(ALIGN) * ALIGN);
+        }
+        if cursor.checked_add(size)? > self.plan.footprint {
+            return None;
+        }
+        self.live.insert(cursor, (cursor + size, id));
+        Some(self.base + cursor)
     }
 
     /// The live blocks overlapping offsets `[start, end)`: (offset, end, id).
@@ -281,6 +314,48 @@ mod tests {
     }
 
     #[test]
+    fn a_block_crossing_the_boundary_holds_its_range_over_the_whole_iteration() {
+        let mut h = History::default();
+        h.malloc(1, 10, 64);
+        h.malloc(2, 17, 32); // freed in the next iteration, 5 events later: crosses
+        h.free(1, 14);
+        h.malloc(3, 18, 16); // lives longer than an iteration: not planned
+        h.free(2, 22);
+        h.free(3, 40);
+        let instance = h.iteration(10, 10).unwrap();
+        let buffers: Vec<(u64, u64, u64)> = instance
+            .buffers()
+            .iter()
+            .map(|b| (b.lower, b.upper, b.size))
+            .collect();
+        assert_eq!(buffers, vec![(0, 4, 64), (0, 10, 32)]);
+    }
+
+    #[test]
+    fn a_left_pool_serves_first_fit_around_its_live_blocks() {
+        let mut pool = Pool::new(0x1000, plan(&[(0, 64, 0)], 10, 2048));
+        pool.serving = false;
+        assert_eq!(pool.serve_first_fit(600, 1), Some(0x1000));
+        assert_eq!(
+            pool.serve_first_fit(100, 2),
+            Some(0x1000 + 1024),
+            "after 600, aligned"
+        );
+        assert_eq!(pool.release(0x1000), Some((0, 600)));
+        assert_eq!(pool.serve_first_fit(512, 3), Some(0x1000), "the freed gap");
+        assert_eq!(
+            pool.serve_first_fit(1024, 4),
+            None,
+            "no gap of 1024 left in 2048"
+        );
+        assert_eq!(
+            pool.serve_first_fit(512, 5),
+            Some(0x1000 + 512),
+            "between 0..512 and 1024.."
+        );
+    }
+
+    #[test]
     fn serves_planned_slots_of_every_iteration_and_refuses_overlaps() {
         let mut pool = Pool::new(0x1000, plan(&[(0, 64, 0), (3, 32, 64)], 10, 96));
         assert_eq!(
@@ -330,10 +405,16 @@ pub struct PoolStats {
     pub first_planned_event: Option<u64>,
     /// Mallocs served from a pool.
     pub served: u64,
+    /// Of those, mallocs served first fit from the pool of a plan the program left, while no
+    /// plan served.
+    pub served_between_plans: u64,
     /// Device mallocs given to the real allocator before the first planned iteration.
     pub fallback_before_plan: u64,
     /// Device mallocs given to the real allocator from the first planned iteration on.
     pub fallback_after_plan: u64,
+    /// Of those, the ones made while no plan served (after the program left a plan, before the
+    /// next one was installed): the rest are mallocs a plan in service did not have.
+    pub fallback_between_plans: u64,
     /// `cudaStreamWaitEvent`s inserted so a range is reused only after its last users finished.
     pub stream_waits: u64,
     /// Planning time of the last plan, in milliseconds.
@@ -504,20 +585,24 @@ impl PoolState {
         self.roll(index);
         let serving = self.pools.iter_mut().rev().find(|p| p.serving);
         let position = serving.as_ref().and_then(|pool| pool.position(index));
-        let served = serving.and_then(|pool| pool.serve(index, size, id));
+        let planned = serving.and_then(|pool| pool.serve(index, size, id));
         // A pointer names one allocation: never hand out the address of a tensor that is away.
-        let served = served.filter(|&addr| !self.is_away_start(addr) || !self.undo_serve(addr));
+        let planned = planned.filter(|&addr| !self.is_away_start(addr) || !self.undo_serve(addr));
+        let served = planned.or_else(|| self.serve_between_plans(size, id));
         let Some(addr) = served else {
             match self.stats.first_planned_event {
                 Some(first) if index >= first => {
                     log::debug!("malloc of {size} bytes at position {position:?} not served");
-                    self.stats.fallback_after_plan += 1
+                    self.stats.fallback_after_plan += 1;
+                    if position.is_none() {
+                        self.stats.fallback_between_plans += 1;
+                    }
                 }
                 _ => self.stats.fallback_before_plan += 1,
             }
             return self.overflow(size);
         };
-        if let Some(position) = position {
+        if let Some(position) = position.filter(|_| planned.is_some()) {
             self.served_slot(position, id);
         }
         self.stats.served += 1;
@@ -536,6 +621,22 @@ impl PoolState {
                 },
             );
         }
+        Some(addr)
+    }
+
+    /// Pool mode, while no plan serves (the program left the last one): the newest retired
+    /// pool with room, first fit ([`Pool::serve_first_fit`]). Not in swap mode, where a retired
+    /// pool's free ranges may belong to tensors that are away.
+    fn serve_between_plans(&mut self, size: u64, id: AllocId) -> Option<u64> {
+        if self.executor.is_some() || self.pools.iter().any(|p| p.serving) {
+            return None;
+        }
+        let addr = self
+            .pools
+            .iter_mut()
+            .rev()
+            .find_map(|pool| pool.serve_first_fit(size, id))?;
+        self.stats.served_between_plans += 1;
         Some(addr)
     }
 
