@@ -319,7 +319,16 @@ pub fn plan_within(
         let result = check(trace, &chosen.plan, limit, copy)
             .map_err(|err| anyhow::anyhow!("internal error: the swap plan is invalid: {err}"))?;
         let lent = lent_windows(trace, &chosen.plan, limit, copy);
-        let pool = distinct_addresses(trace, &lent)?;
+        let pool = match distinct_addresses(trace, &lent) {
+            Ok(pool) => pool,
+            Err(err) => {
+                // Rare (nested lending the guards could not separate): this limit's plan
+                // cannot be executed; a lower one lends differently.
+                log::info!("{err:#} under a swap limit of {limit} bytes; trying lower");
+                limit = limit.saturating_sub(budget / 100);
+                continue;
+            }
+        };
         let excess = pool.footprint.saturating_sub(budget);
         // The pool bounds the memory, whatever the simulator's load: a plan whose copies
         // cannot keep up only waits longer (the simulator's time says how much).
