@@ -373,3 +373,29 @@ fn real_op_logs_and_snapshots_replay_verified_with_the_pool_serving_every_planne
         }
     }
 }
+
+#[test]
+fn a_trace_itermem_recorded_replays_with_its_copies_as_copies() {
+    // mlp_train uploads its batch and reads its loss back every iteration.
+    let recorded = scratch("replay-mlp").with_extension("itrace");
+    let mlp = support::program("mlp_train");
+    let output = run_under_itermem(
+        &["--mode", "record", "--trace", recorded.to_str().unwrap()],
+        &[mlp.to_str().unwrap(), "--iters", "6"],
+        &[],
+    );
+    stdout_ok(&output);
+    let output = replay_under(
+        &["--mode", "pool"],
+        &recorded,
+        &["--iters", "8", "--json"],
+        &[],
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout_ok(&output)).unwrap();
+    let outcome = &json["outcome"];
+    assert_eq!(outcome["mismatch"], serde_json::Value::Null, "{json:#}");
+    assert!(outcome["downloads"].as_u64().unwrap() >= 8, "{json:#}");
+    assert!(outcome["uploads"].as_u64().unwrap() >= 8, "{json:#}");
+    assert_eq!(outcome["launches"], outcome["kernels_run"], "{json:#}");
+    let _ = std::fs::remove_file(recorded);
+}

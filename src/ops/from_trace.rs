@@ -296,8 +296,8 @@ pub fn from_events_with_births(
                     options.cost.host_copy_time_ns(*bytes)
                 };
                 let name = match kind {
-                    CopyKind::HostToDevice => "memcpy HtoD",
-                    CopyKind::DeviceToHost => "memcpy DtoH",
+                    CopyKind::HostToDevice => super::UPLOAD_OP,
+                    CopyKind::DeviceToHost => super::DOWNLOAD_OP,
                     CopyKind::DeviceToDevice => "memcpy DtoD",
                     CopyKind::HostToHost => "memcpy HtoH",
                     CopyKind::Default => "memcpy",

@@ -96,6 +96,32 @@ pub struct Op {
     pub flops: f64,
 }
 
+/// Name of the op of a host-to-device copy in an itermem trace ([`Op::host_copy`]).
+pub const UPLOAD_OP: &str = "memcpy HtoD";
+/// Name of the op of a device-to-host copy in an itermem trace.
+pub const DOWNLOAD_OP: &str = "memcpy DtoH";
+
+/// The direction of an op that is a copy between host and device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostCopy {
+    /// Writes its one tensor from host memory.
+    Upload,
+    /// Reads its one tensor into host memory.
+    Download,
+}
+
+impl Op {
+    /// Whether the op is a recorded `cudaMemcpy*` between host and device memory (itermem
+    /// traces; other formats have no such op): the replay makes the same copy.
+    pub fn host_copy(&self) -> Option<HostCopy> {
+        match (self.name.as_str(), self.reads.len(), self.writes.len()) {
+            (UPLOAD_OP, 0, 1) => Some(HostCopy::Upload),
+            (DOWNLOAD_OP, 1, 0) => Some(HostCopy::Download),
+            _ => None,
+        }
+    }
+}
+
 /// One iteration of a training program, op by op.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpTrace {

@@ -19,6 +19,8 @@ pub type Stream = *mut c_void;
 pub const SUCCESS: CudaError = 0;
 /// `cudaMemcpyHostToDevice`.
 pub const MEMCPY_HOST_TO_DEVICE: c_int = 1;
+/// `cudaMemcpyDeviceToHost`.
+pub const MEMCPY_DEVICE_TO_HOST: c_int = 2;
 /// `cudaHostAllocMapped`: page-locked memory a kernel can address (the mismatch report).
 pub const HOST_ALLOC_MAPPED: c_uint = 0x02;
 

@@ -6,8 +6,10 @@
 //!
 //! - **op-level traces** (DTR op logs, generated dispatch traces, itermem traces with accesses;
 //!   [`crate::ops`]): each op is one kernel launch whose arguments are the device pointers of
-//!   the tensors it reads and writes, taking the op's duration; a tensor is allocated right
-//!   before the op that creates it and freed right after its last op;
+//!   the tensors it reads and writes, taking the op's duration, except the host copies of an
+//!   itermem trace, which are copies again (`cudaMemcpyAsync`, the downloaded bytes checked on
+//!   the host); a tensor is allocated right before the op that creates it and freed right
+//!   after its last op;
 //! - **allocation-only recordings** (PyTorch snapshots, profiler traces, itermem traces without
 //!   launches, DSA CSV; [`crate::import`]): their allocations and frees in order, a kernel that
 //!   writes each buffer right after its allocation and one that checks it right before its
@@ -42,7 +44,7 @@ use std::path::Path;
 
 use crate::detect::DetectorConfig;
 use crate::import::{self, ImportOptions, Loaded as Imported};
-use crate::ops::{self, LoadOptions, OpTrace, OpsError};
+use crate::ops::{self, HostCopy, LoadOptions, OpTrace, OpsError};
 use crate::plan::Instance;
 
 /// Index of a tensor in [`Program::bytes`].
@@ -84,9 +86,20 @@ pub struct Launch {
 pub enum Step {
     Alloc(TensorId),
     Free(TensorId),
-    /// A host-to-device copy of the tensor's next content (an input for the next iteration).
+    /// A host-to-device copy of the tensor's next content (an input for the next iteration,
+    /// or a copy of the trace).
     Upload(TensorId),
+    /// A device-to-host copy of the tensor (a copy of the trace), checked on the host.
+    Download(Download),
     Launch(Launch),
+}
+
+/// A device-to-host copy of op `op`, and how much of what arrives is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Download {
+    pub op: u64,
+    pub tensor: TensorId,
+    pub check: AccessKind,
 }
 
 /// Where a program came from.
@@ -156,7 +169,7 @@ impl Program {
                 match *step {
                     Step::Alloc(t) => live += self.bytes[t as usize],
                     Step::Free(t) => live -= self.bytes[t as usize],
-                    Step::Upload(_) | Step::Launch(_) => {}
+                    Step::Upload(_) | Step::Download(_) | Step::Launch(_) => {}
                 }
                 live
             })
@@ -231,12 +244,22 @@ impl Program {
             };
             let checks = op.reads.iter().copied().filter(|&t| exists(t)).map(check);
             let writes = op.writes.iter().copied().filter(|&t| exists(t)).map(write);
-            steps.push(Step::Launch(Launch {
-                op: i as u64,
-                kernel: kernel_of(&op.name),
-                accesses: checks.chain(writes).collect(),
-                duration_ns: scaling.duration_ns(op.time_ns),
-            }));
+            let accesses: Vec<Access> = checks.chain(writes).collect();
+            steps.push(match (op.host_copy(), accesses.as_slice()) {
+                // The copy itself: it takes what the link takes, not a modelled time.
+                (Some(HostCopy::Upload), &[access]) => Step::Upload(access.tensor),
+                (Some(HostCopy::Download), &[access]) => Step::Download(Download {
+                    op: i as u64,
+                    tensor: access.tensor,
+                    check: access.kind,
+                }),
+                _ => Step::Launch(Launch {
+                    op: i as u64,
+                    kernel: kernel_of(&op.name),
+                    accesses,
+                    duration_ns: scaling.duration_ns(op.time_ns),
+                }),
+            });
             steps.extend(dying[i].iter().map(|&t| Step::Free(t)));
         }
         steps.extend(freed_at_end.iter().map(|&t| Step::Free(t)));

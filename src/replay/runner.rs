@@ -29,7 +29,7 @@ use anyhow::{Context, bail};
 
 use super::cuda::{self, Dim3, Runtime, Stream};
 use super::pattern::{self, Mismatch};
-use super::{AccessKind, Launch, Program, Step, TensorId};
+use super::{AccessKind, Download, Launch, Program, Step, TensorId};
 
 /// The most tensors one launch carries (its parameter stays below CUDA's 4 KiB limit).
 pub const MAX_ACCESSES: usize = 96;
@@ -130,6 +130,7 @@ pub struct Outcome {
     pub kernels_run: u64,
     pub allocations: u64,
     pub uploads: u64,
+    pub downloads: u64,
     pub bytes_written: u64,
     pub checks_sampled: u64,
     pub checks_all: u64,
@@ -224,6 +225,12 @@ impl<'a> Replay<'a> {
                     Step::Alloc(t) => self.alloc(*t, iteration)?,
                     Step::Free(t) => self.free(*t)?,
                     Step::Upload(t) => self.upload(*t, iteration)?,
+                    Step::Download(download) => {
+                        if let Some(mismatch) = self.download(download, iteration)? {
+                            self.outcome.mismatch = Some(mismatch);
+                            break 'iterations;
+                        }
+                    }
                     Step::Launch(launch) => {
                         self.launch(launch, iteration)?;
                         if iteration == 0 && options.corrupt_op == Some(launch.op) {
@@ -246,7 +253,7 @@ impl<'a> Replay<'a> {
         self.synchronize()?;
         self.outcome.kernels_run = KERNELS_RUN.iter().map(|k| k.load(Ordering::Relaxed)).sum();
         let report = self.report();
-        if report.done.load(Ordering::Acquire) != 0 {
+        if self.outcome.mismatch.is_none() && report.done.load(Ordering::Acquire) != 0 {
             self.outcome.mismatch = Some(MismatchFound {
                 iteration: report.iteration,
                 op: report.op,
@@ -326,6 +333,56 @@ impl<'a> Replay<'a> {
         self.runtime.check(result, || {
             format!("cudaMemcpyAsync to tensor {t} ({bytes} bytes)")
         })
+    }
+
+    /// Copies the tensor to the host once the work before it is done, and checks it there.
+    fn download(
+        &mut self,
+        download: &Download,
+        iteration: u32,
+    ) -> anyhow::Result<Option<MismatchFound>> {
+        let t = download.tensor;
+        let bytes = self.program.bytes[t as usize] as usize;
+        let content = self.contents[t as usize];
+        self.staging.resize(bytes, 0);
+        // SAFETY: copies `bytes` bytes of a live allocation of that size into the staging
+        // buffer, which nothing else uses until the stream is synchronised below.
+        let result = unsafe {
+            (self.runtime.memcpy_async)(
+                self.staging.as_mut_ptr().cast(),
+                content.address as *const c_void,
+                bytes,
+                cuda::MEMCPY_DEVICE_TO_HOST,
+                self.stream,
+            )
+        };
+        self.runtime.check(result, || {
+            format!("cudaMemcpyAsync from tensor {t} ({bytes} bytes)")
+        })?;
+        self.synchronize()?;
+        self.outcome.downloads += 1;
+        if !content.written {
+            self.outcome.unwritten_reads += 1;
+            return Ok(None);
+        }
+        let seed = pattern::seed(t, content.version, content.iteration);
+        let mismatch = if download.check == AccessKind::CheckAll {
+            self.outcome.checks_all += 1;
+            self.outcome.bytes_checked_all += bytes as u64;
+            pattern::check_all(&self.staging, seed)
+        } else {
+            self.outcome.checks_sampled += 1;
+            pattern::check_sampled(&self.staging, seed)
+        };
+        Ok(mismatch.map(|m| MismatchFound {
+            iteration: u64::from(iteration),
+            op: download.op,
+            tensor: u64::from(t),
+            address: content.address,
+            offset: m.offset,
+            expected: m.expected,
+            found: m.found,
+        }))
     }
 
     fn launch(&mut self, launch: &Launch, iteration: u32) -> anyhow::Result<()> {

@@ -217,3 +217,32 @@ fn the_replay_kernels_are_distinct_functions() {
         runner::KERNELS.iter().map(|&k| k as usize).collect();
     assert_eq!(addresses.len(), runner::KERNELS.len());
 }
+
+#[test]
+fn the_host_copies_of_an_itermem_trace_are_replayed_as_copies() {
+    let mut trace = small_trace();
+    // Op 0 becomes the upload of the input, op 1 reads the activation back to the host.
+    trace.ops[0] = Op {
+        name: ops::UPLOAD_OP.into(),
+        ..op(&[], &[2], 1000.0)
+    };
+    trace.ops[1] = Op {
+        name: ops::DOWNLOAD_OP.into(),
+        ..op(&[2], &[], 1000.0)
+    };
+    trace.tensors[3].born_at = Some(2);
+    let program = Program::from_ops(&trace, Scaling::default());
+    assert_eq!(
+        program.steps[..3],
+        [Step::Alloc(2), Step::Upload(2), Step::Free(1)]
+    );
+    assert_eq!(
+        program.steps[3],
+        Step::Download(Download {
+            op: 1,
+            tensor: 2,
+            check: AccessKind::CheckSampled,
+        })
+    );
+    assert_eq!(program.launches(), 1);
+}
