@@ -286,6 +286,15 @@ mod tests {
         }
     }
 
+    /// (lower, upper, size) of each buffer.
+    fn spans(instance: &Instance) -> Vec<(u64, u64, u64)> {
+        instance
+            .buffers()
+            .iter()
+            .map(|b| (b.lower, b.upper, b.size))
+            .collect()
+    }
+
     #[test]
     fn history_turns_one_iteration_into_relative_buffers() {
         let mut h = History::default();
@@ -296,12 +305,7 @@ mod tests {
         h.malloc(4, 16, 16); // outlives the iteration
         h.free(3, 18);
         h.free(1, 19);
-        let instance = h.iteration(10, 10).unwrap();
-        let buffers: Vec<(u64, u64, u64)> = instance
-            .buffers()
-            .iter()
-            .map(|b| (b.lower, b.upper, b.size))
-            .collect();
+        let buffers = spans(&h.iteration(10, 10).unwrap());
         assert_eq!(buffers, vec![(0, 5, 64), (2, 8, 32)]);
         // Mallocs at 5, 10, 12, 16, frees at 15, 18, 19.
         assert!(h.balanced(12, 7), "mallocs 12 and 16, frees 15 and 18");
@@ -322,12 +326,7 @@ mod tests {
         h.malloc(3, 18, 16); // lives longer than an iteration: not planned
         h.free(2, 22);
         h.free(3, 40);
-        let instance = h.iteration(10, 10).unwrap();
-        let buffers: Vec<(u64, u64, u64)> = instance
-            .buffers()
-            .iter()
-            .map(|b| (b.lower, b.upper, b.size))
-            .collect();
+        let buffers = spans(&h.iteration(10, 10).unwrap());
         assert_eq!(buffers, vec![(0, 4, 64), (0, 10, 32)]);
     }
 

@@ -59,7 +59,7 @@ mod generated;
 pub mod random;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::Path;
 

@@ -35,7 +35,13 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     enc.finish().unwrap()
 }
 
-fn tensor(id: TensorId, bytes: u64, born_at: Option<usize>, dies_after: Option<usize>) -> Tensor {
+/// A tensor, resident when it has no birth op.
+pub(crate) fn tensor(
+    id: TensorId,
+    bytes: u64,
+    born_at: Option<usize>,
+    dies_after: Option<usize>,
+) -> Tensor {
     Tensor {
         id,
         bytes,

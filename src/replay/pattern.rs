@@ -66,7 +66,7 @@ pub fn check_all(bytes: &[u8], seed: u64) -> Option<Mismatch> {
     check_tail(bytes, tail, seed)
 }
 
-/// Checks the first and the last word and [`SAMPLES`] words placed by the seed.
+/// Checks the first and the last word and `SAMPLES` (6) words placed by the seed.
 pub fn check_sampled(bytes: &[u8], seed: u64) -> Option<Mismatch> {
     let whole_words = bytes.len() as u64 / 8;
     if whole_words == 0 {

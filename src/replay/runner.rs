@@ -3,7 +3,7 @@
 //! Everything goes through the ordinary runtime calls a framework makes (`cudaMalloc`,
 //! `cudaFree`, `cudaLaunchKernel` on one stream, `cudaMemcpyAsync` for uploads,
 //! `cudaStreamSynchronize` at each iteration's end), so an interposer sees a training program.
-//! Each launch carries one by-value parameter, [`KernelArgs`]: the device pointers of the
+//! Each launch carries one by-value parameter, `KernelArgs`: the device pointers of the
 //! tensors the op touches (where an interposer looking for pointers among a kernel's arguments
 //! finds them), with sizes, pattern seeds and what to do with each.
 //!

@@ -1,6 +1,7 @@
 use super::pattern::{self, Mismatch};
 use super::*;
-use crate::ops::{Op, Tensor};
+use crate::ops::Op;
+use crate::ops::tests::tensor;
 use crate::plan::Buffer;
 
 #[test]
@@ -48,16 +49,6 @@ fn seeds_differ_for_every_tensor_version_and_iteration() {
                 assert!(seen.insert(pattern::seed(tensor, version, iteration)));
             }
         }
-    }
-}
-
-fn tensor(id: u32, bytes: u64, born_at: Option<usize>, dies_after: Option<usize>) -> Tensor {
-    Tensor {
-        id,
-        bytes,
-        resident: born_at.is_none(),
-        dies_after,
-        born_at,
     }
 }
 
