@@ -216,10 +216,16 @@ fn the_replays_own_trace_reproduces_the_input_iteration() {
     let input = write_op_trace("replay-round-trip");
     let scale = 0.5;
     let recorded = scratch("replay-round-trip").with_extension("itrace");
+    let timeline = scratch("replay-round-trip").with_extension("csv");
     let output = replay_under(
         &["--mode", "record", "--trace", recorded.to_str().unwrap()],
         &input,
-        &["--iters", "20", &format!("--scale={scale}")],
+        &[
+            "--iters",
+            "20",
+            &format!("--scale={scale}"),
+            &format!("--kernel-timeline={}", timeline.display()),
+        ],
         &[],
     );
     stdout_ok(&output);
@@ -272,6 +278,22 @@ fn the_replays_own_trace_reproduces_the_input_iteration() {
         rotated == scaled
     });
     assert!(aligned, "replayed {live:?}, input scaled {scaled:?}");
+
+    // The kernel timeline: every launch of every iteration, one after another on the stream.
+    let text = std::fs::read_to_string(&timeline).unwrap();
+    let spans: Vec<Vec<u64>> = text
+        .lines()
+        .skip(1)
+        .map(|line| line.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(spans.len(), 20 * program.launches(), "{text}");
+    for pair in spans.windows(2) {
+        assert!(
+            pair[0][2] <= pair[0][3] && pair[0][3] <= pair[1][2],
+            "{pair:?}"
+        );
+    }
+    let _ = std::fs::remove_file(timeline);
     let _ = std::fs::remove_file(recorded);
 }
 

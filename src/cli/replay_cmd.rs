@@ -43,6 +43,10 @@ pub struct ProgramArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
+    /// Write every kernel's start and end on the device to FILE (CSV `iteration,op,start_ns,
+    /// end_ns`, nanoseconds since the first kernel): where the device waited, op by op.
+    #[arg(long, value_name = "FILE")]
+    kernel_timeline: Option<PathBuf>,
     #[command(flatten)]
     input: InputArgs,
 }
@@ -103,6 +107,9 @@ impl ProgramArgs {
             format!("--max-decompressed={}", self.input.max_decompressed),
         ];
         args.extend(self.corrupt.map(|op| format!("--corrupt={op}")));
+        if let Some(path) = &self.kernel_timeline {
+            args.push(format!("--kernel-timeline={}", path.display()));
+        }
         if self.json {
             args.push("--json".into());
         }
@@ -177,8 +184,12 @@ pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
     let options = RunOptions {
         iterations: args.iters,
         corrupt_op: args.corrupt,
+        kernel_timeline: args.kernel_timeline.is_some(),
     };
     let outcome = runner::run(&program, &options)?;
+    if let Some(path) = &args.kernel_timeline {
+        write_timeline(path, &outcome.kernel_timeline)?;
+    }
     if args.json {
         let json = serde_json::json!({
             "trace": program.source,
@@ -204,6 +215,15 @@ pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn write_timeline(path: &std::path::Path, spans: &[runner::KernelSpan]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let mut csv = String::from("iteration,op,start_ns,end_ns\n");
+    for s in spans {
+        let _ = writeln!(csv, "{},{},{},{}", s.iteration, s.op, s.start_ns, s.end_ns);
+    }
+    std::fs::write(path, csv).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn summary(program: &Program, outcome: &runner::Outcome) -> String {

@@ -22,7 +22,7 @@
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -118,6 +118,8 @@ pub struct RunOptions {
     /// After op `op` of the first iteration, overwrite the first word of the first tensor it
     /// writes (a host-to-device copy), to show that verification catches a corruption.
     pub corrupt_op: Option<u64>,
+    /// Keep every kernel's start and end on the device ([`Outcome::kernel_timeline`]).
+    pub kernel_timeline: bool,
 }
 
 /// What a replay did.
@@ -138,6 +140,18 @@ pub struct Outcome {
     /// Reads of tensors never written since their allocation (nothing to compare).
     pub unwritten_reads: u64,
     pub mismatch: Option<MismatchFound>,
+    /// With [`RunOptions::kernel_timeline`]: every kernel run, in order.
+    #[serde(skip)]
+    pub kernel_timeline: Vec<KernelSpan>,
+}
+
+/// When one kernel ran on the device: nanoseconds since the replay's first kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelSpan {
+    pub iteration: u64,
+    pub op: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
 }
 
 /// The content state of one tensor.
@@ -166,10 +180,13 @@ pub fn run(program: &Program, options: &RunOptions) -> anyhow::Result<Outcome> {
         let result = unsafe { register(*kernel, name.as_ptr(), 1, sizes.as_ptr(), 0) };
         runtime.check(result, || "cudaShimRegisterKernel".into())?;
     }
+    TIMELINE.store(options.kernel_timeline, Ordering::Relaxed);
     let mut replay = Replay::start(&runtime, program)?;
     let outcome = replay.run(options);
     replay.finish()?;
-    outcome
+    let mut outcome = outcome?;
+    outcome.kernel_timeline = std::mem::take(&mut *SPANS.lock());
+    Ok(outcome)
 }
 
 struct Replay<'a> {
@@ -509,6 +526,10 @@ fn now_ns() -> u64 {
 /// Kernels that ran, per kernel: the launches the device executed, compared with those made.
 static KERNELS_RUN: [AtomicU64; KERNELS.len()] = [const { AtomicU64::new(0) }; KERNELS.len()];
 
+/// Whether kernels record their spans, and the spans recorded (for a timeline of the device).
+static TIMELINE: AtomicBool = AtomicBool::new(false);
+static SPANS: parking_lot::Mutex<Vec<KernelSpan>> = parking_lot::Mutex::new(Vec::new());
+
 /// Scheduled end of the previous kernel, on [`now_ns`]'s clock.
 static PREVIOUS_END: AtomicU64 = AtomicU64::new(0);
 
@@ -572,6 +593,14 @@ extern "C" fn replay_kernel<const K: usize>(params: *mut *mut c_void) {
         }
     }
     pace(start, args.duration_ns);
+    if TIMELINE.load(Ordering::Relaxed) {
+        SPANS.lock().push(KernelSpan {
+            iteration: args.iteration,
+            op: args.op,
+            start_ns: start,
+            end_ns: now_ns(),
+        });
+    }
 }
 
 /// Writes the first mismatch into the report; later ones are dropped.
