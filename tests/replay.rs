@@ -288,8 +288,9 @@ fn the_replays_own_trace_reproduces_the_input_iteration() {
         .collect();
     assert_eq!(spans.len(), 20 * program.launches(), "{text}");
     for pair in spans.windows(2) {
+        let (issued, start, end, next_start) = (pair[0][2], pair[0][3], pair[0][4], pair[1][3]);
         assert!(
-            pair[0][2] <= pair[0][3] && pair[0][3] <= pair[1][2],
+            issued <= start && start <= end && end <= next_start,
             "{pair:?}"
         );
     }

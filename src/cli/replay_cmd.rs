@@ -43,8 +43,9 @@ pub struct ProgramArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
-    /// Write every kernel's start and end on the device to FILE (CSV `iteration,op,start_ns,
-    /// end_ns`, nanoseconds since the first kernel): where the device waited, op by op.
+    /// Write when every kernel was launched and when it started and ended on the device to FILE
+    /// (CSV `iteration,op,issued_ns,start_ns,end_ns`, nanoseconds since the first launch): where
+    /// the device waited, and whether for the host or for other work.
     #[arg(long, value_name = "FILE")]
     kernel_timeline: Option<PathBuf>,
     #[command(flatten)]
@@ -219,9 +220,14 @@ pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
 
 fn write_timeline(path: &std::path::Path, spans: &[runner::KernelSpan]) -> anyhow::Result<()> {
     use std::fmt::Write as _;
-    let mut csv = String::from("iteration,op,start_ns,end_ns\n");
+    let mut csv = String::from("iteration,op,issued_ns,start_ns,end_ns\n");
     for s in spans {
-        let _ = writeln!(csv, "{},{},{},{}", s.iteration, s.op, s.start_ns, s.end_ns);
+        let (iteration, op) = (s.iteration, s.op);
+        let _ = writeln!(
+            csv,
+            "{iteration},{op},{},{},{}",
+            s.issued_ns, s.start_ns, s.end_ns
+        );
     }
     std::fs::write(path, csv).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -62,6 +62,9 @@ struct KernelArgs {
     iteration: u64,
     op: u64,
     duration_ns: u64,
+    /// When the host launched it ([`now_ns`]): a kernel that starts long after is waiting for
+    /// the work it depends on, one that starts right after was waiting for the host.
+    issued_ns: u64,
     count: u64,
     slots: [Slot; MAX_ACCESSES],
 }
@@ -145,11 +148,14 @@ pub struct Outcome {
     pub kernel_timeline: Vec<KernelSpan>,
 }
 
-/// When one kernel ran on the device: nanoseconds since the replay's first kernel.
+/// When one kernel was launched and ran on the device: nanoseconds since the replay's first
+/// launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelSpan {
     pub iteration: u64,
     pub op: u64,
+    /// When the host launched it.
+    pub issued_ns: u64,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -411,6 +417,7 @@ impl<'a> Replay<'a> {
                 iteration: u64::from(iteration),
                 op: launch.op,
                 duration_ns: if index == last { launch.duration_ns } else { 0 },
+                issued_ns: 0,
                 count: 0,
                 slots: [Slot::default(); MAX_ACCESSES],
             };
@@ -450,6 +457,7 @@ impl<'a> Replay<'a> {
                 };
                 args.count += 1;
             }
+            args.issued_ns = now_ns();
             let mut params = [(&raw mut args).cast::<c_void>()];
             let one = Dim3 { x: 1, y: 1, z: 1 };
             // SAFETY: our registered kernel with its one parameter; the runtime copies the
@@ -517,7 +525,7 @@ impl<'a> Replay<'a> {
     }
 }
 
-/// Nanoseconds since the first kernel, the kernels' common clock.
+/// Nanoseconds since the first launch, the common clock of the host and the kernels.
 fn now_ns() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
@@ -597,6 +605,7 @@ extern "C" fn replay_kernel<const K: usize>(params: *mut *mut c_void) {
         SPANS.lock().push(KernelSpan {
             iteration: args.iteration,
             op: args.op,
+            issued_ns: args.issued_ns,
             start_ns: start,
             end_ns: now_ns(),
         });
