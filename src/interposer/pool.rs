@@ -700,6 +700,7 @@ impl PoolState {
 
     /// Drops the fences whose users have finished; their events are reused.
     fn prune_fences(&mut self) {
+        self.release_finished_host_frees();
         let (done, pending): (Vec<Fence>, Vec<Fence>) = self
             .fences
             .drain(..)
