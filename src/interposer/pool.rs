@@ -587,7 +587,11 @@ impl PoolState {
         let planned = serving.and_then(|pool| pool.serve(index, size, id));
         // A pointer names one allocation: never hand out the address of a tensor that is away.
         let planned = planned.filter(|&addr| !self.is_away_start(addr) || !self.undo_serve(addr));
-        let served = planned.or_else(|| self.serve_between_plans(size, id));
+        let served = match planned {
+            // No position: no plan serves.
+            None if position.is_none() => self.serve_between_plans(size, id),
+            planned => planned,
+        };
         let Some(addr) = served else {
             match self.stats.first_planned_event {
                 Some(first) if index >= first => {
@@ -627,7 +631,7 @@ impl PoolState {
     /// pool with room, first fit ([`Pool::serve_first_fit`]). Not in swap mode, where a retired
     /// pool's free ranges may belong to tensors that are away.
     fn serve_between_plans(&mut self, size: u64, id: AllocId) -> Option<u64> {
-        if self.executor.is_some() || self.pools.iter().any(|p| p.serving) {
+        if self.executor.is_some() {
             return None;
         }
         let addr = self
@@ -670,18 +674,25 @@ impl PoolState {
 
     /// Fences `[start, end)` with an event recorded now on `stream`: its next tenant waits.
     pub(super) fn fence(&mut self, start: u64, end: u64, stream: u64) {
-        let Some(event) = self.spare_events.pop().or_else(cuda::event) else {
-            return;
-        };
-        if cuda::record(event, stream) {
+        if let Some(event) = self.record_event(stream) {
             self.fences.push(Fence {
                 start,
                 end,
                 stream,
                 event,
             });
+        }
+    }
+
+    /// An event (a spare one when there is one) recorded now on `stream`; None if the driver
+    /// cannot create or record one.
+    pub(super) fn record_event(&mut self, stream: u64) -> Option<usize> {
+        let event = self.spare_events.pop().or_else(cuda::event)?;
+        if cuda::record(event, stream) {
+            Some(event)
         } else {
             self.spare_events.push(event);
+            None
         }
     }
 

@@ -379,7 +379,6 @@ impl PoolState {
             self.release_host_backed(host, id);
             return Some(true);
         }
-        let exec = self.executor.as_mut()?;
         exec.away.remove(&id)?;
         self.used_on.remove(&id);
         self.waits.remove(&id);
@@ -394,15 +393,10 @@ impl PoolState {
     fn release_host_backed(&mut self, host: u64, id: AllocId) {
         let mut events = smallvec::SmallVec::new();
         for stream in self.used_on.remove(&id).unwrap_or_default() {
-            let Some(event) = self.spare_events.pop().or_else(cuda::event) else {
+            let Some(event) = self.record_event(stream) else {
                 cuda::synchronize();
                 break;
             };
-            if !cuda::record(event, stream) {
-                self.spare_events.push(event);
-                cuda::synchronize();
-                break;
-            }
             events.push(event);
         }
         if let Some(exec) = self.executor.as_mut() {

@@ -4,7 +4,7 @@
 //! Word `j` (8 bytes, little-endian) of a tensor written with seed `s` is `s ^ j·φ` (φ the
 //! 64-bit golden ratio): one multiply and one xor per word, so writing and checking run at
 //! memory speed, and two seeds differ in every word. A tail shorter than a word holds the low
-//! bytes of the next word. Seeds mix their three inputs with SplitMix64's finaliser, so
+//! bytes of the next word. Seeds mix their three inputs with SplitMix64 ([`crate::rng`]), so
 //! neighbouring versions or tensors share no structure.
 
 const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -14,11 +14,9 @@ const SAMPLES: u64 = 6;
 
 /// The seed of `tensor`'s content after its `version`-th write of `iteration`.
 pub fn seed(tensor: u32, version: u32, iteration: u32) -> u64 {
-    let mut z = (u64::from(tensor) << 32 | u64::from(version))
+    let packed = (u64::from(tensor) << 32 | u64::from(version))
         ^ u64::from(iteration).wrapping_mul(0xD1B5_4A32_D192_ED03);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::rng::SplitMix64::new(packed).next_u64()
 }
 
 /// Word `index` of the pattern of `seed`.
