@@ -397,6 +397,43 @@ fn real_op_logs_and_snapshots_replay_verified_with_the_pool_serving_every_planne
     }
 }
 
+/// At 70 % of DenseNet-121's peak the plan queues swap-ins long before their copies start (they
+/// wait behind each other on the one host-to-device stream) and lends their ranges until then:
+/// the executor must not take a range back while the plan still lends it, or the borrowers go
+/// to the real allocator (whose `cudaFree` waits for the whole device).
+#[test]
+fn swap_mode_on_a_real_log_serves_the_borrowers_of_ranges_whose_swap_in_is_queued() {
+    let Some(trace) =
+        real_trace("dtr-op-logs/tv_densenet121-84-10000000000.0-2020-10-1-13-41-18-default.log.gz")
+    else {
+        return;
+    };
+    let stats = scratch("replay-real-swap").with_extension("json");
+    let shim = scratch("replay-real-swap-shim").with_extension("json");
+    let output = Command::new(itermem())
+        .args(["replay", "--shim", "--mode", "swap", "--limit", "70%"])
+        .args(["--iters", "8", "--scale", "0.01", "--stats"])
+        .arg(&stats)
+        .arg(&trace)
+        .env("CUDA_SHIM_STATS", &shim)
+        .output()
+        .unwrap();
+    let out = stdout_ok(&output);
+    assert!(out.contains("every tensor held what was written"), "{out}");
+    let summary = read_json(&stats);
+    let (pool, swap) = (&summary["pool"], &summary["swap"]);
+    assert!(swap["swapped_out"].as_u64().unwrap() > 0, "{swap:#}");
+    assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
+    let peak = read_json(&shim)["peak_device_bytes"].as_u64().unwrap();
+    assert!(
+        peak <= swap["limit_bytes"].as_u64().unwrap(),
+        "{peak} {swap:#}"
+    );
+    for path in [stats, shim] {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 #[test]
 fn a_trace_itermem_recorded_replays_with_its_copies_as_copies() {
     // mlp_train uploads its batch and reads its loss back every iteration.

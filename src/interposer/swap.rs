@@ -998,6 +998,19 @@ impl Pool {
 
 /// The planning thread's work: op times from the timing events, the op trace of the captured
 /// iteration, the plan, and its schedule in the terms of the running program.
+/// The op before which the executor queues the swap-in of planned swap `swap` (issued at
+/// `in_issue`, needed by `need`): not before its range's lending ends. The plan lends the range
+/// until the copy *starts* on the simulated timeline, which may be long after the op that
+/// queues it (behind the other swap-ins on the one host-to-device stream); queued earlier, the
+/// tensor would take its range back before the borrowers are even allocated, and they would
+/// go to the real allocator, whose `cudaFree` waits for the whole device.
+fn swap_in_op(in_issue: usize, need: usize, swap: usize, lent: &[(usize, [usize; 2])]) -> usize {
+    lent.iter()
+        .filter(|&&(s, [_, to])| s == swap && to <= need)
+        .map(|&(_, [_, to])| to)
+        .fold(in_issue, usize::max)
+}
+
 fn make_schedule(
     config: &SwapConfig,
     capture: Capture,
@@ -1092,7 +1105,7 @@ fn make_schedule(
         predicted_ns: planned.result.time_ns,
         predicted_base_ns: planned.result.base_time_ns,
     };
-    for swap in &planned.plan.swaps {
+    for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
         let tensor = swap.tensor as usize;
         let Some(position) = position_of(tensor) else {
             continue;
@@ -1100,8 +1113,9 @@ fn make_schedule(
         let bytes = reduced.tensors[tensor].bytes;
         let index = schedule.swaps.len() as u32;
         schedule.outs_after[swap.out_at].push(index);
-        if swap.in_before.is_some() {
-            schedule.ins_before[swap.in_issue].push(index);
+        if let Some(need) = swap.in_before {
+            schedule.ins_before[swap_in_op(swap.in_issue, need, planned_index, &planned.pool.lent)]
+                .push(index);
         }
         schedule.swaps.push(Planned {
             position,
@@ -1146,4 +1160,34 @@ fn make_schedule(
         Arc::new(schedule),
         started.elapsed().as_secs_f64() * 1e3,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swap_in_op;
+
+    #[test]
+    fn a_swap_in_is_queued_once_its_range_is_no_longer_lent() {
+        // Swap 1 is lent over ops [10, 40), swap 0 over [5, 8); swap 2 lends nothing.
+        let lent = [(1, [10, 40]), (0, [5, 8])];
+        assert_eq!(swap_in_op(12, 50, 1, &lent), 40, "after the lending");
+        assert_eq!(
+            swap_in_op(12, 50, 0, &lent),
+            12,
+            "lending over before the issue"
+        );
+        assert_eq!(swap_in_op(12, 50, 2, &lent), 12, "nothing lent");
+        // A wrapping swap lends to the iteration's end and, next iteration, until op 3.
+        let wrapping = [(0, [90, 100]), (0, [0, 3])];
+        assert_eq!(
+            swap_in_op(1, 4, 0, &wrapping),
+            3,
+            "the next iteration's window"
+        );
+        assert_eq!(
+            swap_in_op(1, 2, 0, &wrapping),
+            1,
+            "never after the op that needs it"
+        );
+    }
 }
