@@ -218,9 +218,9 @@ pub const GUARD: u64 = 512;
 const GUARD_ROUNDS: usize = 16;
 
 /// [`combined_pool`] for execution: every lent tensor gets a guard of [`GUARD`] bytes, and a
-/// tensor that still has the address of another one alive at the same time (a lent tensor
-/// placed at the start of another's range) gets a larger one, until every address names one
-/// tensor at any time.
+/// tensor that still has the address of another one alive at the same time (a borrower placed
+/// at the start of a lent tensor's range, with a guard as large) gets a larger one, until
+/// every address names one tensor at any time.
 pub fn distinct_addresses(trace: &OpTrace, lent: &[Lent]) -> anyhow::Result<CombinedPool> {
     let mut guards: HashMap<TensorId, u64> = lent.iter().map(|l| (l.tensor, GUARD)).collect();
     let mut pool = combined_pool(trace, lent, &guards)?;
@@ -229,8 +229,8 @@ pub fn distinct_addresses(trace: &OpTrace, lent: &[Lent]) -> anyhow::Result<Comb
         if shared.is_empty() {
             return Ok(pool);
         }
-        for t in shared {
-            *guards.entry(t).or_insert(0) += GUARD;
+        for (t, units) in shared {
+            *guards.entry(t).or_insert(0) += units * GUARD;
         }
         pool = combined_pool(trace, lent, &guards)?;
     }
@@ -241,9 +241,13 @@ pub fn distinct_addresses(trace: &OpTrace, lent: &[Lent]) -> anyhow::Result<Comb
     Ok(pool)
 }
 
-/// Tensors whose address is that of another tensor alive at the same time (the later-born of
-/// each such pair).
-fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<TensorId> {
+/// Tensors whose address is that of another tensor alive at the same time, with the guard
+/// units each must grow by: the earlier-born of each such pair (the lender: its borrower then
+/// still fits its hole, at another address), by the length of the chain of borrowers after it.
+/// Tensors of one size, each born in its predecessor's absence (an optimizer's loop over
+/// identical layers), share one address down the whole chain; guards decreasing along it
+/// separate them in one round, where equal steps would move them all together.
+fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<(TensorId, u64)> {
     let n = trace.ops.len();
     let life = |t: &Tensor| {
         let born = if t.resident {
@@ -269,9 +273,17 @@ fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<TensorId> {
     by_address.sort_unstable();
     let mut shared = Vec::new();
     for group in by_address.chunk_by(|a, b| a.0 == b.0) {
-        for (i, a) in group.iter().enumerate() {
-            if group[..i].iter().any(|b| b.1 < a.2 && a.1 < b.2) {
-                shared.push(a.3);
+        // Borrowers after each tensor (the group is in birth order), from the last one back.
+        let mut chain = vec![0u64; group.len()];
+        for i in (0..group.len()).rev() {
+            let a = group[i];
+            chain[i] = (i + 1..group.len())
+                .filter(|&j| group[j].1 < a.2 && a.1 < group[j].2)
+                .map(|j| chain[j] + 1)
+                .max()
+                .unwrap_or(0);
+            if chain[i] > 0 {
+                shared.push((a.3, chain[i]));
             }
         }
     }
@@ -609,7 +621,36 @@ mod tests {
             lower_bound: 1 << 20,
             lent: Vec::new(),
         };
-        assert_eq!(shared_addresses(&trace, &pool), [1]);
+        assert_eq!(
+            shared_addresses(&trace, &pool),
+            [(0, 1)],
+            "the lender grows"
+        );
+    }
+
+    #[test]
+    fn a_chain_of_borrowers_at_one_address_gets_guards_decreasing_along_it() {
+        // 1 is born while 0 lives, 2 while 1 lives, all at offset 0 (each in its
+        // predecessor's hole); 3 at offset 0 after them all.
+        let trace = OpTrace {
+            source: "t".into(),
+            tensors: vec![
+                tensor(0, Some(0), Some(2)),
+                tensor(1, Some(2), Some(4)),
+                tensor(2, Some(4), Some(6)),
+                tensor(3, Some(8), Some(9)),
+            ],
+            ops: (0..10).map(|_| op(&[], &[])).collect(),
+        };
+        let pool = CombinedPool {
+            offsets: vec![Some(0); 4],
+            footprint: 1 << 20,
+            lower_bound: 1 << 20,
+            lent: Vec::new(),
+        };
+        let mut shared = shared_addresses(&trace, &pool);
+        shared.sort_unstable();
+        assert_eq!(shared, [(0, 2), (1, 1)]);
     }
 
     #[test]
