@@ -555,6 +555,9 @@ impl PoolState {
         let Some((plan, schedule)) = self.next.take() else {
             return;
         };
+        // A pool left with no block live (its last one freed before the program left its
+        // plan) must not stand beside the new one.
+        self.release_idle_retired_pools();
         if !self.fits_limit(plan.footprint) {
             super::report(format_args!(
                 "a pool of {} bytes would exceed ITERMEM_LIMIT; the plan is not used",
@@ -726,16 +729,19 @@ impl PoolState {
         self.retired_events = pending;
     }
 
-    /// Returns retired pools without live blocks to the runtime (whose `cudaFree` waits for the
-    /// device, so fenced work on them is finished first).
+    /// Returns retired pools without live blocks or tensors away to the runtime (whose
+    /// `cudaFree` waits for the device, so fenced work on them is finished first).
     fn release_idle_retired_pools(&mut self) {
-        self.pools.retain(|pool| {
-            let unused = !pool.serving && pool.is_idle();
-            if unused {
-                cuda::free(pool.base);
-            }
-            !unused
-        });
+        let unused: Vec<u64> = self
+            .pools
+            .iter()
+            .filter(|pool| !pool.serving && pool.is_idle() && !self.has_away_in(pool.base))
+            .map(|pool| pool.base)
+            .collect();
+        for &base in &unused {
+            cuda::free(base);
+        }
+        self.pools.retain(|pool| !unused.contains(&pool.base));
     }
 
     /// Before work on `stream` that uses pool blocks `ids`: waits for the fences their ranges

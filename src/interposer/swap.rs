@@ -970,6 +970,13 @@ impl PoolState {
             .is_some_and(|e| e.away.values().any(|a| a.pool + a.offset == addr))
     }
 
+    /// Whether a tensor of the pool at `base` is away (its range must stay for its return).
+    pub(super) fn has_away_in(&self, base: u64) -> bool {
+        self.executor
+            .as_ref()
+            .is_some_and(|e| e.away.values().any(|a| a.pool == base))
+    }
+
     /// Takes back the block just served at `addr`; true.
     pub(super) fn undo_serve(&mut self, addr: u64) -> bool {
         if let Some(pool) = self.pools.iter_mut().find(|p| p.contains(addr)) {
