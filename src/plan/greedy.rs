@@ -110,6 +110,8 @@ pub(crate) struct Prepared {
     pub(crate) segments: usize,
     /// Peak of the aligned live bytes: the lower bound.
     pub(crate) lower_bound: u64,
+    /// The pool granularity `sizes` were rounded to, which every offset must respect too.
+    pub(crate) alignment: Alignment,
 }
 
 impl Prepared {
@@ -152,6 +154,7 @@ impl Prepared {
             pieces,
             segments,
             lower_bound,
+            alignment,
         })
     }
 

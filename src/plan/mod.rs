@@ -35,8 +35,10 @@
 //! * [`Policy::BestOf`]: both fits over every [`Order`]; keeps the smallest footprint (best-fit
 //!   by size is the incumbent; another run replaces it only if strictly smaller).
 //! * [`Policy::Search`] (beyond the paper): best-fit is the incumbent; one dive of a canonical
-//!   depth-first search (MiniMalloc-style) tries to meet `LB` at once, then best-of runs, then,
-//!   while `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts,
+//!   depth-first search (MiniMalloc-style) tries to meet `LB` at once, then best-of runs, then
+//!   the placements of the online allocators cnmem (tuned and grown) and PyTorch's caching
+//!   allocator are offered (see `online.rs`: so that SmartPool never needs more than they do),
+//!   then, while `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts,
 //!   the depth-first search at `LB` and at capacities between `LB` and the incumbent,
 //!   alternating with a seeded randomised iterated greedy (see `search.rs`). A plan replaces
 //!   the incumbent only if strictly smaller, and the search stops as soon as `footprint = LB`
@@ -58,6 +60,7 @@ mod bench;
 mod check;
 mod greedy;
 mod instance;
+mod online;
 mod search;
 mod timeline;
 
@@ -152,8 +155,9 @@ impl fmt::Display for Policy {
 pub struct PlanOptions {
     /// Pool granularity; sizes are rounded up to it (default 512 B).
     pub alignment: Alignment,
-    /// Wall-clock budget of [`Policy::Search`], from the start of planning. Best-of always
-    /// completes, so a search is never worse than best-of even with a zero budget.
+    /// Wall-clock budget of [`Policy::Search`], from the start of planning. Best-of and the
+    /// online allocators' placements always complete, so a search is never worse than any of
+    /// them even with a zero budget.
     pub budget: Duration,
     /// A budget of work instead of time: when set, [`Policy::Search`] stops after this many
     /// steps (one depth-first search node; a greedy run on `n` buffers counts `n`) and
@@ -184,6 +188,8 @@ pub enum Method {
     Dfs { capacity: u64 },
     /// A greedy run on a randomly perturbed order (iteration `round` of the seeded search).
     Perturbed { fit: Fit, round: u64 },
+    /// The placement an online allocator makes, its regions laid end to end (`online.rs`).
+    Online { policy: crate::policy::Policy },
 }
 
 impl fmt::Display for Method {
@@ -192,6 +198,7 @@ impl fmt::Display for Method {
             Method::Greedy { order, fit } => write!(f, "{}/{}", fit.name(), order.name()),
             Method::Dfs { capacity } => write!(f, "dfs@{capacity}"),
             Method::Perturbed { fit, round } => write!(f, "perturbed-{}#{round}", fit.name()),
+            Method::Online { policy } => write!(f, "online-{}", policy.name()),
         }
     }
 }

@@ -38,10 +38,11 @@
 //! 2. **Randomised iterated greedy** (idealloc's randomised restarts, with our greedy placers):
 //!    a base order with seeded noise on the ranks, best or first fit.
 //!
-//! After the dive and best-of, half of the remaining budget goes to the DFS at `LB`; the rest
-//! alternates slices of randomised greedy and of DFS halfway between the largest capacity
-//! proved infeasible and the incumbent. The incumbent is replaced only by a strictly smaller
-//! footprint, and the search stops as soon as `footprint = LB`.
+//! After the dive, best-of and the online allocators' placements (`online.rs`), half of the
+//! remaining budget goes to the DFS at `LB`; the rest alternates slices of randomised greedy
+//! and of DFS halfway between the largest capacity proved infeasible and the incumbent. The
+//! incumbent is replaced only by a strictly smaller footprint, and the search stops as soon as
+//! `footprint = LB`.
 //!
 //! **The budget** is measured by a [`Clock`]: wall-clock time since planning started (the CLI,
 //! the interposer), or steps of work ([`super::PlanOptions::steps`]: one DFS node, or `n` per
@@ -62,7 +63,7 @@ use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
 use super::greedy::{self, Fit, Order, Prepared};
-use super::{Instance, Method, Outcome};
+use super::{Instance, Method, Outcome, online};
 use crate::rng::SplitMix64;
 
 /// The DFS is skipped above this many time-overlapping pairs (its neighbour lists take 8
@@ -129,7 +130,8 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 /// [`super::Policy::Search`]: best-fit, a first DFS dive at the lower bound, the rest of
-/// best-of, then [`improve`] until `deadline` on `clock`.
+/// best-of, the online allocators' placements (`online.rs`), then [`improve`] until `deadline`
+/// on `clock`.
 pub(crate) fn search(
     instance: &Instance,
     prep: &Prepared,
@@ -161,6 +163,7 @@ pub(crate) fn search(
         }
     }
     let best = greedy::best_of(instance, prep, best);
+    let best = online::best_of_online(instance, prep, best);
     improve(
         instance,
         prep,
