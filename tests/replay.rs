@@ -327,6 +327,33 @@ fn a_corrupted_tensor_stops_the_replay_naming_op_tensor_address_and_words() {
     assert!(stdout.contains("iterations  0 completed"), "{stdout}");
 }
 
+/// `itermem replay --shim ARGS --scale SCALE TRACE`, which must verify every tensor: its
+/// statistics and cuda-shim's.
+fn replay_verified(
+    trace: &Path,
+    args: &[&str],
+    scale: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    let stats = scratch("replay-real").with_extension("json");
+    let shim = scratch("replay-real-shim").with_extension("json");
+    let output = Command::new(itermem())
+        .args(["replay", "--shim"])
+        .args(args)
+        .args(["--scale", scale, "--stats"])
+        .arg(&stats)
+        .arg(trace)
+        .env("CUDA_SHIM_STATS", &shim)
+        .output()
+        .unwrap();
+    let out = stdout_ok(&output);
+    assert!(out.contains("every tensor held what was written"), "{out}");
+    let read = (read_json(&stats), read_json(&shim));
+    for path in [stats, shim] {
+        let _ = std::fs::remove_file(path);
+    }
+    read
+}
+
 /// A shared real workload, or `None` after saying why the test is skipped.
 fn real_trace(relative: &str) -> Option<PathBuf> {
     let path = support::root().join("../shared/real-traces").join(relative);
@@ -357,19 +384,11 @@ fn real_op_logs_and_snapshots_replay_verified_with_the_pool_serving_every_planne
         let Some(trace) = real_trace(relative) else {
             continue;
         };
-        let stats = scratch("replay-real-pool").with_extension("json");
-        let shim = scratch("replay-real-pool-shim").with_extension("json");
-        let output = Command::new(itermem())
-            .args(["replay", "--shim", "--mode", "pool", "--iters", "8"])
-            .args(["--scale", scale, "--time-scale", "0.05", "--stats"])
-            .arg(&stats)
-            .arg(&trace)
-            .env("CUDA_SHIM_STATS", &shim)
-            .output()
-            .unwrap();
-        let out = stdout_ok(&output);
-        assert!(out.contains("every tensor held what was written"), "{out}");
-        let summary = read_json(&stats);
+        let (summary, shim) = replay_verified(
+            &trace,
+            &["--mode", "pool", "--iters", "8", "--time-scale", "0.05"],
+            scale,
+        );
         let pool = &summary["pool"];
         assert_eq!(pool["plans"], 1, "{relative}: {pool:#}");
         assert_eq!(pool["fallback_after_plan"], 0, "{relative}: {pool:#}");
@@ -385,15 +404,12 @@ fn real_op_logs_and_snapshots_replay_verified_with_the_pool_serving_every_planne
         )
         .unwrap();
         // The device held the pool and the blocks alive before the iteration, and little else.
-        let peak = read_json(&shim)["peak_device_bytes"].as_u64().unwrap();
+        let peak = shim["peak_device_bytes"].as_u64().unwrap();
         let planned = pool["pool_bytes"].as_u64().unwrap() + program.resident_bytes();
         assert!(
             peak as f64 <= 1.02 * planned as f64,
             "{relative}: device peak {peak} above 1.02 x {planned}"
         );
-        for path in [stats, shim] {
-            let _ = std::fs::remove_file(path);
-        }
     }
 }
 
@@ -408,30 +424,19 @@ fn swap_mode_on_a_real_log_serves_the_borrowers_of_ranges_whose_swap_in_is_queue
     else {
         return;
     };
-    let stats = scratch("replay-real-swap").with_extension("json");
-    let shim = scratch("replay-real-swap-shim").with_extension("json");
-    let output = Command::new(itermem())
-        .args(["replay", "--shim", "--mode", "swap", "--limit", "70%"])
-        .args(["--iters", "8", "--scale", "0.01", "--stats"])
-        .arg(&stats)
-        .arg(&trace)
-        .env("CUDA_SHIM_STATS", &shim)
-        .output()
-        .unwrap();
-    let out = stdout_ok(&output);
-    assert!(out.contains("every tensor held what was written"), "{out}");
-    let summary = read_json(&stats);
+    let (summary, shim) = replay_verified(
+        &trace,
+        &["--mode", "swap", "--limit", "70%", "--iters", "8"],
+        "0.01",
+    );
     let (pool, swap) = (&summary["pool"], &summary["swap"]);
     assert!(swap["swapped_out"].as_u64().unwrap() > 0, "{swap:#}");
     assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
-    let peak = read_json(&shim)["peak_device_bytes"].as_u64().unwrap();
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
     assert!(
         peak <= swap["limit_bytes"].as_u64().unwrap(),
         "{peak} {swap:#}"
     );
-    for path in [stats, shim] {
-        let _ = std::fs::remove_file(path);
-    }
 }
 
 #[test]
