@@ -157,3 +157,47 @@ fn pool_mode_under_many_threads_keeps_results_right() {
     );
     assert!(stdout_ok(&output).contains("ok"));
 }
+
+#[test]
+fn an_input_loaded_before_the_last_one_is_released_is_served_from_the_pool() {
+    // Each input outlives its successor's malloc, so it cannot take one range every
+    // iteration: the plan covers two iterations, and the inputs alternate between two ranges.
+    let prefetch = program("prefetch_loop");
+    let args = ["--iters", "40"];
+    let plain = run_ok(&prefetch, &args, &[]);
+    let stats = scratch("prefetch-stats.json");
+    let shim_stats = scratch("prefetch-shim.json");
+    let output = run_under_itermem(
+        &["--mode", "pool", "--stats", stats.to_str().unwrap()],
+        &[prefetch.to_str().unwrap(), args[0], args[1]],
+        &[("CUDA_SHIM_STATS", shim_stats.to_str().unwrap())],
+    );
+    let pooled = stdout_ok(&output);
+    assert_eq!(results(&pooled), results(&plain));
+    let pool = &read_json(&stats)["pool"];
+    // Every malloc from the first planned iteration on (3 an iteration, 10 events): before the
+    // plan covered two iterations, each input went to the real allocator.
+    assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
+    let first = pool["first_planned_event"].as_u64().unwrap();
+    let planned_iterations = (403 - first) / 10;
+    assert!(planned_iterations >= 10, "{pool:#}");
+    assert!(
+        pool["served"].as_u64().unwrap() >= 3 * planned_iterations,
+        "{pool:#}"
+    );
+    // Two inputs, a temporary and an output of 1 MiB alive at once at most: the pool. The
+    // device held it and, until its free, the input allocated before the pool existed (an
+    // input is live at every instant, so no iteration boundary is free of one).
+    let peak = read_json(&shim_stats)["peak_device_bytes"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(pool["planned_peak_live_bytes"], 4 << 20, "{pool:#}");
+    assert_eq!(pool["pool_bytes"], 4 << 20, "{pool:#}");
+    assert!(
+        peak <= 5 << 20,
+        "device peak {peak} above the pool and one input"
+    );
+    for path in [stats, shim_stats] {
+        std::fs::remove_file(path).unwrap();
+    }
+}

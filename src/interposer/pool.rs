@@ -5,8 +5,11 @@
 //! Life cycle: the recorder keeps the recent device mallocs and frees ([`History`]). When the
 //! detector finds the iteration (length `p`, boundary `b`), the complete iteration `[b − p, b)`
 //! becomes an allocation problem: every malloc freed within it is a buffer, at its position
-//! relative to the iteration's start (one that crosses the boundary holds its range over the
-//! whole iteration). A background thread plans it (best of several orderings,
+//! relative to the iteration's start (one that crosses the boundary holds its range from its
+//! malloc to the end and from the start to its free). A block that outlives its own copy of the
+//! next iteration (an input loaded before the last one is released) makes the problem the last
+//! two iterations, `[b − 2p, b)`, so its two copies alive at once get two ranges, used in turn.
+//! A background thread plans it (best of several orderings,
 //! [`crate::plan`]); the pool (one real `cudaMalloc` of the footprint) is installed at the next
 //! iteration boundary. From then on a malloc at relative position `r` with the planned size gets
 //! `base + offset(r)`; anything else (another size, an unplanned position, a persistent tensor)
@@ -27,7 +30,7 @@
 use super::driver as cuda;
 use super::swap::{Executor, Schedule, SwapConfig};
 use crate::event::AllocId;
-use crate::plan::{Buffer, Instance};
+use crate::plan::{Absence, Buffer, Instance};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -103,37 +106,86 @@ impl History {
         mallocs > 0 && mallocs == frees
     }
 
-    /// The allocation problem of the iteration `[start, start + length)`: the mallocs made in
-    /// it, as buffers with lifetimes relative to `start` (the buffer's id is its malloc's
-    /// relative position). One freed after the iteration's end but less than an iteration after
-    /// its malloc crosses the boundary (an input loaded for the next iteration, a block a loop
-    /// hands to its next repeat): it holds its range over the whole iteration, which its copy of
-    /// the next iteration, allocated after it is freed, takes over. Mallocs not freed by then
-    /// (not yet, or ever) are not planned.
-    pub fn iteration(&self, start: u64, length: u64) -> Option<Instance> {
+    /// The record of the malloc made at event `index`, if the history still holds it.
+    fn at(&self, index: u64) -> Option<&Record> {
+        let number = self.records.partition_point(|r| r.index < index);
+        self.records.get(number).filter(|r| r.index == index)
+    }
+
+    /// When malloc `r` is freed: its own free, or while it is live, as long after its malloc
+    /// as its copy of one `period` earlier (same size) was freed: a block of a periodic program
+    /// lives as long in every period, and the plan is made before the last period's blocks
+    /// that cross its end are freed. A wrong guess costs a fallback, never an overlap (the pool
+    /// checks every range it serves).
+    fn free_of(&self, r: &Record, period: u64) -> Option<u64> {
+        r.freed_at.or_else(|| {
+            let earlier = self.at(r.index.checked_sub(period)?)?;
+            let life = earlier.freed_at?.checked_sub(earlier.index)?;
+            (earlier.size == r.size).then(|| r.index + life)
+        })
+    }
+
+    /// The stretch of events to plan for a period of `period` events confirmed at `boundary`:
+    /// the last period, or the last two when one of its blocks outlives its copy of the next
+    /// period (freed after that copy's malloc: `x = x.cuda()` in a Python loop releases the last
+    /// batch only once the next one is on the device); one range could not hold both copies.
+    pub fn window(&self, boundary: u64, period: u64) -> (u64, u64) {
+        let start = boundary.saturating_sub(period);
+        let outlives = self
+            .records
+            .iter()
+            .filter(|r| r.index >= start && r.index < boundary)
+            .filter_map(|r| self.free_of(r, period)?.checked_sub(r.index))
+            .any(|life| life > period && life < 2 * period);
+        match start.checked_sub(period) {
+            Some(earlier) if outlives => (earlier, 2 * period),
+            _ => (start, period),
+        }
+    }
+
+    /// The allocation problem of the stretch `[start, start + length)` of a program repeating
+    /// every `period` events: the mallocs made in it, as buffers with lifetimes relative to
+    /// `start` (the buffer's id is its malloc's relative position). One freed after the
+    /// stretch's end but less than `length` after its malloc crosses the boundary (an input
+    /// loaded for the next iteration, a block a loop hands to its next repeat): it holds its
+    /// range from its malloc to the end and from the start to its free (the same block of the
+    /// next stretch), absent in between. Mallocs freed later, or never, are not planned.
+    pub fn iteration(&self, start: u64, length: u64, period: u64) -> Option<Instance> {
         let end = start.checked_add(length)?;
+        let mut absences = Vec::new();
         let buffers = self
             .records
             .iter()
             .filter(|r| r.index >= start && r.index < end)
             .filter_map(|r| {
-                let freed = r.freed_at?;
+                let freed = self.free_of(r, period)?;
+                let position = r.index - start;
                 let (lower, upper) = if freed < end {
-                    (r.index - start, freed - start)
+                    (position, freed - start)
                 } else if freed - r.index < length {
-                    (0, length)
+                    let wrapped = freed - end;
+                    if wrapped > 0 {
+                        absences.push(Absence {
+                            id: position,
+                            from: wrapped,
+                            to: position,
+                        });
+                        (0, length)
+                    } else {
+                        (position, length)
+                    }
                 } else {
                     return None;
                 };
                 Some(Buffer {
-                    id: r.index - start,
+                    id: position,
                     lower,
                     upper,
                     size: r.size,
                 })
             })
             .collect();
-        Instance::new(buffers).ok()
+        Instance::with_absences(buffers, absences).ok()
     }
 }
 
@@ -305,7 +357,7 @@ mod tests {
         h.malloc(4, 16, 16); // outlives the iteration
         h.free(3, 18);
         h.free(1, 19);
-        let buffers = spans(&h.iteration(10, 10).unwrap());
+        let buffers = spans(&h.iteration(10, 10, 10).unwrap());
         assert_eq!(buffers, vec![(0, 5, 64), (2, 8, 32)]);
         // Mallocs at 5, 10, 12, 16, frees at 15, 18, 19.
         assert!(h.balanced(12, 7), "mallocs 12 and 16, frees 15 and 18");
@@ -318,7 +370,7 @@ mod tests {
     }
 
     #[test]
-    fn a_block_crossing_the_boundary_holds_its_range_over_the_whole_iteration() {
+    fn a_block_crossing_the_boundary_holds_its_range_to_the_end_and_from_the_start() {
         let mut h = History::default();
         h.malloc(1, 10, 64);
         h.malloc(2, 17, 32); // freed in the next iteration, 5 events later: crosses
@@ -326,8 +378,48 @@ mod tests {
         h.malloc(3, 18, 16); // lives longer than an iteration: not planned
         h.free(2, 22);
         h.free(3, 40);
-        let buffers = spans(&h.iteration(10, 10).unwrap());
-        assert_eq!(buffers, vec![(0, 4, 64), (0, 10, 32)]);
+        let instance = h.iteration(10, 10, 10).unwrap();
+        assert_eq!(spans(&instance), vec![(0, 4, 64), (0, 10, 32)]);
+        assert_eq!(
+            instance.absences(1),
+            [(2, 7)],
+            "away from its free to its malloc"
+        );
+    }
+
+    #[test]
+    fn a_live_block_is_planned_as_long_as_its_copy_of_one_period_earlier_lived() {
+        let mut h = History::default();
+        h.malloc(1, 7, 32); // period 10: position 7, freed 5 events later
+        h.free(1, 12);
+        h.malloc(2, 17, 32); // its copy, still live when the plan is made
+        assert_eq!(spans(&h.iteration(10, 10, 10).unwrap()), vec![(0, 10, 32)]);
+        h.malloc(3, 18, 64); // no copy one period earlier: not planned
+        assert_eq!(h.iteration(10, 10, 10).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_block_outliving_its_next_copy_makes_the_window_two_periods() {
+        let mut h = History::default();
+        // Period 10: the block at position 8 is freed 13 events later, after its next copy.
+        for (id, at) in [(1, 8), (2, 18), (3, 28)] {
+            h.malloc(id, at, 32);
+        }
+        h.free(1, 21);
+        h.free(2, 31);
+        assert_eq!(h.window(30, 10), (10, 20));
+        // In the window [10, 30): the copy at 18 is freed at 31 (known), the one at 28 at 41
+        // (as its copy lived): both cross the end, and overlap (at 18–20 and 0–1): two ranges.
+        let instance = h.iteration(10, 20, 10).unwrap();
+        assert_eq!(spans(&instance), vec![(0, 20, 32), (0, 20, 32)]);
+        assert_eq!(instance.absences(0), [(1, 8)]);
+        assert_eq!(instance.absences(1), [(11, 18)]);
+        // Freed before its next copy's malloc: one period is enough.
+        let mut h = History::default();
+        h.malloc(1, 8, 32);
+        h.free(1, 17);
+        h.malloc(2, 18, 32);
+        assert_eq!(h.window(20, 10), (10, 10));
     }
 
     #[test]
@@ -472,10 +564,12 @@ impl PoolState {
         }
     }
 
-    /// Plans iteration `[start, start + length)` on a background thread.
-    pub fn plan_iteration(&mut self, start: u64, length: u64) {
-        self.retire(start + length);
-        let Some(instance) = self.history.iteration(start, length) else {
+    /// Plans the period of `period` events that ended at `boundary` ([`History::window`]) on
+    /// a background thread.
+    pub fn plan_iteration(&mut self, boundary: u64, period: u64) {
+        self.retire(boundary);
+        let (start, length) = self.history.window(boundary, period);
+        let Some(instance) = self.history.iteration(start, length, period) else {
             return;
         };
         if instance.is_empty() {
@@ -504,7 +598,7 @@ impl PoolState {
                     .buffers()
                     .iter()
                     .zip(&report.plan.offsets)
-                    .map(|(b, &offset)| (b.lower, (b.size, offset)))
+                    .map(|(b, &offset)| (b.id, (b.size, offset)))
                     .collect();
                 let plan = PoolPlan {
                     start,

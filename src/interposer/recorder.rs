@@ -687,7 +687,7 @@ impl Recorder {
                 }
                 // The complete iteration just before the boundary; its structure is the one
                 // every later iteration repeats.
-                pool.plan_iteration(start, period.length);
+                pool.plan_iteration(period.boundary, period.length);
             }
         }
     }

@@ -463,7 +463,7 @@ impl PoolState {
         if timing.ops.is_empty() {
             // An iteration of mallocs and frees alone: nothing to time or swap, the pool is
             // planned as in pool mode.
-            self.plan_iteration(capture.start, capture.length);
+            self.plan_iteration(capture.start + capture.length, capture.length);
             return;
         }
         self.retire(capture.start + capture.length);
