@@ -10,7 +10,9 @@
 //! taking medians keeps a noisy machine from favouring either side.
 //!
 //! `itermem bench plan`, `swap` and `bo`: planning times (SmartPool best-fit, AutoSwap's plan
-//! and evaluation, Bayesian optimisation's own cost), medians over runs.
+//! and evaluation, Bayesian optimisation's own cost), medians over runs. `bench plan
+//! --budget-ms` times the search instead, per size and budget, to show that the budget is a
+//! wall (`plan::PlanOptions::budget`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,7 +34,8 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// Added cost per call of the hooks, over calling the simulated runtime directly.
     Hooks(HooksArgs),
-    /// SmartPool best-fit planning time on a seeded random instance (default 100k buffers).
+    /// SmartPool best-fit planning time on a seeded random instance (default 100k buffers);
+    /// with `--budget-ms`, the wall time of the budgeted search instead.
     Plan(PlanArgs),
     /// AutoSwap's planning and evaluation time on a seeded random iteration (default 5,000
     /// ops, 10,000 tensors, limit half the peak).
@@ -67,15 +70,19 @@ struct BoArgs {
 
 #[derive(Debug, clap::Args)]
 struct PlanArgs {
-    /// Buffers of the random instance.
-    #[arg(long, default_value_t = 100_000)]
-    buffers: usize,
+    /// Buffers of the random instance (repeat or comma-separate for several sizes).
+    #[arg(long, value_delimiter = ',', default_value = "100000")]
+    buffers: Vec<usize>,
     /// Seed of the instance.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Instances planned (the median time is reported), with seeds seed, seed+1, …
     #[arg(long, default_value_t = 5)]
     runs: u64,
+    /// Time the search (`plan --policy search`) under these wall-clock budgets instead of
+    /// best-fit (repeat or comma-separate), to check that planning returns within its budget.
+    #[arg(long = "budget-ms", value_delimiter = ',')]
+    budgets_ms: Vec<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -199,31 +206,81 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         bail!(super::BadInput("--runs must be at least 1".into()));
     }
-    let mut reports = Vec::new();
-    for seed in args.seed..args.seed + args.runs {
-        let report = itermem::plan::bench_scaling(args.buffers, seed)?;
-        if !report.valid {
-            bail!("internal error: the best-fit plan of seed {seed} does not validate");
-        }
-        reports.push(report);
+    if !args.budgets_ms.is_empty() {
+        return plan_wall(&args);
     }
-    let mut times: Vec<f64> = reports
-        .iter()
-        .map(|r| r.plan_elapsed.as_secs_f64() * 1e3)
-        .collect();
-    times.sort_by(f64::total_cmp);
-    let mut ratios: Vec<f64> = reports.iter().map(|r| r.ratio).collect();
-    ratios.sort_by(f64::total_cmp);
+    for &buffers in &args.buffers {
+        let mut reports = Vec::new();
+        for seed in args.seed..args.seed + args.runs {
+            let report = itermem::plan::bench_scaling(buffers, seed)?;
+            if !report.valid {
+                bail!("internal error: the best-fit plan of seed {seed} does not validate");
+            }
+            reports.push(report);
+        }
+        let mut times: Vec<Duration> = reports.iter().map(|r| r.plan_elapsed).collect();
+        let (ms, min, max) = spread(&mut times);
+        let mut ratios: Vec<f64> = reports.iter().map(|r| r.ratio).collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "best-fit on {buffers} random buffers, median of {} seeds: {ms:.1} ms (min {min:.1}, \
+             max {max:.1}), footprint / peak live {:.4} (median)",
+            args.runs,
+            ratios[ratios.len() / 2]
+        );
+    }
+    Ok(())
+}
+
+/// `bench plan --budget-ms`: the search's wall time per size and budget, against the budget
+/// plus the 5 % it may overrun (`plan::PlanOptions::budget`), with the footprint ratios of the
+/// search and of best-fit alone (what the budget bought). Each instance is generated once and
+/// planned under every budget.
+fn plan_wall(args: &PlanArgs) -> anyhow::Result<()> {
+    use itermem::plan::{self, PlanOptions, Policy};
     println!(
-        "best-fit on {} random buffers, median of {} seeds: {:.1} ms (min {:.1}, max {:.1}), \
-         footprint / peak live {:.4} (median)",
-        args.buffers,
-        args.runs,
-        times[times.len() / 2],
-        times[0],
-        times[times.len() - 1],
-        ratios[ratios.len() / 2]
+        "search on random instances, median of {} seeds (min, max); ratio = footprint / peak live",
+        args.runs
     );
+    println!(
+        "{:>8} {:>7} {:>24} {:>7} {:>9} {:>9}",
+        "buffers", "budget", "wall ms median (min, max)", "≤ +5 %", "ratio", "best-fit"
+    );
+    for &buffers in &args.buffers {
+        let mut rows: Vec<(Vec<Duration>, Vec<f64>)> =
+            vec![Default::default(); args.budgets_ms.len()];
+        let mut best_fit = Vec::new();
+        for seed in args.seed..args.seed + args.runs {
+            let instance = plan::random_instance(buffers, seed);
+            let floor = plan::plan(&instance, Policy::BestFit, &PlanOptions::default())?;
+            best_fit.push(floor.ratio);
+            for (&budget_ms, (times, ratios)) in args.budgets_ms.iter().zip(&mut rows) {
+                let options = PlanOptions {
+                    budget: Duration::from_millis(budget_ms),
+                    ..PlanOptions::default()
+                };
+                let report = plan::plan(&instance, Policy::Search, &options)?;
+                if plan::validate(&instance, &report.plan).is_err() {
+                    bail!("internal error: the search plan of seed {seed} does not validate");
+                }
+                times.push(report.elapsed);
+                ratios.push(report.ratio);
+            }
+        }
+        best_fit.sort_by(f64::total_cmp);
+        for (&budget_ms, (times, ratios)) in args.budgets_ms.iter().zip(&mut rows) {
+            let (ms, min, max) = spread(times);
+            ratios.sort_by(f64::total_cmp);
+            let within = max <= budget_ms as f64 * 1.05;
+            println!(
+                "{buffers:>8} {budget_ms:>7} {:>24} {:>7} {:>9.4} {:>9.4}",
+                format!("{ms:.1} ({min:.1}, {max:.1})"),
+                if within { "yes" } else { "NO" },
+                ratios[ratios.len() / 2],
+                best_fit[best_fit.len() / 2]
+            );
+        }
+    }
     Ok(())
 }
 

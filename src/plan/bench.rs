@@ -1,5 +1,6 @@
 //! The planner's scaling benchmark: a seeded random instance shaped like real training, planned
-//! by SmartPool best-fit, with the time it took (for `itermem bench plan`).
+//! by SmartPool best-fit, with the time it took (for `itermem bench plan`; with `--budget-ms`
+//! the same instances time the search against its wall-clock budget).
 //!
 //! The instance (`random_instance(n, seed)`) is a run of training iterations of a 400-layer
 //! model, shaped after the LM 2.7B trace (6,770 buffers per step, ~900 live at the peak), as
@@ -17,7 +18,8 @@
 //!
 //! A single iteration of a model so deep that 25,000 activations are live at once fragments
 //! the pool far more (every gap query then sees thousands of taken runs): best-fit takes about
-//! 1.6 s on 100k such buffers (docs/BENCHMARKS.md), against ~0.45 s here.
+//! 1.6 s on 100k such buffers (docs/BENCHMARKS.md; one iteration is a single part, so splitting
+//! greedy runs into parts does not help there), against ~0.2 s here.
 
 use std::time::{Duration, Instant};
 

@@ -47,7 +47,12 @@
 //! **The budget** is measured by a [`Clock`]: wall-clock time since planning started (the CLI,
 //! the interposer), or steps of work ([`super::PlanOptions::steps`]: one DFS node, or `n` per
 //! greedy run on `n` buffers). Counted in steps, the search does the same work and returns the
-//! same plan on any machine under any load, which is what tests need.
+//! same plan on any machine under any load, which is what tests need; the work before
+//! [`improve`] (the DFS's pair lists, best-of, the online placements) is then not counted and
+//! always completes. On a wall clock the budget is a wall for everything after the first
+//! best-fit (the floor, which always completes): that work reads the clock ([`Clock::cutoff`])
+//! between candidates and inside every greedy run and pair sweep, and a candidate cut short is
+//! dropped, so the search returns within the budget whenever best-fit does.
 //!
 //! **Absences** (swapped buffers, see [`super::Instance::with_absences`]): "overlaps" means
 //! "resident at a common instant" and "live at `t`" means "resident at `t`" throughout; every
@@ -63,7 +68,7 @@ use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
 use super::greedy::{self, Fit, Order, Prepared};
-use super::{Instance, Method, Outcome, online};
+use super::{Cutoff, Instance, Method, Outcome, online};
 use crate::rng::SplitMix64;
 
 /// The DFS is skipped above this many time-overlapping pairs (its neighbour lists take 8
@@ -113,6 +118,19 @@ impl Clock {
         }
     }
 
+    /// When the work that only a wall-clock budget bounds (best-of, the online placements,
+    /// building the DFS) must stop for `deadline`: at the deadline on a wall clock, never on a
+    /// clock of steps (that work is not counted in steps, and always completes so that the
+    /// result stays a function of the steps).
+    fn cutoff(&self, deadline: u64) -> Cutoff {
+        match *self {
+            Clock::Wall(start) => start
+                .checked_add(Duration::from_nanos(deadline))
+                .map_or(Cutoff::NEVER, Cutoff::at),
+            Clock::Steps { .. } => Cutoff::NEVER,
+        }
+    }
+
     /// Ticks elapsed: nanoseconds since the start, or the steps `stats` counts.
     fn now(&self, stats: &SearchStats) -> u64 {
         match *self {
@@ -131,7 +149,8 @@ fn nanos(duration: Duration) -> u64 {
 
 /// [`super::Policy::Search`]: best-fit, a first DFS dive at the lower bound, the rest of
 /// best-of, the online allocators' placements (`online.rs`), then [`improve`] until `deadline`
-/// on `clock`.
+/// on `clock`. On a wall clock everything after best-fit stops at the deadline
+/// ([`Clock::cutoff`]); on a clock of steps only the dive and [`improve`] count.
 pub(crate) fn search(
     instance: &Instance,
     prep: &Prepared,
@@ -140,12 +159,16 @@ pub(crate) fn search(
     stats: &mut SearchStats,
 ) -> Outcome {
     let lb = prep.lower_bound;
+    // The floor: always complete, whatever the budget.
+    let floor_start = Instant::now();
     let mut best = greedy::run(instance, prep, Order::SizeDesc, Fit::Best);
+    let greedy_run = floor_start.elapsed();
     if best.footprint == lb {
         return best;
     }
-    let dfs = Dfs::new(instance, prep);
-    if let Some(dfs) = &dfs {
+    let cutoff = clock.cutoff(deadline);
+    let dfs = Dfs::new(instance, prep, cutoff);
+    if let Some(dfs) = dfs.as_ref().filter(|_| !cutoff.passed()) {
         // One dive with the first ranking and little backtracking: on real traces the canonical
         // placement usually meets the bound at once, for about the cost of a greedy run.
         let limit = 2 * prep.len() as u64 + 64;
@@ -162,8 +185,8 @@ pub(crate) fn search(
             return best;
         }
     }
-    let best = greedy::best_of(instance, prep, best);
-    let best = online::best_of_online(instance, prep, best);
+    let best = greedy::best_of(instance, prep, best, cutoff);
+    let best = online::best_of_online(instance, prep, best, (cutoff, greedy_run));
     improve(
         instance,
         prep,
@@ -194,6 +217,7 @@ fn improve(
         return best;
     }
     let budget = deadline - start;
+    let cutoff = clock.cutoff(deadline);
     let mut rng = SplitMix64::new(seed);
     // Every capacity below `feasible_from` is proved infeasible.
     let mut feasible_from = lb;
@@ -222,7 +246,9 @@ fn improve(
         let slice_end = clock.now(stats).saturating_add(slice).min(deadline);
         while clock.now(stats) < slice_end && best.footprint > feasible_from {
             round += 1;
-            let candidate = perturbed(instance, prep, &mut rng, round);
+            let Some(candidate) = perturbed(instance, prep, &mut rng, round, cutoff) else {
+                return best;
+            };
             stats.greedy_runs += 1;
             if candidate.footprint < best.footprint {
                 best = candidate;
@@ -272,8 +298,14 @@ fn offer(
 }
 
 /// One greedy run on a noisy order: a base order chosen by the round, each rank displaced by
-/// a uniform amount up to a random fraction (1–25 %) of `n`.
-fn perturbed(instance: &Instance, prep: &Prepared, rng: &mut SplitMix64, round: u64) -> Outcome {
+/// a uniform amount up to a random fraction (1–25 %) of `n`; `None` if `cutoff` passes first.
+fn perturbed(
+    instance: &Instance,
+    prep: &Prepared,
+    rng: &mut SplitMix64,
+    round: u64,
+    cutoff: Cutoff,
+) -> Option<Outcome> {
     const BASES: [Order; 4] = [
         Order::SizeDesc,
         Order::ContentionDesc,
@@ -296,12 +328,12 @@ fn perturbed(instance: &Instance, prep: &Prepared, rng: &mut SplitMix64, round: 
         .collect();
     keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    let (offsets, footprint) = greedy::place(prep, &order, fit);
-    Outcome {
+    let (offsets, footprint) = greedy::place_until(prep, &order, fit, cutoff)?;
+    Some(Outcome {
         offsets,
         footprint,
         method: Method::Perturbed { fit, round },
-    }
+    })
 }
 
 /// The canonical depth-first search's static data.
@@ -328,23 +360,41 @@ struct Sections {
 /// Section floors are skipped above this many (segment, resident buffer) pairs.
 pub(crate) const MAX_SECTION_MEMBERS: usize = 2_000_000;
 
+/// How many times [`sweep_pairs`] would call `pair` on `events`: at each start, the intervals
+/// then open. O(events), so that an instance with too many pairs is turned down before any
+/// pair is listed.
+fn pairs_found(events: &[(usize, bool, u32)]) -> usize {
+    let (mut open, mut pairs) = (0usize, 0usize);
+    for &(_, birth, _) in events {
+        if birth {
+            pairs += open;
+            open += 1;
+        } else {
+            open -= 1;
+        }
+    }
+    pairs
+}
+
 /// Calls `pair(i, j)` for every pair of intervals that overlap, from `events` = (segment, is
 /// start, buffer) of each resident interval, sorted (ends before starts at equal segments):
 /// once per pair of buffers when each has one interval, possibly more often otherwise. `None`
-/// as soon as `pair` returns false.
+/// as soon as `cutoff` passes (read every [`EVENTS_PER_CHECK`] events).
 fn sweep_pairs(
     events: &[(usize, bool, u32)],
     n: usize,
-    mut pair: impl FnMut(u32, u32) -> bool,
+    cutoff: Cutoff,
+    mut pair: impl FnMut(u32, u32),
 ) -> Option<()> {
     let mut live: Vec<u32> = Vec::new();
     let mut pos = vec![usize::MAX; n];
-    for &(_, birth, i) in events {
+    for (k, &(_, birth, i)) in events.iter().enumerate() {
+        if k % EVENTS_PER_CHECK == 0 && cutoff.passed() {
+            return None;
+        }
         if birth {
             for &j in &live {
-                if !pair(i, j) {
-                    return None;
-                }
+                pair(i, j);
             }
             pos[i as usize] = live.len();
             live.push(i);
@@ -359,17 +409,23 @@ fn sweep_pairs(
     Some(())
 }
 
+/// Events of [`sweep_pairs`] between two readings of the clock: at most this many times the
+/// number of buffers resident at once pairs (about a millisecond on the largest traces).
+const EVENTS_PER_CHECK: usize = 1024;
+
 /// The neighbour lists (CSR) of the pairs [`sweep_pairs`] finds in `events` when each pair is
 /// found once (one resident interval per buffer): one sweep counts the degrees, a second fills
-/// the lists. `None` above [`MAX_OVERLAP_PAIRS`] pairs.
-fn adjacency(events: &[(usize, bool, u32)], n: usize) -> Option<(Vec<usize>, Vec<u32>)> {
+/// the lists. `None` if `cutoff` passes.
+fn adjacency(
+    events: &[(usize, bool, u32)],
+    n: usize,
+    pairs: usize,
+    cutoff: Cutoff,
+) -> Option<(Vec<usize>, Vec<u32>)> {
     let mut degree = vec![0usize; n];
-    let mut pairs = 0usize;
-    sweep_pairs(events, n, |a, b| {
+    sweep_pairs(events, n, cutoff, |a, b| {
         degree[a as usize] += 1;
         degree[b as usize] += 1;
-        pairs += 1;
-        pairs <= MAX_OVERLAP_PAIRS
     })?;
     let mut adj_start = vec![0usize; n + 1];
     for i in 0..n {
@@ -377,25 +433,26 @@ fn adjacency(events: &[(usize, bool, u32)], n: usize) -> Option<(Vec<usize>, Vec
     }
     let mut fill = adj_start.clone();
     let mut adj = vec![0u32; 2 * pairs];
-    sweep_pairs(events, n, |a, b| {
+    sweep_pairs(events, n, cutoff, |a, b| {
         adj[fill[a as usize]] = b;
         fill[a as usize] += 1;
         adj[fill[b as usize]] = a;
         fill[b as usize] += 1;
-        true
     })?;
     Some((adj_start, adj))
 }
 
 /// [`adjacency`] when buffers have several resident intervals, so that a pair may be found
 /// once per pair of intervals that meet: the pairs are collected, sorted and deduplicated.
-/// `None` above [`MAX_OVERLAP_PAIRS`] pairs found (before deduplication).
-fn adjacency_dedup(events: &[(usize, bool, u32)], n: usize) -> Option<(Vec<usize>, Vec<u32>)> {
-    let mut pairs: Vec<(u32, u32)> = Vec::new();
-    sweep_pairs(events, n, |a, b| {
-        pairs.push((a.min(b), a.max(b)));
-        pairs.len() <= MAX_OVERLAP_PAIRS
-    })?;
+/// `None` if `cutoff` passes.
+fn adjacency_dedup(
+    events: &[(usize, bool, u32)],
+    n: usize,
+    pairs_found: usize,
+    cutoff: Cutoff,
+) -> Option<(Vec<usize>, Vec<u32>)> {
+    let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(pairs_found);
+    sweep_pairs(events, n, cutoff, |a, b| pairs.push((a.min(b), a.max(b))))?;
     pairs.sort_unstable();
     pairs.dedup();
     let mut adj_start = vec![0usize; n + 1];
@@ -475,7 +532,9 @@ enum Stop {
 }
 
 impl<'a> Dfs<'a> {
-    fn new(instance: &Instance, prep: &'a Prepared) -> Option<Dfs<'a>> {
+    /// The DFS's data, or `None` when the instance has more than [`MAX_OVERLAP_PAIRS`] pairs
+    /// found (before deduplication) or `cutoff` passes while they are listed.
+    fn new(instance: &Instance, prep: &'a Prepared, cutoff: Cutoff) -> Option<Dfs<'a>> {
         let n = prep.len();
         if n > u32::MAX as usize {
             return None;
@@ -490,18 +549,29 @@ impl<'a> Dfs<'a> {
             }
         }
         events.sort_unstable();
+        let pairs = pairs_found(&events);
+        if pairs > MAX_OVERLAP_PAIRS {
+            return None;
+        }
         let (adj_start, adj) = if prep.has_absences() {
-            adjacency_dedup(&events, n)?
+            adjacency_dedup(&events, n, pairs, cutoff)?
         } else {
-            adjacency(&events, n)?
+            adjacency(&events, n, pairs, cutoff)?
         };
 
+        // Each step below takes milliseconds on 100k buffers: the clock is read between them.
+        if cutoff.passed() {
+            return None;
+        }
         let contention = prep.contention();
         let bufs = instance.buffers();
         let len = |i: usize| instance.resident_length(i);
         let area = |i: usize| u128::from(prep.sizes[i]) * u128::from(len(i));
         let mut rankings = Vec::new();
         for key in 0..3 {
+            if cutoff.passed() {
+                return None;
+            }
             let mut idx: Vec<usize> = (0..n).collect();
             idx.sort_unstable_by(|&a, &b| {
                 let t = contention[b].cmp(&contention[a]);
@@ -1022,7 +1092,7 @@ mod tests {
         }];
         let instance = Instance::with_absences(buffers, absences).unwrap();
         let prep = Prepared::new(&instance, Alignment::NONE).unwrap();
-        let dfs = Dfs::new(&instance, &prep).unwrap();
+        let dfs = Dfs::new(&instance, &prep, Cutoff::NEVER).unwrap();
         let neighbours = |i: usize| dfs.adj[dfs.adj_start[i]..dfs.adj_start[i + 1]].to_vec();
         assert_eq!(neighbours(0), vec![1]);
         let mut n1 = neighbours(1);

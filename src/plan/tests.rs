@@ -302,6 +302,32 @@ fn search_is_deterministic_for_a_seed_when_it_reaches_the_bound() {
 }
 
 #[test]
+fn a_spent_wall_budget_returns_the_best_fit_floor() {
+    // With no time left after best-fit, every later candidate (the DFS, best-of, the online
+    // placements, the budgeted search) is cut before it starts: the plan is best-fit's, whatever
+    // the machine's speed. (The wall itself is measured by `itermem bench plan --budget-ms`,
+    // never asserted here.)
+    let mut rng = SplitMix64::new(1);
+    let i = random_intervals(&mut rng, 80, 40, 5000);
+    let wall = PlanOptions {
+        budget: std::time::Duration::ZERO,
+        steps: None,
+        ..options(1, 0)
+    };
+    let floor = plan(&i, Policy::BestFit, &wall).unwrap();
+    assert!(
+        !floor.is_optimal(),
+        "pick an instance best-fit does not solve"
+    );
+    let search = plan(&i, Policy::Search, &wall).unwrap();
+    assert_eq!(search.plan, floor.plan);
+    assert_eq!(search.stats, SearchStats::default());
+    // Counted in steps, the candidates are not cut: the same zero budget still runs them all.
+    let steps = plan(&i, Policy::Search, &options(1, 0)).unwrap();
+    assert!(steps.footprint < floor.footprint, "{}", steps.method);
+}
+
+#[test]
 fn a_search_counted_in_steps_does_the_same_work_under_load() {
     // Random intervals seldom pack at the lower bound: the search spends its whole budget.
     let mut rng = SplitMix64::new(1);
@@ -1175,7 +1201,8 @@ fn bench_online_candidates() {
                 method: Method::Dfs { capacity: 0 },
             };
             let start = std::time::Instant::now();
-            let best = online::best_of_online(&instance, &prep, worst);
+            let best =
+                online::best_of_online(&instance, &prep, worst, (Cutoff::NEVER, Duration::ZERO));
             assert!(matches!(best.method, Method::Online { .. }));
             start.elapsed().as_secs_f64() * 1e3
         })

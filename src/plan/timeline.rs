@@ -35,25 +35,24 @@ pub(crate) struct IntervalSet {
 }
 
 impl IntervalSet {
-    /// Adds `[start, end)`, joining every range it overlaps or touches.
-    pub(crate) fn insert(&mut self, start: u64, end: u64) {
+    /// Adds `[start, end)`, joining every range it overlaps or touches; returns whether the set
+    /// changed (false when one range already held `[start, end)`).
+    pub(crate) fn insert(&mut self, start: u64, end: u64) -> bool {
         let (first, last) = span(&self.ranges, start, end);
         if first == last {
             self.ranges.insert(first, (start, end));
-        } else {
-            let merged = (
-                start.min(self.ranges[first].0),
-                end.max(self.ranges[last - 1].1),
-            );
-            self.ranges[first] = merged;
-            self.ranges.drain(first + 1..last);
+            return true;
         }
-    }
-
-    /// Whether `[start, end)` lies inside one range of the set.
-    pub(crate) fn contains(&self, start: u64, end: u64) -> bool {
-        let k = self.ranges.partition_point(|&(s, _)| s <= start);
-        k > 0 && self.ranges[k - 1].1 >= end
+        let merged = (
+            start.min(self.ranges[first].0),
+            end.max(self.ranges[last - 1].1),
+        );
+        if last == first + 1 && merged == self.ranges[first] {
+            return false;
+        }
+        self.ranges[first] = merged;
+        self.ranges.drain(first + 1..last);
+        true
     }
 
     pub(crate) fn ranges(&self) -> &[(u64, u64)] {
@@ -105,8 +104,7 @@ impl Timeline {
         // before the node's ancestors have the range.
         for leaf in [from + self.leaves, to - 1 + self.leaves] {
             let mut v = leaf >> 1;
-            while v >= 1 && !self.sub[v].contains(start, end) {
-                self.sub[v].insert(start, end);
+            while v >= 1 && self.sub[v].insert(start, end) {
                 v >>= 1;
             }
         }
@@ -196,7 +194,8 @@ mod tests {
         s.insert(0, 5);
         s.insert(70, 80);
         assert_eq!(s.ranges(), &[(0, 5), (10, 25), (30, 60), (70, 80)]);
-        s.insert(0, 100);
+        assert!(!s.insert(32, 60)); // already held: unchanged
+        assert!(s.insert(0, 100));
         assert_eq!(s.ranges(), &[(0, 100)]);
     }
 
