@@ -1096,17 +1096,29 @@ const TRACES: &[Trace] = &[
     },
 ];
 
-#[test]
-fn real_traces() {
+/// Every instance of [`TRACES`], read; None (after saying the test is skipped) when the shared
+/// folder is absent.
+fn real_instances() -> Option<Vec<(&'static Trace, Instance)>> {
     let root = std::path::Path::new(REAL_TRACES);
     if !root.is_dir() {
         println!("skipped: ../shared/real-traces not found");
-        return;
+        return None;
     }
-    for trace in TRACES {
+    let read = |trace: &'static Trace| {
         let path = root.join(trace.path);
         let instance = crate::import::read_dsa_csv(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        (trace, instance)
+    };
+    Some(TRACES.iter().map(read).collect())
+}
+
+#[test]
+fn real_traces() {
+    let Some(instances) = real_instances() else {
+        return;
+    };
+    for (trace, instance) in instances {
         let mut footprints = Vec::new();
         for policy in Policy::ALL {
             let expect_optimum = trace.optimum.contains(&policy);
@@ -1139,15 +1151,10 @@ fn real_traces() {
 
 #[test]
 fn real_traces_search_beats_every_online_policy() {
-    let root = std::path::Path::new(REAL_TRACES);
-    if !root.is_dir() {
-        println!("skipped: ../shared/real-traces absent");
+    let Some(instances) = real_instances() else {
         return;
-    }
-    for trace in TRACES {
-        let path = root.join(trace.path);
-        let instance = crate::import::read_dsa_csv(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    };
+    for (trace, instance) in instances {
         for steps in [0, SHORT] {
             let what = format!("{}, {steps} steps", trace.path);
             assert_search_beats_online(&instance, &options(512, steps), &what);
