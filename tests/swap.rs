@@ -13,8 +13,9 @@ use support::{
 /// The limit of the acceptance: `mlp_train`'s default iteration needs 9,833,728 bytes.
 const LIMIT: &str = "6000000";
 
-/// `mlp_train args…` in swap mode under [`LIMIT`] on a device of that capacity: (program output,
-/// itermem statistics, the shim's statistics).
+/// `mlp_train args…` in swap mode under [`LIMIT`] on a device of that capacity (unless `env`
+/// gives `CUDA_SHIM_DEVICE_MEMORY`): (program output, itermem statistics, the shim's
+/// statistics).
 fn swapped(
     args: &[&str],
     env: &[(&str, &str)],
@@ -24,7 +25,12 @@ fn swapped(
     let stats = scratch(&format!("{name}-stats.json"));
     let shim_stats = scratch(&format!("{name}-shim.json"));
     let mut env = env.to_vec();
-    env.push(("CUDA_SHIM_DEVICE_MEMORY", LIMIT));
+    if !env
+        .iter()
+        .any(|(name, _)| *name == "CUDA_SHIM_DEVICE_MEMORY")
+    {
+        env.push(("CUDA_SHIM_DEVICE_MEMORY", LIMIT));
+    }
     env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
     let mut program_args = vec![mlp.to_str().unwrap()];
     program_args.extend_from_slice(args);
@@ -308,28 +314,16 @@ fn threads_allocating_beyond_the_limit_at_once_get_mapped_host_memory() {
 fn allocations_a_device_smaller_than_the_limit_refuses_come_from_mapped_host_memory() {
     // A fragmented or shared device can answer out of memory below the limit: the program's
     // malloc must not fail where the limit says it fits.
-    let mlp = program("mlp_train");
     let args = ["--iters", "10"];
-    let on_big_device = run_ok(&mlp, &args, &[]);
-    let stats = scratch("smaller-device-stats.json");
-    let output = run_under_itermem(
-        &[
-            "--mode",
-            "swap",
-            "--limit",
-            LIMIT,
-            "--stats",
-            stats.to_str().unwrap(),
-        ],
-        &[mlp.to_str().unwrap(), args[0], args[1]],
+    let on_big_device = run_ok(&program("mlp_train"), &args, &[]);
+    let (out, summary, _) = swapped(
+        &args,
         &[("CUDA_SHIM_DEVICE_MEMORY", "4000000")],
+        "smaller-device",
     );
-    let out = stdout_ok(&output);
     assert_eq!(results(&out), results(&on_big_device), "results changed");
-    let summary = read_json(&stats);
     assert!(
         summary["swap"]["warmup_host_allocations"].as_u64().unwrap() > 0,
         "{summary:#}"
     );
-    std::fs::remove_file(stats).unwrap();
 }

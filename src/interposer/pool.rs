@@ -93,16 +93,13 @@ impl History {
     /// loops inside the iteration, whose plans would serve one loop and fall back after it.
     pub fn balanced(&self, start: u64, length: u64) -> bool {
         let window = start..start.saturating_add(length);
-        let mallocs = self
-            .records
-            .iter()
-            .filter(|r| window.contains(&r.index))
-            .count();
-        let frees = self
-            .records
-            .iter()
-            .filter(|r| r.freed_at.is_some_and(|f| window.contains(&f)))
-            .count();
+        let (mallocs, frees) = self.records.iter().fold((0, 0), |(m, f), r| {
+            let freed = r.freed_at.is_some_and(|at| window.contains(&at));
+            (
+                m + usize::from(window.contains(&r.index)),
+                f + usize::from(freed),
+            )
+        });
         mallocs > 0 && mallocs == frees
     }
 

@@ -685,8 +685,8 @@ impl Recorder {
                     }
                     return;
                 }
-                // The complete iteration just before the boundary; its structure is the one
-                // every later iteration repeats.
+                // The complete iteration (or two) just before the boundary; its structure is
+                // the one every later iteration repeats.
                 pool.plan_iteration(period.boundary, period.length);
             }
         }

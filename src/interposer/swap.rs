@@ -1005,19 +1005,6 @@ impl Pool {
 
 /// The planning thread's work: op times from the timing events, the op trace of the captured
 /// iteration, the plan, and its schedule in the terms of the running program.
-/// The op before which the executor queues the swap-in of planned swap `swap` (issued at
-/// `in_issue`, needed by `need`): not before its range's lending ends. The plan lends the range
-/// until the copy *starts* on the simulated timeline, which may be long after the op that
-/// queues it (behind the other swap-ins on the one host-to-device stream); queued earlier, the
-/// tensor would take its range back before the borrowers are even allocated, and they would
-/// go to the real allocator, whose `cudaFree` waits for the whole device.
-fn swap_in_op(in_issue: usize, need: usize, swap: usize, lent: &[(usize, [usize; 2])]) -> usize {
-    lent.iter()
-        .filter(|&&(s, [_, to])| s == swap && to <= need)
-        .map(|&(_, [_, to])| to)
-        .fold(in_issue, usize::max)
-}
-
 fn make_schedule(
     config: &SwapConfig,
     capture: Capture,
@@ -1121,8 +1108,8 @@ fn make_schedule(
         let index = schedule.swaps.len() as u32;
         schedule.outs_after[swap.out_at].push(index);
         if let Some(need) = swap.in_before {
-            schedule.ins_before[swap_in_op(swap.in_issue, need, planned_index, &planned.pool.lent)]
-                .push(index);
+            let queued = planned.pool.swap_in_op(planned_index, swap.in_issue, need);
+            schedule.ins_before[queued].push(index);
         }
         schedule.swaps.push(Planned {
             position,
@@ -1167,34 +1154,4 @@ fn make_schedule(
         Arc::new(schedule),
         started.elapsed().as_secs_f64() * 1e3,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::swap_in_op;
-
-    #[test]
-    fn a_swap_in_is_queued_once_its_range_is_no_longer_lent() {
-        // Swap 1 is lent over ops [10, 40), swap 0 over [5, 8); swap 2 lends nothing.
-        let lent = [(1, [10, 40]), (0, [5, 8])];
-        assert_eq!(swap_in_op(12, 50, 1, &lent), 40, "after the lending");
-        assert_eq!(
-            swap_in_op(12, 50, 0, &lent),
-            12,
-            "lending over before the issue"
-        );
-        assert_eq!(swap_in_op(12, 50, 2, &lent), 12, "nothing lent");
-        // A wrapping swap lends to the iteration's end and, next iteration, until op 3.
-        let wrapping = [(0, [90, 100]), (0, [0, 3])];
-        assert_eq!(
-            swap_in_op(1, 4, 0, &wrapping),
-            3,
-            "the next iteration's window"
-        );
-        assert_eq!(
-            swap_in_op(1, 2, 0, &wrapping),
-            1,
-            "never after the op that needs it"
-        );
-    }
 }

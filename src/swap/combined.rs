@@ -83,6 +83,22 @@ pub struct CombinedPool {
     pub lent: Vec<(usize, [usize; 2])>,
 }
 
+impl CombinedPool {
+    /// The op before which an executor queues the swap-in of swap `swap` (issued at op
+    /// `in_issue`, needed by op `need`): not before its range's lending ends. The plan lends
+    /// the range until the copy *starts* on the simulated timeline, which may be long after the
+    /// op that issues it (behind the other swap-ins on the one host-to-device stream); queued
+    /// earlier, the tensor would take its range back before the borrowers are even allocated,
+    /// and they would go to the real allocator, whose `cudaFree` waits for the whole device.
+    pub fn swap_in_op(&self, swap: usize, in_issue: usize, need: usize) -> usize {
+        self.lent
+            .iter()
+            .filter(|&&(s, [_, to])| s == swap && to <= need)
+            .map(|&(_, [_, to])| to)
+            .fold(in_issue, usize::max)
+    }
+}
+
 /// The combined SmartPool + AutoSwap problem: every tensor a buffer over the ops it is live
 /// (resident ones over the whole iteration), with its range lent while it is away (`lent`, from
 /// [`lent_windows`] on the plan's simulated timeline); one offset per tensor.
@@ -380,8 +396,9 @@ pub struct SwapJson {
     pub out_at_op: usize,
     /// None (null) for a final swap: not accessed again before it is freed, never copied back.
     pub in_before_op: Option<usize>,
-    /// The swap-in is queued when this op is launched, plus `in_delay_ns` (null for a final
-    /// swap).
+    /// The swap-in is issued when this op is launched, plus `in_delay_ns` (null for a final
+    /// swap); the executor queues it there or, if later, where `lent_ops` ends
+    /// ([`CombinedPool::swap_in_op`]).
     pub in_issue_op: Option<usize>,
     pub in_delay_ns: Option<f64>,
     pub wraps: bool,
@@ -625,6 +642,37 @@ mod tests {
             shared_addresses(&trace, &pool),
             [(0, 1)],
             "the lender grows"
+        );
+    }
+
+    #[test]
+    fn a_swap_in_is_queued_once_its_range_is_no_longer_lent() {
+        // Swap 1 is lent over ops [10, 40), swap 0 over [5, 8); swap 2 lends nothing.
+        let pool = |lent: Vec<(usize, [usize; 2])>| CombinedPool {
+            offsets: Vec::new(),
+            footprint: 0,
+            lower_bound: 0,
+            lent,
+        };
+        let lent = pool(vec![(1, [10, 40]), (0, [5, 8])]);
+        assert_eq!(lent.swap_in_op(1, 12, 50), 40, "after the lending");
+        assert_eq!(
+            lent.swap_in_op(0, 12, 50),
+            12,
+            "lending over before the issue"
+        );
+        assert_eq!(lent.swap_in_op(2, 12, 50), 12, "nothing lent");
+        // A wrapping swap lends to the iteration's end and, next iteration, until op 3.
+        let wrapping = pool(vec![(0, [90, 100]), (0, [0, 3])]);
+        assert_eq!(
+            wrapping.swap_in_op(0, 1, 4),
+            3,
+            "the next iteration's window"
+        );
+        assert_eq!(
+            wrapping.swap_in_op(0, 1, 2),
+            1,
+            "never after the op that needs it"
         );
     }
 
