@@ -959,11 +959,10 @@ impl Gp {
                     inv_ls: vec![1.0 / ls; dims],
                     noise,
                 };
-                if let Some(ll) = score(&hyper) {
-                    if best.as_ref().is_none_or(|(_, b)| ll > *b) {
+                if let Some(ll) = score(&hyper)
+                    && best.as_ref().is_none_or(|(_, b)| ll > *b) {
                         best = Some((hyper, ll));
                     }
-                }
             }
         }
         let (mut hyper, mut best_ll) = best?;
@@ -973,12 +972,11 @@ impl Gp {
                     let ls = (factor / hyper.inv_ls[j]).clamp(LENGTH_RANGE.0, LENGTH_RANGE.1);
                     let mut trial = hyper.clone();
                     trial.inv_ls[j] = 1.0 / ls;
-                    if let Some(ll) = score(&trial) {
-                        if ll > best_ll + 1e-9 {
+                    if let Some(ll) = score(&trial)
+                        && ll > best_ll + 1e-9 {
                             hyper = trial;
                             best_ll = ll;
                         }
-                    }
                 }
             }
         }

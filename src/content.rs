@@ -162,15 +162,13 @@ fn gunzip(
             out.reserve_exact(wanted - out.len());
         }
         out.extend_from_slice(&chunk[..n]);
-        if out.len() > HEAD_BYTES {
-            if let Some(recognise) = recognise.take() {
-                if !recognise(&out[..HEAD_BYTES]) {
+        if out.len() > HEAD_BYTES
+            && let Some(recognise) = recognise.take()
+                && !recognise(&out[..HEAD_BYTES]) {
                     return Err(ReadError::Unrecognised {
                         first_bytes: out[..SHOWN_BYTES].to_vec(),
                     });
                 }
-            }
-        }
     }
 }
 

@@ -1213,7 +1213,7 @@ mod tests {
     fn primitive_period(pattern: &[u64]) -> usize {
         let p = pattern.len();
         (1..=p)
-            .find(|&d| p % d == 0 && (0..p).all(|i| pattern[i] == pattern[i % d]))
+            .find(|&d| p.is_multiple_of(d) && (0..p).all(|i| pattern[i] == pattern[i % d]))
             .unwrap_or(p)
     }
 

@@ -209,11 +209,10 @@ impl ProgressBar {
     }
 
     fn finish(&self) {
-        if let Ok(mut shown) = self.shown.lock() {
-            if let Some(bar) = shown.take() {
+        if let Ok(mut shown) = self.shown.lock()
+            && let Some(bar) = shown.take() {
                 bar.finish_and_clear();
             }
-        }
     }
 }
 

@@ -64,11 +64,10 @@ impl Drop for Container {
     fn drop(&mut self) {
         let mut pending = std::mem::take(self.items.get_mut());
         while let Some(value) = pending.pop() {
-            if let PValue::Container(rc) = value {
-                if let Ok(mut inner) = Rc::try_unwrap(rc) {
+            if let PValue::Container(rc) = value
+                && let Ok(mut inner) = Rc::try_unwrap(rc) {
                     pending.append(inner.items.get_mut());
                 }
-            }
         }
     }
 }

@@ -78,11 +78,10 @@ impl History {
     }
 
     pub fn free(&mut self, id: AllocId, index: u64) {
-        if let Some(number) = self.position.remove(&id) {
-            if let Some(record) = self.records.get_mut((number - self.first) as usize) {
+        if let Some(number) = self.position.remove(&id)
+            && let Some(record) = self.records.get_mut((number - self.first) as usize) {
                 record.freed_at = Some(index);
             }
-        }
     }
 
     /// Whether `[start, start + length)` may be the training iteration: it allocates device
@@ -839,11 +838,10 @@ impl PoolState {
     /// carry from earlier tenants on other streams, and remembers the stream.
     pub fn before_use(&mut self, ids: impl IntoIterator<Item = AllocId>, stream: u64) {
         for id in ids {
-            if let Some(streams) = self.used_on.get_mut(&id) {
-                if !streams.contains(&stream) {
+            if let Some(streams) = self.used_on.get_mut(&id)
+                && !streams.contains(&stream) {
                     streams.push(stream);
                 }
-            }
             let Some(waits) = self.waits.get_mut(&id) else {
                 continue;
             };

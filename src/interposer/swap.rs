@@ -313,11 +313,10 @@ impl PoolState {
 
     /// Swap mode: a real device allocation was freed.
     pub fn real_free(&mut self, addr: u64) {
-        if let Some(exec) = self.exec() {
-            if let Some(bytes) = exec.real_blocks.remove(&addr) {
+        if let Some(exec) = self.exec()
+            && let Some(bytes) = exec.real_blocks.remove(&addr) {
                 exec.real_bytes -= bytes;
             }
-        }
     }
 
     /// Device bytes in use: the program's real allocations and every pool.
@@ -569,11 +568,10 @@ impl PoolState {
 
     /// Notes the allocation a swapped slot got this iteration.
     pub(super) fn served_slot(&mut self, position: u64, id: AllocId) {
-        if let Some(exec) = self.exec() {
-            if exec.following {
+        if let Some(exec) = self.exec()
+            && exec.following {
                 exec.slot_ids.insert(position, id);
             }
-        }
     }
 
     /// Iteration bookkeeping at event `index`: closes finished iterations and reads the stall
@@ -582,12 +580,11 @@ impl PoolState {
         let Some(exec) = self.executor.as_mut() else {
             return;
         };
-        if let Some(timing) = &mut exec.timing {
-            if index >= timing.start && timing.host_start.is_none() {
+        if let Some(timing) = &mut exec.timing
+            && index >= timing.start && timing.host_start.is_none() {
                 timing.host_start = Some(Instant::now());
                 timing.resident_bytes = exec.real_bytes;
             }
-        }
         let mut pending = Vec::new();
         for (a, b) in std::mem::take(&mut exec.stalls) {
             if cuda::completed(b) {
@@ -646,13 +643,10 @@ impl PoolState {
             .timing
             .as_ref()
             .is_some_and(|t| (t.start..t.end).contains(&index))
-        {
-            if let Some(event) = exec.timing_event() {
-                if cuda::record(event, stream) {
+            && let Some(event) = exec.timing_event()
+                && cuda::record(event, stream) {
                     prepared.timing_start = Some(event);
                 }
-            }
-        }
         if let Some((op, ins, outs)) = self.op_of(index) {
             if let Some(exec) = self.executor.as_mut() {
                 for swap in ins {
@@ -676,11 +670,10 @@ impl PoolState {
             None => Vec::new(),
         };
         for id in due {
-            if !self.swap_in(id) {
-                if let Some(exec) = self.exec() {
+            if !self.swap_in(id)
+                && let Some(exec) = self.exec() {
                     exec.coming_back.push(id);
                 }
-            }
         }
         for &id in ids {
             let Some(exec) = self.executor.as_mut() else {
@@ -692,11 +685,10 @@ impl PoolState {
             log::debug!("allocation {id} is used at event {index} while away");
             exec.stats.on_demand_swap_ins += 1;
             exec.iteration.on_demand_swap_ins += 1;
-            if !self.swap_in(id) {
-                if let Some(exchange) = self.exchange_in(id, ids) {
+            if !self.swap_in(id)
+                && let Some(exchange) = self.exchange_in(id, ids) {
                     prepared.exchanges.push(exchange);
                 }
-            }
         }
         prepared
     }

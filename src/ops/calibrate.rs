@@ -207,13 +207,11 @@ pub fn profiler_kernel_steps(path: impl AsRef<Path>) -> Result<KernelSteps, OpsE
     let step_of = |ts: f64| steps.iter().position(|&(s, e, _)| s <= ts && ts < e);
     let mut launch_step: HashMap<u64, usize> = HashMap::new();
     for e in &trace.events {
-        if is(e, "runtime") || is(e, "cuda_runtime") {
-            if let (Some(c), Some(ts)) = (e.args.as_ref().and_then(|a| a.correlation), e.ts) {
-                if let Some(step) = step_of(ts) {
+        if (is(e, "runtime") || is(e, "cuda_runtime"))
+            && let (Some(c), Some(ts)) = (e.args.as_ref().and_then(|a| a.correlation), e.ts)
+                && let Some(step) = step_of(ts) {
                     launch_step.insert(c, step);
                 }
-            }
-        }
     }
     let mut out = KernelSteps {
         steps: steps

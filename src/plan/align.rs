@@ -48,7 +48,7 @@ impl Alignment {
     }
 
     pub fn is_aligned(self, offset: u64) -> bool {
-        offset % self.get() == 0
+        offset.is_multiple_of(self.get())
     }
 }
 

@@ -676,7 +676,7 @@ impl<'a> Dfs<'a> {
             if nodes >= node_limit {
                 return Err(Stop::Aborted);
             }
-            if nodes % 256 == 0 && clock.now(stats) >= deadline {
+            if nodes.is_multiple_of(256) && clock.now(stats) >= deadline {
                 return Err(Stop::Aborted);
             }
             let (placed, ok) = state.place(i, key.0, capacity);
