@@ -113,7 +113,7 @@ impl RealCnmem {
         }
         let symbol = |name: &std::ffi::CStr| {
             // SAFETY: valid handle and NUL-terminated name.
-            let found = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            let found = unsafe { super::real::real_dlsym(handle, name.as_ptr()) };
             (!found.is_null())
                 .then_some(found)
                 .ok_or(format!("no {} in it", name.to_string_lossy()))

@@ -8,6 +8,7 @@
 //! tests, so a test binary never interposes on anything.
 
 use super::real::RealFn;
+use super::recorder::{KernelRef, LaunchArgs};
 use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept, kept_by_itermem};
 use crate::event::{CopyKind, MemKind};
 use std::ffi::{CStr, c_void};
@@ -46,43 +47,95 @@ fn per_thread(stream: usize) -> u64 {
 
 type Run<'a> = &'a mut dyn FnMut() -> u32;
 
+/// The API a hooked call belongs to: the runtime keeps a per-thread last error, the driver
+/// does not.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layer {
+    Runtime,
+    Driver,
+}
+
 const SUCCESS: u32 = 0;
-/// `cudaErrorInvalidValue`: what `cudaFree` answers for a pointer that is no allocation.
+/// `cudaErrorInvalidValue` / `CUDA_ERROR_INVALID_VALUE`: what a free answers for a pointer that
+/// is no allocation.
 const INVALID_VALUE: u32 = 1;
-/// `cudaErrorMemoryAllocation`: the real allocator found no room.
+/// `cudaErrorMemoryAllocation` / `CUDA_ERROR_OUT_OF_MEMORY`: the real allocator found no room.
 const MEMORY_ALLOCATION: u32 = 2;
 
+/// Whether itermem's own allocator may serve an allocation of this kind: device memory, also
+/// stream-ordered (a reused range is fenced by events, which covers stream order).
+fn servable(kind: MemKind) -> bool {
+    matches!(kind, MemKind::Device | MemKind::Async)
+}
+
+/// An allocation call: `ptr` is the caller's out-parameter (a `void **` or `CUdeviceptr *`,
+/// both one 64-bit word).
 fn on_alloc(
     rec: &Recorder,
     run: Run,
+    layer: Layer,
     ptr: *mut *mut c_void,
     size: usize,
     kind: MemKind,
     stream: u64,
 ) -> u32 {
-    if kind == MemKind::Device && size > 0 && !ptr.is_null() {
-        if let Some((addr, id)) = rec.served_malloc(size as u64) {
+    if servable(kind) && size > 0 && !ptr.is_null()
+        && let Some((addr, id)) = rec.served_malloc(size as u64) {
             // SAFETY: `ptr` is the caller's non-null out-parameter.
             unsafe { *ptr = addr as *mut c_void };
-            rec.on_served_malloc(id, addr, size as u64);
+            rec.on_served_malloc(id, addr, size as u64, kind, stream);
             return SUCCESS;
         }
-    }
     let result = run();
-    if result == MEMORY_ALLOCATION && kind == MemKind::Device && size > 0 && !ptr.is_null() {
-        if let Some((addr, id)) = rec.host_backed_malloc(size as u64) {
+    if result == MEMORY_ALLOCATION && servable(kind) && size > 0 && !ptr.is_null()
+        && let Some((addr, id)) = rec.host_backed_malloc(size as u64) {
             // SAFETY: `ptr` is the caller's non-null out-parameter.
             unsafe { *ptr = addr as *mut c_void };
-            rec.on_served_malloc(id, addr, size as u64);
-            clear_last_error();
+            rec.on_served_malloc(id, addr, size as u64, kind, stream);
+            if layer == Layer::Runtime {
+                clear_last_error();
+            }
             return SUCCESS;
         }
-    }
+    record_alloc(rec, result, ptr, size, kind, stream, servable(kind))
+}
+
+/// Records the allocation a real call made (`result`); `plannable`: whether pool mode may
+/// serve its later copies.
+fn record_alloc(
+    rec: &Recorder,
+    result: u32,
+    ptr: *mut *mut c_void,
+    size: usize,
+    kind: MemKind,
+    stream: u64,
+    plannable: bool,
+) -> u32 {
     if result == SUCCESS && !ptr.is_null() {
-        // SAFETY: the call succeeded, so the runtime wrote the new address through `ptr`.
+        // SAFETY: the call succeeded, so the API wrote the new address through `ptr`.
         let addr = unsafe { *ptr } as u64;
         if addr != 0 {
-            rec.on_malloc(addr, size as u64, kind, stream);
+            rec.on_malloc(addr, size as u64, kind, stream, plannable);
+        }
+    }
+    result
+}
+
+/// `cuMemAllocPitch_v2`: the driver chooses the pitch, so the block is known only after it.
+fn on_alloc_pitch(
+    rec: &Recorder,
+    run: Run,
+    ptr: *mut u64,
+    pitch: *mut usize,
+    height: usize,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS && !ptr.is_null() && !pitch.is_null() {
+        // SAFETY: the call succeeded, so the driver wrote both out-parameters.
+        let (addr, pitch) = unsafe { (*ptr, *pitch) };
+        if addr != 0 {
+            let size = (pitch as u64).saturating_mul(height as u64);
+            rec.on_malloc(addr, size, MemKind::Device, 0, false);
         }
     }
     result
@@ -101,13 +154,13 @@ fn clear_last_error() {
 }
 
 /// `device`: whether the freed pointer may come from itermem's own allocator (`cudaFree`,
-/// `cudaFreeAsync`; not `cudaFreeHost`).
-fn on_free(rec: &Recorder, run: Run, ptr: *mut c_void, stream: u64, device: bool) -> u32 {
-    let taken = rec.begin_free(ptr as u64);
-    if device && rec.serves(ptr as u64) {
+/// `cudaFreeAsync`, `cuMemFree_v2`, `cuMemFreeAsync`; not the page-locked host frees).
+fn on_free(rec: &Recorder, run: Run, ptr: u64, stream: u64, device: bool) -> u32 {
+    let taken = rec.begin_free(ptr);
+    if device && rec.serves(ptr) {
         // A block of itermem's allocator never reaches the real one; anything else in its
         // range is no allocation of the program's, as real CUDA would say.
-        return if rec.served_free(ptr as u64, taken, stream) {
+        return if rec.served_free(ptr, taken, stream) {
             SUCCESS
         } else {
             INVALID_VALUE
@@ -118,31 +171,67 @@ fn on_free(rec: &Recorder, run: Run, ptr: *mut c_void, stream: u64, device: bool
     result
 }
 
-#[allow(clippy::too_many_arguments)]
-fn on_copy(
-    rec: &Recorder,
-    run: Run,
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: u32,
+/// `cuMemMap`: a mapped range of the virtual-memory API is an allocation of the program's
+/// (never served by itermem: the program chose its address).
+fn on_map(rec: &Recorder, run: Run, ptr: u64, size: usize) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        rec.on_malloc(ptr, size as u64, MemKind::Device, 0, false);
+    }
+    result
+}
+
+/// `cuMemUnmap`: frees every mapped range in `[ptr, ptr + size)`.
+fn on_unmap(rec: &Recorder, run: Run, ptr: u64, size: usize) -> u32 {
+    let end = ptr.saturating_add(size as u64);
+    let mut taken = Vec::new();
+    let mut at = ptr;
+    while at < end {
+        let Some((start, block)) = rec.begin_free(at) else {
+            break;
+        };
+        at = start.saturating_add(block.size.max(1));
+        taken.push((start, block));
+    }
+    let result = run();
+    for block in taken {
+        rec.end_free(Some(block), result == SUCCESS, 0);
+    }
+    result
+}
+
+/// One copy as a hook sees it: addresses (device or host), bytes and direction.
+struct CopyCall {
+    dst: u64,
+    src: u64,
+    bytes: u64,
+    kind: CopyKind,
     stream: u64,
     asynchronous: bool,
-) -> u32 {
-    if rec.host_backed(dst as u64) || rec.host_backed(src as u64) {
-        // Device memory itermem serves from mapped host memory: the driver must infer the
-        // direction (with unified addressing), not take the program's word for it.
+}
+
+fn on_copy(rec: &Recorder, run: Run, layer: Layer, copy: CopyCall) -> u32 {
+    if layer == Layer::Runtime && (rec.host_backed(copy.dst) || rec.host_backed(copy.src)) {
+        // Device memory itermem serves from mapped host memory: the runtime must infer the
+        // direction (with unified addressing), not take the program's word for it. (The
+        // driver's copies take addresses, which mapped host memory is.)
         INFER_COPY_KIND.with(|infer| infer.set(true));
     }
-    let (dst, src) = (rec.resolve(dst as u64), rec.resolve(src as u64));
+    let (dst, src) = (rec.resolve(copy.dst), rec.resolve(copy.src));
     let ids: smallvec::SmallVec<[u64; 2]> = [dst, src].into_iter().flatten().collect();
-    let prepared = rec.before_use(&ids, stream);
+    let prepared = rec.before_use(&ids, copy.stream);
     let result = run();
     let index = (result == SUCCESS).then(|| {
-        let kind = CopyKind::from_u8(kind as u8).unwrap_or(CopyKind::Default);
-        rec.on_memcpy(dst, src, count as u64, kind, stream, asynchronous)
+        rec.on_memcpy(
+            dst,
+            src,
+            copy.bytes,
+            copy.kind,
+            copy.stream,
+            copy.asynchronous,
+        )
     });
-    rec.after_use(prepared, stream, index);
+    rec.after_use(prepared, copy.stream, index);
     result
 }
 
@@ -167,37 +256,215 @@ fn copy_kind(kind: u32) -> u32 {
     }
 }
 
-fn on_set(
+/// A runtime copy: `kind` is the program's `cudaMemcpyKind`.
+#[allow(clippy::too_many_arguments)]
+fn on_runtime_copy(
     rec: &Recorder,
     run: Run,
     dst: *mut c_void,
+    src: *const c_void,
     count: usize,
+    kind: u32,
     stream: u64,
     asynchronous: bool,
 ) -> u32 {
-    let dst = rec.resolve(dst as u64);
+    let copy = CopyCall {
+        dst: dst as u64,
+        src: src as u64,
+        bytes: count as u64,
+        kind: CopyKind::from_u8(kind as u8).unwrap_or(CopyKind::Default),
+        stream,
+        asynchronous,
+    };
+    on_copy(rec, run, Layer::Runtime, copy)
+}
+
+/// A driver copy between two addresses.
+fn on_driver_copy(
+    rec: &Recorder,
+    run: Run,
+    (dst, src, count): (u64, u64, usize),
+    kind: CopyKind,
+    stream: u64,
+    asynchronous: bool,
+) -> u32 {
+    let copy = CopyCall {
+        dst,
+        src,
+        bytes: count as u64,
+        kind,
+        stream,
+        asynchronous,
+    };
+    on_copy(rec, run, Layer::Driver, copy)
+}
+
+/// `CUDA_MEMCPY2D` (`CUDA_MEMCPY2D_v2` of CUDA 12's `cuda.h`).
+#[repr(C)]
+pub struct Memcpy2D {
+    src_x_in_bytes: usize,
+    src_y: usize,
+    src_memory_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    src_pitch: usize,
+    dst_x_in_bytes: usize,
+    dst_y: usize,
+    dst_memory_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    dst_pitch: usize,
+    width_in_bytes: usize,
+    height: usize,
+}
+
+/// `CUmemorytype` values.
+const MEMORY_HOST: u32 = 1;
+const MEMORY_DEVICE: u32 = 2;
+const MEMORY_UNIFIED: u32 = 4;
+
+/// A 2D copy as the first byte of each side, the bytes copied and the direction.
+fn on_copy_2d(
+    rec: &Recorder,
+    run: Run,
+    copy: *const Memcpy2D,
+    stream: u64,
+    asynchronous: bool,
+) -> u32 {
+    if copy.is_null() {
+        return run();
+    }
+    // SAFETY: a non-null CUDA_MEMCPY2D of the caller's, read before the driver reads it.
+    let c = unsafe { &*copy };
+    // (address of the first byte, whether it is device memory); arrays have no address.
+    let side = |memory_type, host: u64, device: u64, x: usize, y: usize, pitch: usize| {
+        let offset = (y as u64)
+            .saturating_mul(pitch as u64)
+            .saturating_add(x as u64);
+        match memory_type {
+            MEMORY_HOST => Some((host.saturating_add(offset), Some(false))),
+            MEMORY_DEVICE => Some((device.saturating_add(offset), Some(true))),
+            MEMORY_UNIFIED => Some((device.saturating_add(offset), None)),
+            _ => None,
+        }
+    };
+    let src = side(
+        c.src_memory_type,
+        c.src_host as u64,
+        c.src_device,
+        c.src_x_in_bytes,
+        c.src_y,
+        c.src_pitch,
+    );
+    let dst = side(
+        c.dst_memory_type,
+        c.dst_host as u64,
+        c.dst_device,
+        c.dst_x_in_bytes,
+        c.dst_y,
+        c.dst_pitch,
+    );
+    let kind = match (src.and_then(|s| s.1), dst.and_then(|d| d.1)) {
+        (Some(false), Some(true)) => CopyKind::HostToDevice,
+        (Some(true), Some(false)) => CopyKind::DeviceToHost,
+        (Some(true), Some(true)) => CopyKind::DeviceToDevice,
+        (Some(false), Some(false)) => CopyKind::HostToHost,
+        _ => CopyKind::Default,
+    };
+    let bytes = c.width_in_bytes.saturating_mul(c.height);
+    let addresses = (dst.map_or(0, |d| d.0), src.map_or(0, |s| s.0), bytes);
+    on_driver_copy(rec, run, addresses, kind, stream, asynchronous)
+}
+
+fn on_set(
+    rec: &Recorder,
+    run: Run,
+    dst: u64,
+    bytes: usize,
+    stream: u64,
+    asynchronous: bool,
+) -> u32 {
+    let dst = rec.resolve(dst);
     let prepared = rec.before_use(dst.as_slice(), stream);
     let result = run();
-    let index = (result == SUCCESS).then(|| rec.on_memset(dst, count as u64, stream, asynchronous));
+    let index = (result == SUCCESS).then(|| rec.on_memset(dst, bytes as u64, stream, asynchronous));
     rec.after_use(prepared, stream, index);
     result
 }
 
-fn on_launch(
-    rec: &Recorder,
-    run: Run,
-    func: *const c_void,
-    args: *mut *mut c_void,
-    stream: u64,
-) -> u32 {
-    // SAFETY: the caller's argument array holds one valid pointer per parameter (the launch's
-    // contract); it is read before the launch, while the caller is blocked in this call.
-    let accesses = unsafe { rec.launch_accesses(func, args as *const *const c_void) };
+fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stream: u64) -> u32 {
+    // SAFETY: the caller's arguments hold the kernel's parameters as the launch call requires
+    // (the launch's contract); they are read before the launch, while the caller is blocked in
+    // this call.
+    let accesses = unsafe { rec.launch_accesses(kernel, args) };
     let prepared = rec.before_use(&accesses.touched, stream);
     let result = run();
     let index = (result == SUCCESS).then(|| rec.on_launch(accesses, stream));
     rec.after_use(prepared, stream, index);
     result
+}
+
+/// `CU_LAUNCH_PARAM_END`, `CU_LAUNCH_PARAM_BUFFER_POINTER`, `CU_LAUNCH_PARAM_BUFFER_SIZE`.
+const PARAM_END: usize = 0;
+const PARAM_BUFFER_POINTER: usize = 1;
+const PARAM_BUFFER_SIZE: usize = 2;
+
+/// A driver launch's arguments: `kernelParams`, or the packed buffer `extra` names.
+fn driver_args(params: *mut *mut c_void, extra: *mut *mut c_void) -> LaunchArgs {
+    if !params.is_null() {
+        return LaunchArgs::Pointers(params as *const *const c_void);
+    }
+    if extra.is_null() {
+        return LaunchArgs::Absent;
+    }
+    let (mut buffer, mut len) = (std::ptr::null::<u8>(), None);
+    // A well-formed list is a few pairs; a longer one is malformed and left to the driver.
+    for pair in 0..16 {
+        // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of (key, value) pointers,
+        // read only up to its end.
+        let key = unsafe { *extra.add(2 * pair) } as usize;
+        if key == PARAM_END {
+            break;
+        }
+        // SAFETY: every key other than the end is followed by its value.
+        let value = unsafe { *extra.add(2 * pair + 1) };
+        match key {
+            PARAM_BUFFER_POINTER => buffer = value as *const u8,
+            // SAFETY: the value of BUFFER_SIZE points to a size_t.
+            PARAM_BUFFER_SIZE if !value.is_null() => {
+                len = Some(unsafe { *(value as *const usize) })
+            }
+            _ => {}
+        }
+    }
+    match len {
+        Some(len) if !buffer.is_null() => LaunchArgs::Packed { buffer, len },
+        _ => LaunchArgs::Absent,
+    }
+}
+
+/// `CUlaunchConfig` (CUDA 12): the launch configuration of `cuLaunchKernelEx`.
+#[repr(C)]
+pub struct DriverLaunchConfig {
+    pub grid_dim: [u32; 3],
+    pub block_dim: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub stream: usize,
+    pub attrs: *mut c_void,
+    pub num_attrs: u32,
+}
+
+/// The stream of a launch configuration (`cudaLaunchConfig_t` or `CUlaunchConfig`); a null
+/// configuration is refused by the API before anything launches.
+fn config_stream<T>(config: *const T, stream: impl FnOnce(&T) -> usize) -> u64 {
+    if config.is_null() {
+        0
+    } else {
+        // SAFETY: a non-null configuration of the caller's, valid for the call.
+        stream(unsafe { &*config }) as u64
+    }
 }
 
 /// `const` NUL-terminated name of a hook, for `dlsym`.
@@ -212,10 +479,28 @@ const fn symbol(name_with_nul: &'static str) -> &'static CStr {
 /// call must never receive a block of itermem's own allocator, even when passing through
 /// ([`kept_by_itermem`]); `infers kind`: a copy whose real call gets `cudaMemcpyDefault` when
 /// its observer asks ([`copy_kind`]).
+///
+/// Besides the hooks it makes [`HOOK_NAMES`] and [`hook_named`], which `resolve.rs` uses to
+/// hand a hook out in place of the real function a dynamic lookup found.
 macro_rules! hooks {
     ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? $(infers $kind:ident)? => $observer:expr; )*) => {
         /// The CUDA functions itermem hooks (what `ITERMEM_INJECT_PANIC` may name).
         pub const HOOK_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// The real function of each hook, resolved once.
+        #[allow(non_upper_case_globals)] // CUDA's names
+        mod real_functions {
+            use super::*;
+            $( pub static $name: RealFn = RealFn::new(symbol(concat!(stringify!($name), "\0"))); )*
+        }
+
+        /// The hook exported as `name` and the slot of the real function it calls.
+        pub fn hook_named(name: &[u8]) -> Option<(*mut c_void, &'static RealFn)> {
+            $( if name == stringify!($name).as_bytes() {
+                return Some(($name as *mut c_void, &real_functions::$name));
+            } )*
+            None
+        }
 
         $(
             $(#[$doc])*
@@ -226,9 +511,8 @@ macro_rules! hooks {
             #[allow(non_snake_case)] // CUDA's names
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
                 type Real = unsafe extern "C" fn($($ty),*) -> u32;
-                static REAL: RealFn = RealFn::new(symbol(concat!(stringify!($name), "\0")));
                 // SAFETY: `Real` is this hook's own prototype, which the real function shares.
-                let Some(real) = (unsafe { REAL.get::<Real>() }) else {
+                let Some(real) = (unsafe { real_functions::$name.get::<Real>() }) else {
                     return CUDA_ERROR_SYMBOL_NOT_FOUND;
                 };
                 let call = move || {
@@ -248,57 +532,60 @@ macro_rules! hooks {
     };
 }
 
-hooks! {
-    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) =>
-        |rec, run, ptr, size| on_alloc(rec, run, ptr, size, MemKind::Device, 0);
-    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) =>
-        |rec, run, ptr, size, _| on_alloc(rec, run, ptr, size, MemKind::Managed, 0);
-    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: usize) =>
-        |rec, run, ptr, size, stream| on_alloc(rec, run, ptr, size, MemKind::Async, stream as u64);
-    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: usize) =>
-        |rec, run, ptr, size, stream| on_alloc(rec, run, ptr, size, MemKind::Async, per_thread(stream));
-    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) =>
-        |rec, run, ptr, size| on_alloc(rec, run, ptr, size, MemKind::PinnedHost, 0);
-    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) =>
-        |rec, run, ptr, size, _| on_alloc(rec, run, ptr, size, MemKind::PinnedHost, 0);
+use CopyKind::{DeviceToDevice as D2D, DeviceToHost as D2H, HostToDevice as H2D};
+use Layer::{Driver, Runtime};
 
-    fn cudaFree(ptr: *mut c_void) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
-    fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr, 0, false);
+hooks! {
+    // ---- the runtime API ----
+    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) =>
+        |rec, run, ptr, size| on_alloc(rec, run, Runtime, ptr, size, MemKind::Device, 0);
+    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) =>
+        |rec, run, ptr, size, _| on_alloc(rec, run, Runtime, ptr, size, MemKind::Managed, 0);
+    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, Runtime, ptr, size, MemKind::Async, stream as u64);
+    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, Runtime, ptr, size, MemKind::Async, per_thread(stream));
+    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) =>
+        |rec, run, ptr, size| on_alloc(rec, run, Runtime, ptr, size, MemKind::PinnedHost, 0);
+    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) =>
+        |rec, run, ptr, size, _| on_alloc(rec, run, Runtime, ptr, size, MemKind::PinnedHost, 0);
+
+    fn cudaFree(ptr: *mut c_void) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, true);
+    fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, false);
     fn cudaFreeAsync(ptr: *mut c_void, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64, true);
+        |rec, run, ptr, stream| on_free(rec, run, ptr as u64, stream as u64, true);
     fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
+        |rec, run, ptr, stream| on_free(rec, run, ptr as u64, per_thread(stream), true);
 
     fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
-        |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, 0, false);
+        |rec, run, dst, src, count, kind| on_runtime_copy(rec, run, dst, src, count, kind, 0, false);
     fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
-        |rec, run, dst, src, count, kind| on_copy(rec, run, dst, src, count, kind, per_thread(0), false);
+        |rec, run, dst, src, count, kind| on_runtime_copy(rec, run, dst, src, count, kind, per_thread(0), false);
     fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind =>
-        |rec, run, dst, src, count, kind, stream| on_copy(rec, run, dst, src, count, kind, stream as u64, true);
+        |rec, run, dst, src, count, kind, stream| on_runtime_copy(rec, run, dst, src, count, kind, stream as u64, true);
     fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind =>
-        |rec, run, dst, src, count, kind, stream| on_copy(rec, run, dst, src, count, kind, per_thread(stream), true);
+        |rec, run, dst, src, count, kind, stream| on_runtime_copy(rec, run, dst, src, count, kind, per_thread(stream), true);
 
     fn cudaMemset(ptr: *mut c_void, value: i32, count: usize) =>
-        |rec, run, ptr, _, count| on_set(rec, run, ptr, count, 0, false);
+        |rec, run, ptr, _, count| on_set(rec, run, ptr as u64, count, 0, false);
     fn cudaMemset_ptds(ptr: *mut c_void, value: i32, count: usize) =>
-        |rec, run, ptr, _, count| on_set(rec, run, ptr, count, per_thread(0), false);
+        |rec, run, ptr, _, count| on_set(rec, run, ptr as u64, count, per_thread(0), false);
     fn cudaMemsetAsync(ptr: *mut c_void, value: i32, count: usize, stream: usize) =>
-        |rec, run, ptr, _, count, stream| on_set(rec, run, ptr, count, stream as u64, true);
+        |rec, run, ptr, _, count, stream| on_set(rec, run, ptr as u64, count, stream as u64, true);
     fn cudaMemsetAsync_ptsz(ptr: *mut c_void, value: i32, count: usize, stream: usize) =>
-        |rec, run, ptr, _, count, stream| on_set(rec, run, ptr, count, per_thread(stream), true);
+        |rec, run, ptr, _, count, stream| on_set(rec, run, ptr as u64, count, per_thread(stream), true);
 
     fn cudaLaunchKernel(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: usize) =>
-        |rec, run, func, _, _, args, _, stream| on_launch(rec, run, func, args, stream as u64);
+        |rec, run, func, _, _, args, _, stream| on_launch(rec, run, KernelRef::Host(func), LaunchArgs::Pointers(args as _), stream as u64);
     fn cudaLaunchKernel_ptsz(func: *const c_void, grid: Dim3, block: Dim3, args: *mut *mut c_void, shared: usize, stream: usize) =>
-        |rec, run, func, _, _, args, _, stream| on_launch(rec, run, func, args, per_thread(stream));
+        |rec, run, func, _, _, args, _, stream| on_launch(rec, run, KernelRef::Host(func), LaunchArgs::Pointers(args as _), per_thread(stream));
     fn cudaLaunchKernelExC(config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) =>
-        // SAFETY: the runtime rejects a NULL configuration before anything launches.
-        |rec, run, config, func, args| on_launch(rec, run, func, args, if config.is_null() { 0 } else { unsafe { (*config).stream as u64 } });
+        |rec, run, config, func, args| on_launch(rec, run, KernelRef::Host(func), LaunchArgs::Pointers(args as _), config_stream(config, |c| c.stream));
     fn cudaLaunchKernelExC_ptsz(config: *const LaunchConfig, func: *const c_void, args: *mut *mut c_void) =>
-        // SAFETY: as for cudaLaunchKernelExC.
-        |rec, run, config, func, args| on_launch(rec, run, func, args, per_thread(if config.is_null() { 0 } else { unsafe { (*config).stream } }));
+        |rec, run, config, func, args| on_launch(rec, run, KernelRef::Host(func), LaunchArgs::Pointers(args as _), per_thread(config_stream(config, |c| c.stream) as usize));
 
-    // Stream, event and synchronisation calls pass through; the swap executor will act on them.
+    // Stream, event and synchronisation calls pass through: itermem orders its own work with
+    // events of its own, so it never needs to change them.
     fn cudaStreamCreate(stream: *mut usize) => |_, run, _| run();
     fn cudaStreamCreateWithFlags(stream: *mut usize, flags: u32) => |_, run, _, _| run();
     fn cudaStreamDestroy(stream: usize) => |_, run, _| run();
@@ -315,4 +602,106 @@ hooks! {
     fn cudaEventSynchronize(event: usize) => |_, run, _| run();
     fn cudaEventDestroy(event: usize) => |_, run, _| run();
     fn cudaDeviceSynchronize() => |_, run| run();
+
+    // ---- the driver API (CUdeviceptr: u64; CUstream, CUfunction, CUcontext: handles) ----
+    // A runtime call that reaches the driver is observed once: the runtime's hook runs the
+    // driver's inside it, and a hook inside a hook passes through (`intercept`).
+    fn cuMemAlloc_v2(ptr: *mut u64, size: usize) =>
+        |rec, run, ptr, size| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Device, 0);
+    fn cuMemAllocPitch_v2(ptr: *mut u64, pitch: *mut usize, width: usize, height: usize, element_size: u32) =>
+        |rec, run, ptr, pitch, _, height, _| on_alloc_pitch(rec, run, ptr, pitch, height);
+    fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, stream as u64);
+    fn cuMemAllocAsync_ptsz(ptr: *mut u64, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, per_thread(stream));
+    // An allocation from a pool of the program's: recorded, not served (the pool's attributes
+    // are the program's choice).
+    fn cuMemAllocFromPoolAsync(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
+        |rec, run, ptr, size, _, stream| record_alloc(rec, run(), ptr.cast(), size, MemKind::Async, stream as u64, false);
+    fn cuMemAllocManaged(ptr: *mut u64, size: usize, flags: u32) =>
+        |rec, run, ptr, size, _| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Managed, 0);
+    fn cuMemAllocHost_v2(ptr: *mut *mut c_void, size: usize) =>
+        |rec, run, ptr, size| on_alloc(rec, run, Driver, ptr, size, MemKind::PinnedHost, 0);
+    fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: u32) =>
+        |rec, run, ptr, size, _| on_alloc(rec, run, Driver, ptr, size, MemKind::PinnedHost, 0);
+
+    fn cuMemFree_v2(ptr: u64) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
+    fn cuMemFreeAsync(ptr: u64, stream: usize) keeps ptr =>
+        |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64, true);
+    fn cuMemFreeAsync_ptsz(ptr: u64, stream: usize) keeps ptr =>
+        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
+    fn cuMemFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, false);
+
+    fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) =>
+        |rec, run, ptr, size, _, _, _| on_map(rec, run, ptr, size);
+    fn cuMemUnmap(ptr: u64, size: usize) => |rec, run, ptr, size| on_unmap(rec, run, ptr, size);
+    fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) => |_, run, _, _, _, _| run();
+    fn cuMemRelease(handle: u64) => |_, run, _| run();
+
+    fn cuMemcpy(dst: u64, src: u64, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src, count), CopyKind::Default, 0, false);
+    fn cuMemcpyAsync(dst: u64, src: u64, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src, count), CopyKind::Default, stream as u64, true);
+    fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src as u64, count), H2D, 0, false);
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst as u64, src, count), D2H, 0, false);
+    fn cuMemcpyDtoD_v2(dst: u64, src: u64, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src, count), D2D, 0, false);
+    fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src as u64, count), H2D, stream as u64, true);
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst as u64, src, count), D2H, stream as u64, true);
+    fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, stream as u64, true);
+    fn cuMemcpyPeer(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) =>
+        |rec, run, dst, _, src, _, count| on_driver_copy(rec, run, (dst, src, count), D2D, 0, false);
+    fn cuMemcpyPeerAsync(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize, stream: usize) =>
+        |rec, run, dst, _, src, _, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, stream as u64, true);
+    fn cuMemcpy2D_v2(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, 0, false);
+    fn cuMemcpy2DUnaligned_v2(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, 0, false);
+    fn cuMemcpy2DAsync_v2(copy: *const Memcpy2D, stream: usize) =>
+        |rec, run, copy, stream| on_copy_2d(rec, run, copy, stream as u64, true);
+
+    fn cuMemsetD8_v2(dst: u64, value: u8, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n, 0, false);
+    fn cuMemsetD16_v2(dst: u64, value: u16, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n * 2, 0, false);
+    fn cuMemsetD32_v2(dst: u64, value: u32, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n * 4, 0, false);
+    fn cuMemsetD8Async(dst: u64, value: u8, count: usize, stream: usize) =>
+        |rec, run, dst, _, n, stream| on_set(rec, run, dst, n, stream as u64, true);
+    fn cuMemsetD16Async(dst: u64, value: u16, count: usize, stream: usize) =>
+        |rec, run, dst, _, n, stream| on_set(rec, run, dst, n * 2, stream as u64, true);
+    fn cuMemsetD32Async(dst: u64, value: u32, count: usize, stream: usize) =>
+        |rec, run, dst, _, n, stream| on_set(rec, run, dst, n * 4, stream as u64, true);
+    fn cuMemsetD2D8_v2(dst: u64, pitch: usize, value: u8, width: usize, height: usize) =>
+        |rec, run, dst, _, _, w, h| on_set(rec, run, dst, w * h, 0, false);
+    fn cuMemsetD2D16_v2(dst: u64, pitch: usize, value: u16, width: usize, height: usize) =>
+        |rec, run, dst, _, _, w, h| on_set(rec, run, dst, w * h * 2, 0, false);
+    fn cuMemsetD2D32_v2(dst: u64, pitch: usize, value: u32, width: usize, height: usize) =>
+        |rec, run, dst, _, _, w, h| on_set(rec, run, dst, w * h * 4, 0, false);
+    fn cuMemsetD2D8Async(dst: u64, pitch: usize, value: u8, width: usize, height: usize, stream: usize) =>
+        |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h, stream as u64, true);
+    fn cuMemsetD2D16Async(dst: u64, pitch: usize, value: u16, width: usize, height: usize, stream: usize) =>
+        |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h * 2, stream as u64, true);
+    fn cuMemsetD2D32Async(dst: u64, pitch: usize, value: u32, width: usize, height: usize, stream: usize) =>
+        |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h * 4, stream as u64, true);
+
+    fn cuLaunchKernel(function: usize, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32, block_y: u32, block_z: u32, shared: u32, stream: usize, params: *mut *mut c_void, extra: *mut *mut c_void) =>
+        |rec, run, function, _, _, _, _, _, _, _, stream, params, extra| on_launch(rec, run, KernelRef::Function(function), driver_args(params, extra), stream as u64);
+    fn cuLaunchKernelEx(config: *const DriverLaunchConfig, function: usize, params: *mut *mut c_void, extra: *mut *mut c_void) =>
+        |rec, run, config, function, params, extra| on_launch(rec, run, KernelRef::Function(function), driver_args(params, extra), config_stream(config, |c| c.stream));
+    fn cuLaunchCooperativeKernel(function: usize, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32, block_y: u32, block_z: u32, shared: u32, stream: usize, params: *mut *mut c_void) =>
+        |rec, run, function, _, _, _, _, _, _, _, stream, params| on_launch(rec, run, KernelRef::Function(function), driver_args(params, std::ptr::null_mut()), stream as u64);
+
+    fn cuStreamCreate(stream: *mut usize, flags: u32) => |_, run, _, _| run();
+    fn cuStreamCreateWithPriority(stream: *mut usize, flags: u32, priority: i32) => |_, run, _, _, _| run();
+    fn cuStreamDestroy_v2(stream: usize) => |_, run, _| run();
+    fn cuStreamSynchronize(stream: usize) => |_, run, _| run();
+    fn cuStreamQuery(stream: usize) => |_, run, _| run();
+    fn cuStreamWaitEvent(stream: usize, event: usize, flags: u32) => |_, run, _, _, _| run();
+    fn cuEventCreate(event: *mut usize, flags: u32) => |_, run, _, _| run();
+    fn cuEventRecord(event: usize, stream: usize) => |_, run, _, _| run();
+    fn cuEventSynchronize(event: usize) => |_, run, _| run();
+    fn cuEventQuery(event: usize) => |_, run, _| run();
+    fn cuEventDestroy_v2(event: usize) => |_, run, _| run();
+    fn cuCtxSynchronize() => |_, run| run();
 }

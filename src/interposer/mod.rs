@@ -19,6 +19,7 @@ mod live;
 mod pool;
 mod real;
 mod recorder;
+pub mod resolve;
 mod swap;
 
 pub use recorder::{Recorder, Summary};

@@ -10,6 +10,9 @@
 //! itermem needs for itself (kernel parameter layout and names) are looked up in
 //! `libcuda.so.1`, which every CUDA runtime has loaded by the time a kernel is launched. Nothing here can panic: a loader
 //! that panics inside a hook would take the host program down.
+//!
+//! itermem exports `dlsym` itself (`resolve.rs`), and a call from this library to `dlsym` would
+//! reach that export; every lookup here goes to glibc's own through [`real_dlsym`].
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::OnceLock;
@@ -53,7 +56,7 @@ impl RealFn {
         let mut ptr = self.ptr.load(Ordering::Relaxed);
         if ptr.is_null() {
             // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
-            let mut found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+            let mut found = unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
             if found.is_null() {
                 found = definition_in_loaded_objects(self.name);
             }
@@ -74,6 +77,61 @@ impl RealFn {
     }
 }
 
+type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's `dlsym`, found by version with `dlvsym` (which itermem does not export), so neither
+/// this library nor a lookup made for it ever reaches itermem's own `dlsym`. Null if glibc has
+/// none under the versions it has used on x86-64 (2.2.5, and 2.34 where it moved into libc)
+/// and aarch64 (2.17).
+pub fn real_dlsym_address() -> *mut c_void {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut real = REAL.load(Ordering::Relaxed);
+    if real.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: NUL-terminated name and version; RTLD_NEXT searches after this library.
+            real = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !real.is_null() {
+                break;
+            }
+        }
+        REAL.store(real, Ordering::Relaxed);
+    }
+    real
+}
+
+/// `dlsym` as glibc answers it, bypassing itermem's export (null when glibc's cannot be found).
+///
+/// # Safety
+/// As `dlsym`: a valid handle (or pseudo-handle) and a NUL-terminated name.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let real = real_dlsym_address();
+    if real.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `real` is glibc's dlsym, whose prototype `Dlsym` is; arguments per the caller.
+    unsafe { std::mem::transmute::<*mut c_void, Dlsym>(real)(handle, name) }
+}
+
+impl RealFn {
+    /// Whether the real function exists now. Unlike [`RealFn::get`] a miss is neither reported
+    /// nor remembered: a program probing for a function may load its library later.
+    pub fn exists(&self) -> bool {
+        let ptr = self.ptr.load(Ordering::Relaxed);
+        if !ptr.is_null() {
+            return ptr != MISSING;
+        }
+        // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
+        let found = unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        !found.is_null() || !definition_in_loaded_objects(self.name).is_null()
+    }
+
+    /// The real function's address if it exists (resolved as [`RealFn::get`] does).
+    pub fn address(&self) -> Option<*mut c_void> {
+        // SAFETY: a data pointer is a valid `F` for any symbol.
+        unsafe { self.get::<*mut c_void>() }
+    }
+}
+
 /// The first definition of `name`, in load order, among the loaded objects and their
 /// dependencies, other than ours; null if none. Finds a runtime loaded as the dependency of an
 /// `RTLD_LOCAL` library, which is outside the global scope `RTLD_NEXT` searches.
@@ -88,7 +146,7 @@ fn definition_in_loaded_objects(name: &CStr) -> *mut c_void {
         }
         // SAFETY: valid handle and NUL-terminated name; a handle's lookup covers the object
         // and its dependencies, never the preloaded libraries (ours).
-        let found = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        let found = unsafe { real_dlsym(handle, name.as_ptr()) };
         // SAFETY: the reference taken by dlopen above; the object stays loaded by its owner.
         unsafe { libc::dlclose(handle) };
         if !found.is_null() && object_base(found) != ours {
@@ -125,7 +183,7 @@ fn loaded_objects() -> Vec<std::ffi::CString> {
 }
 
 /// The load address of the object that contains `addr` (null if none).
-fn object_base(addr: *const c_void) -> *mut c_void {
+pub fn object_base(addr: *const c_void) -> *mut c_void {
     // SAFETY: all-zero is a valid Dl_info; dladdr only reads `addr` as an address.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-parameter.
@@ -168,13 +226,16 @@ fn introspection() -> &'static Introspection {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelLayout {
     pub name: String,
+    /// The driver's handle of the kernel (`CUfunction`), when known.
+    pub function: Option<usize>,
     /// (offset, size) of each parameter in the argument buffer; None when the driver cannot
     /// tell (CUDA < 12.4, or a function the runtime does not know).
     pub params: Option<Vec<(usize, usize)>>,
 }
 
-/// Asks the runtime and driver about the kernel whose host function is `func`.
-/// Must be called on a thread with a current context (any thread launching a kernel has one).
+/// Asks the runtime and driver about the kernel whose host function is `func` (a runtime
+/// launch). Must be called on a thread with a current context (any thread launching a kernel
+/// has one).
 pub fn kernel_layout(func: *const c_void) -> KernelLayout {
     let functions = introspection();
     let mut handle = 0usize;
@@ -182,30 +243,44 @@ pub fn kernel_layout(func: *const c_void) -> KernelLayout {
         // SAFETY: valid out-parameter; `func` is the launch's function pointer.
         unsafe { get(&mut handle, func) == 0 }
     });
-    let name = found
-        .then(|| kernel_name(functions, handle))
-        .flatten()
-        .or_else(|| symbol_name(func))
-        .unwrap_or_else(|| format!("kernel@{func:p}"));
-    let params = match (found, functions.param_info) {
-        (true, Some(info)) => {
-            let mut params = Vec::new();
-            loop {
-                let (mut offset, mut size) = (0usize, 0usize);
-                // SAFETY: valid handle from cudaGetFuncBySymbol and valid out-parameters; the
-                // driver answers CUDA_ERROR_INVALID_VALUE past the last parameter.
-                match unsafe { info(handle, params.len(), &mut offset, &mut size) } {
-                    0 => params.push((offset, size)),
-                    _ => break Some(params),
-                }
-                if params.len() > 4096 {
-                    break None;
-                }
+    if found {
+        let mut layout = function_layout(handle);
+        if layout.name.is_empty() {
+            layout.name = symbol_name(func).unwrap_or_else(|| format!("kernel@{func:p}"));
+        }
+        return layout;
+    }
+    KernelLayout {
+        name: symbol_name(func).unwrap_or_else(|| format!("kernel@{func:p}")),
+        function: None,
+        params: None,
+    }
+}
+
+/// Asks the driver about the kernel `function` (a `CUfunction`, as a driver launch names it);
+/// the name is empty when the driver cannot tell it.
+pub fn function_layout(function: usize) -> KernelLayout {
+    let functions = introspection();
+    let params = functions.param_info.and_then(|info| {
+        let mut params = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: a function handle of the driver's and valid out-parameters; the driver
+            // answers CUDA_ERROR_INVALID_VALUE past the last parameter.
+            match unsafe { info(function, params.len(), &mut offset, &mut size) } {
+                0 => params.push((offset, size)),
+                _ => break Some(params),
+            }
+            if params.len() > 4096 {
+                break None;
             }
         }
-        _ => None,
-    };
-    KernelLayout { name, params }
+    });
+    KernelLayout {
+        name: kernel_name(functions, function).unwrap_or_default(),
+        function: Some(function),
+        params,
+    }
 }
 
 fn kernel_name(functions: &Introspection, handle: usize) -> Option<String> {
@@ -261,7 +336,7 @@ pub unsafe fn driver_function<F: Copy>(name: &CStr) -> Option<F> {
         return None;
     }
     // SAFETY: valid handle and NUL-terminated name.
-    let symbol = unsafe { libc::dlsym(driver, name.as_ptr()) };
+    let symbol = unsafe { real_dlsym(driver, name.as_ptr()) };
     // SAFETY: a non-null symbol has the caller's prototype; pointers of both kinds are one word.
     (!symbol.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&symbol) })
 }
@@ -292,16 +367,14 @@ pub fn device_identity() -> (String, u64) {
     // SAFETY: each symbol is requested with the pointer type of its CUDA 12 prototype; the name
     // buffer holds 256 bytes and `total` is a valid out-parameter.
     unsafe {
-        if let Some(get_name) = driver_function::<GetName>(c"cuDeviceGetName") {
-            if get_name(name.as_mut_ptr(), name.len() as i32, 0) != 0 {
+        if let Some(get_name) = driver_function::<GetName>(c"cuDeviceGetName")
+            && get_name(name.as_mut_ptr(), name.len() as i32, 0) != 0 {
                 name[0] = 0;
             }
-        }
-        if let Some(total_mem) = driver_function::<TotalMem>(c"cuDeviceTotalMem_v2") {
-            if total_mem(&mut total, 0) != 0 {
+        if let Some(total_mem) = driver_function::<TotalMem>(c"cuDeviceTotalMem_v2")
+            && total_mem(&mut total, 0) != 0 {
                 total = 0;
             }
-        }
     }
     // SAFETY: the buffer is NUL-terminated (zeroed, and the driver terminates what it writes).
     let name = unsafe { CStr::from_ptr(name.as_ptr()) }

@@ -12,7 +12,7 @@
 use super::cnmem::{CnmemState, CnmemStats};
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
-use super::real::{KernelLayout, kernel_layout, range_start};
+use super::real::{KernelLayout, function_layout, kernel_layout, range_start};
 use super::swap::{Capture, Prepared, SwapConfig, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::{Config, Mode};
@@ -44,12 +44,42 @@ pub struct LaunchAccesses {
     pub touched: Touched,
 }
 
-/// What the recorder knows about one kernel (by host function address).
+/// What the recorder knows about one kernel.
 struct Kernel {
     id: KernelId,
-    /// 8-byte words of the argument buffer to test as pointers: (parameter index, byte offset
-    /// inside that parameter's value). None when the layout is unknown.
-    pointer_words: Option<Vec<(usize, usize)>>,
+    /// 8-byte words of the argument buffer to test as pointers. None when the layout is unknown.
+    pointer_words: Option<Vec<PointerWord>>,
+}
+
+/// One 8-byte word of a kernel's arguments that may hold a pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PointerWord {
+    /// The parameter it belongs to.
+    param: usize,
+    /// Its byte offset inside that parameter's value (arguments passed one pointer each).
+    within: usize,
+    /// Its byte offset in the packed argument buffer (arguments passed in one buffer).
+    packed: usize,
+}
+
+/// The kernel a launch names: the host function of a runtime launch, or the driver's
+/// `CUfunction`. The same kernel launched both ways is one kernel.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelRef {
+    Host(*const c_void),
+    Function(usize),
+}
+
+/// How a launch passes its arguments.
+#[derive(Clone, Copy, Debug)]
+pub enum LaunchArgs {
+    /// One pointer per parameter (`cudaLaunchKernel`'s `args`, `cuLaunchKernel`'s
+    /// `kernelParams`).
+    Pointers(*const *const c_void),
+    /// All parameters packed in one buffer of `len` bytes (`cuLaunchKernel`'s `extra`).
+    Packed { buffer: *const u8, len: usize },
+    /// None given (a kernel without parameters, or a launch the driver will refuse).
+    Absent,
 }
 
 /// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
@@ -121,9 +151,12 @@ pub struct Recorder {
     /// The index the next event will get (the sequencer's, readable without its lock).
     next_index: AtomicU64,
     live: RwLock<LiveIndex>,
-    /// Kernels by host function address. Records are leaked: there are few kernels, they live
+    /// Kernels by host function address (key `(false, address)`) and by driver handle
+    /// (`(true, handle)`). Records are leaked: there are few kernels, they live
     /// as long as the process, and a `&'static` spares every launch a reference count.
-    kernels: RwLock<FxHashMap<usize, &'static Kernel>>,
+    kernels: RwLock<FxHashMap<(bool, usize), &'static Kernel>>,
+    /// Kernels known (ids are given under the `kernels` lock, in order).
+    kernel_count: AtomicU64,
     sequencer: Mutex<Sequencer>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
@@ -160,6 +193,7 @@ impl Recorder {
             next_index: AtomicU64::new(0),
             live: RwLock::new(LiveIndex::default()),
             kernels: RwLock::new(FxHashMap::default()),
+            kernel_count: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer {
                 next_index: 0,
                 live_bytes: 0,
@@ -188,12 +222,19 @@ impl Recorder {
 
     // ---- observations (called after the real call succeeded, unless noted) ----
 
-    pub fn on_malloc(&self, addr: u64, size: u64, kind: MemKind, stream: StreamHandle) {
+    pub fn on_malloc(
+        &self,
+        addr: u64,
+        size: u64,
+        kind: MemKind,
+        stream: StreamHandle,
+        plannable: bool,
+    ) {
         let id = self.next_id.fetch_add(1, Relaxed);
         if let (Some(pool), true) = (&self.pool, kind.is_device() && self.swapping()) {
             pool.lock().real_malloc(addr, size);
         }
-        self.record_malloc(id, addr, size, kind, stream);
+        self.record_malloc(id, addr, size, kind, stream, plannable);
     }
 
     /// Pool and cnmem modes: the address for a `cudaMalloc` of `size` from itermem's own
@@ -218,12 +259,19 @@ impl Recorder {
         Some((addr, self.next_id.fetch_add(1, Relaxed)))
     }
 
-    /// Records a `cudaMalloc` served by [`Recorder::served_malloc`].
-    pub fn on_served_malloc(&self, id: AllocId, addr: u64, size: u64) {
+    /// Records an allocation served by [`Recorder::served_malloc`].
+    pub fn on_served_malloc(
+        &self,
+        id: AllocId,
+        addr: u64,
+        size: u64,
+        kind: MemKind,
+        stream: StreamHandle,
+    ) {
         if let Some(pool) = &self.pool {
             pool.lock().track(id);
         }
-        self.record_malloc(id, addr, size, MemKind::Device, 0);
+        self.record_malloc(id, addr, size, kind, stream, true);
     }
 
     /// Whether this is swap mode (the device's bytes are counted against a limit).
@@ -327,6 +375,7 @@ impl Recorder {
         size: u64,
         kind: MemKind,
         stream: StreamHandle,
+        plannable: bool,
     ) {
         let (index, change) = self.emit(
             EventKind::Malloc {
@@ -346,10 +395,8 @@ impl Recorder {
             event_index: index,
         };
         self.live.write().insert(addr, block);
-        if let Some(pool) = &self.pool {
-            if kind == MemKind::Device {
-                pool.lock().history.malloc(id, index, size);
-            }
+        if let (Some(pool), true) = (&self.pool, plannable) {
+            pool.lock().history.malloc(id, index, size);
         }
         self.period_changed(change);
         let counter = if kind.is_device() {
@@ -460,40 +507,47 @@ impl Recorder {
         index
     }
 
-    /// What a launch of `func` with the argument array `args` touches (scanned before the
-    /// launch, so pool mode can order it after the earlier tenants of those blocks).
+    /// What a launch of `kernel` with arguments `args` touches (scanned before the launch, so
+    /// pool mode can order it after the earlier tenants of those blocks).
     ///
     /// # Safety
-    /// `args` holds one valid pointer per parameter of `func`, as cudaLaunchKernel requires.
-    pub unsafe fn launch_accesses(
-        &self,
-        func: *const c_void,
-        args: *const *const c_void,
-    ) -> LaunchAccesses {
-        let kernel = self.kernel(func);
+    /// `args` holds the kernel's arguments as the launch call requires: one valid pointer per
+    /// parameter, or a packed buffer of `len` readable bytes.
+    pub unsafe fn launch_accesses(&self, kernel: KernelRef, args: LaunchArgs) -> LaunchAccesses {
+        let kernel = self.kernel(kernel);
         let mut touched = Touched::new();
-        if let (Some(words), false) = (&kernel.pointer_words, args.is_null()) {
-            let live = self.live.read();
-            for &(param, offset) in words {
-                // SAFETY: `param` < the kernel's parameter count, so args[param] exists and
-                // points to that parameter's value, which is at least offset + 8 bytes long.
-                let word = unsafe {
-                    ((*args.add(param)) as *const u8)
-                        .add(offset)
-                        .cast::<u64>()
-                        .read_unaligned()
-                };
-                if let Some(block) = live.find(word, |a| self.base_of(a)) {
-                    if !touched.contains(&block.id) {
-                        touched.push(block.id);
-                    }
-                }
+        let read_word = |word: &PointerWord| match args {
+            // SAFETY: `param` < the kernel's parameter count, so args[param] exists and points
+            // to that parameter's value, which is at least `within` + 8 bytes long.
+            LaunchArgs::Pointers(args) if !args.is_null() => Some(unsafe {
+                ((*args.add(word.param)) as *const u8)
+                    .add(word.within)
+                    .cast::<u64>()
+                    .read_unaligned()
+            }),
+            LaunchArgs::Packed { buffer, len } if !buffer.is_null() && word.packed + 8 <= len => {
+                // SAFETY: the word lies inside the caller's buffer of `len` bytes.
+                Some(unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
             }
-            self.counters
-                .pointer_words_scanned
-                .fetch_add(words.len() as u64, Relaxed);
-        } else {
-            self.counters.launches_without_layout.fetch_add(1, Relaxed);
+            _ => None,
+        };
+        match (&kernel.pointer_words, args) {
+            (Some(words), LaunchArgs::Pointers(_) | LaunchArgs::Packed { .. }) => {
+                let live = self.live.read();
+                for word in words.iter().filter_map(read_word) {
+                    if let Some(block) = live.find(word, |a| self.base_of(a))
+                        && !touched.contains(&block.id) {
+                            touched.push(block.id);
+                        }
+                }
+                self.counters
+                    .pointer_words_scanned
+                    .fetch_add(words.len() as u64, Relaxed);
+            }
+            (Some(_), LaunchArgs::Absent) => {}
+            (None, _) => {
+                self.counters.launches_without_layout.fetch_add(1, Relaxed);
+            }
         }
         LaunchAccesses { kernel, touched }
     }
@@ -513,20 +567,44 @@ impl Recorder {
     }
 
     /// The kernel record of `func`, learning its layout (and logging its name) the first time.
-    fn kernel(&self, func: *const c_void) -> &'static Kernel {
-        if let Some(kernel) = self.kernels.read().get(&(func as usize)) {
+    fn kernel(&self, kernel: KernelRef) -> &'static Kernel {
+        let key = match kernel {
+            KernelRef::Host(func) => (false, func as usize),
+            KernelRef::Function(function) => (true, function),
+        };
+        if let Some(kernel) = self.kernels.read().get(&key) {
             return kernel;
         }
-        let KernelLayout { name, params } = kernel_layout(func);
+        let KernelLayout {
+            name,
+            function,
+            params,
+        } = match kernel {
+            KernelRef::Host(func) => kernel_layout(func),
+            KernelRef::Function(function) => function_layout(function),
+        };
         let mut kernels = self.kernels.write();
-        if let Some(kernel) = kernels.get(&(func as usize)) {
+        let known = kernels
+            .get(&key)
+            .or_else(|| function.and_then(|f| kernels.get(&(true, f))))
+            .copied();
+        if let Some(kernel) = known {
+            kernels.insert(key, kernel);
             return kernel;
         }
         let kernel: &'static Kernel = Box::leak(Box::new(Kernel {
-            id: kernels.len() as KernelId,
+            id: self.kernel_count.fetch_add(1, Relaxed) as KernelId,
             pointer_words: params.map(|params| pointer_words(&params)),
         }));
-        kernels.insert(func as usize, kernel);
+        kernels.insert(key, kernel);
+        if let Some(function) = function {
+            kernels.insert((true, function), kernel);
+        }
+        let name = if name.is_empty() {
+            format!("kernel@{key:x?}")
+        } else {
+            name
+        };
         // Named under the kernels lock, so the name precedes every launch of the kernel.
         self.emit_metadata(EventKind::KernelName {
             kernel: kernel.id,
@@ -647,11 +725,10 @@ impl Recorder {
     /// mode times the next iteration first, and plans once it is captured.
     fn period_changed(&self, change: Change) {
         let Some(pool) = &self.pool else { return };
-        if self.capture_done.swap(false, Relaxed) {
-            if let Some(capture) = self.captured.lock().take() {
+        if self.capture_done.swap(false, Relaxed)
+            && let Some(capture) = self.captured.lock().take() {
                 pool.lock().plan_swaps(capture);
             }
-        }
         match change {
             Change::Unchanged => {}
             Change::Lost(_) => pool.lock().retire(self.next_index.load(Relaxed)),
@@ -783,7 +860,7 @@ impl Recorder {
             periods_found: seq.changes,
             peak_live_bytes: seq.peak_live_bytes,
             live_bytes_at_exit: seq.live_bytes,
-            kernels: self.kernels.read().len() as u64,
+            kernels: self.kernel_count.load(Relaxed),
             hooked_calls: c.calls.load(Relaxed),
             pool: self.pool.as_ref().map(|pool| pool.lock().stats.clone()),
             cnmem: self.cnmem.as_ref().map(|cnmem| cnmem.lock().stats.clone()),
@@ -799,14 +876,17 @@ impl Recorder {
 
 /// Word positions to test as pointers: every 8-byte-aligned word of the argument buffer that
 /// lies wholly inside one parameter.
-fn pointer_words(params: &[(usize, usize)]) -> Vec<(usize, usize)> {
+fn pointer_words(params: &[(usize, usize)]) -> Vec<PointerWord> {
     let mut words = Vec::new();
-    for (index, &(offset, size)) in params.iter().enumerate() {
-        let first = offset.div_ceil(8) * 8;
-        let mut word = first;
-        while word + 8 <= offset + size {
-            words.push((index, word - offset));
-            word += 8;
+    for (param, &(offset, size)) in params.iter().enumerate() {
+        let mut packed = offset.div_ceil(8) * 8;
+        while packed + 8 <= offset + size {
+            words.push(PointerWord {
+                param,
+                within: packed - offset,
+                packed,
+            });
+            packed += 8;
         }
     }
     words
@@ -856,9 +936,13 @@ mod tests {
     fn pointer_words_are_aligned_words_inside_parameters() {
         // float*, int, int, size_t, a 24-byte struct at 32, a 4-byte float at 56
         let params = [(0, 8), (8, 4), (12, 4), (16, 8), (32, 24), (56, 4)];
+        let words: Vec<_> = pointer_words(&params)
+            .iter()
+            .map(|w| (w.param, w.within, w.packed))
+            .collect();
         assert_eq!(
-            pointer_words(&params),
-            vec![(0, 0), (3, 0), (4, 0), (4, 8), (4, 16)]
+            words,
+            vec![(0, 0, 0), (3, 0, 16), (4, 0, 32), (4, 8, 40), (4, 16, 48)]
         );
     }
 }
