@@ -960,9 +960,10 @@ impl Gp {
                     noise,
                 };
                 if let Some(ll) = score(&hyper)
-                    && best.as_ref().is_none_or(|(_, b)| ll > *b) {
-                        best = Some((hyper, ll));
-                    }
+                    && best.as_ref().is_none_or(|(_, b)| ll > *b)
+                {
+                    best = Some((hyper, ll));
+                }
             }
         }
         let (mut hyper, mut best_ll) = best?;
@@ -973,10 +974,11 @@ impl Gp {
                     let mut trial = hyper.clone();
                     trial.inv_ls[j] = 1.0 / ls;
                     if let Some(ll) = score(&trial)
-                        && ll > best_ll + 1e-9 {
-                            hyper = trial;
-                            best_ll = ll;
-                        }
+                        && ll > best_ll + 1e-9
+                    {
+                        hyper = trial;
+                        best_ll = ll;
+                    }
                 }
             }
         }

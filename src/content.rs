@@ -164,11 +164,12 @@ fn gunzip(
         out.extend_from_slice(&chunk[..n]);
         if out.len() > HEAD_BYTES
             && let Some(recognise) = recognise.take()
-                && !recognise(&out[..HEAD_BYTES]) {
-                    return Err(ReadError::Unrecognised {
-                        first_bytes: out[..SHOWN_BYTES].to_vec(),
-                    });
-                }
+            && !recognise(&out[..HEAD_BYTES])
+        {
+            return Err(ReadError::Unrecognised {
+                first_bytes: out[..SHOWN_BYTES].to_vec(),
+            });
+        }
     }
 }
 

@@ -156,9 +156,10 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             return 2;
         }
         if let Some(io) = cause.downcast_ref::<io::Error>()
-            && io.kind() == io::ErrorKind::BrokenPipe {
-                code = 0;
-            }
+            && io.kind() == io::ErrorKind::BrokenPipe
+        {
+            code = 0;
+        }
     }
     code
 }

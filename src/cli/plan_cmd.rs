@@ -210,9 +210,10 @@ impl ProgressBar {
 
     fn finish(&self) {
         if let Ok(mut shown) = self.shown.lock()
-            && let Some(bar) = shown.take() {
-                bar.finish_and_clear();
-            }
+            && let Some(bar) = shown.take()
+        {
+            bar.finish_and_clear();
+        }
     }
 }
 

@@ -65,9 +65,10 @@ impl Drop for Container {
         let mut pending = std::mem::take(self.items.get_mut());
         while let Some(value) = pending.pop() {
             if let PValue::Container(rc) = value
-                && let Ok(mut inner) = Rc::try_unwrap(rc) {
-                    pending.append(inner.items.get_mut());
-                }
+                && let Ok(mut inner) = Rc::try_unwrap(rc)
+            {
+                pending.append(inner.items.get_mut());
+            }
         }
     }
 }

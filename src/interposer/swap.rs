@@ -314,9 +314,10 @@ impl PoolState {
     /// Swap mode: a real device allocation was freed.
     pub fn real_free(&mut self, addr: u64) {
         if let Some(exec) = self.exec()
-            && let Some(bytes) = exec.real_blocks.remove(&addr) {
-                exec.real_bytes -= bytes;
-            }
+            && let Some(bytes) = exec.real_blocks.remove(&addr)
+        {
+            exec.real_bytes -= bytes;
+        }
     }
 
     /// Device bytes in use: the program's real allocations and every pool.
@@ -569,9 +570,10 @@ impl PoolState {
     /// Notes the allocation a swapped slot got this iteration.
     pub(super) fn served_slot(&mut self, position: u64, id: AllocId) {
         if let Some(exec) = self.exec()
-            && exec.following {
-                exec.slot_ids.insert(position, id);
-            }
+            && exec.following
+        {
+            exec.slot_ids.insert(position, id);
+        }
     }
 
     /// Iteration bookkeeping at event `index`: closes finished iterations and reads the stall
@@ -581,10 +583,12 @@ impl PoolState {
             return;
         };
         if let Some(timing) = &mut exec.timing
-            && index >= timing.start && timing.host_start.is_none() {
-                timing.host_start = Some(Instant::now());
-                timing.resident_bytes = exec.real_bytes;
-            }
+            && index >= timing.start
+            && timing.host_start.is_none()
+        {
+            timing.host_start = Some(Instant::now());
+            timing.resident_bytes = exec.real_bytes;
+        }
         let mut pending = Vec::new();
         for (a, b) in std::mem::take(&mut exec.stalls) {
             if cuda::completed(b) {
@@ -644,9 +648,10 @@ impl PoolState {
             .as_ref()
             .is_some_and(|t| (t.start..t.end).contains(&index))
             && let Some(event) = exec.timing_event()
-                && cuda::record(event, stream) {
-                    prepared.timing_start = Some(event);
-                }
+            && cuda::record(event, stream)
+        {
+            prepared.timing_start = Some(event);
+        }
         if let Some((op, ins, outs)) = self.op_of(index) {
             if let Some(exec) = self.executor.as_mut() {
                 for swap in ins {
@@ -671,9 +676,10 @@ impl PoolState {
         };
         for id in due {
             if !self.swap_in(id)
-                && let Some(exec) = self.exec() {
-                    exec.coming_back.push(id);
-                }
+                && let Some(exec) = self.exec()
+            {
+                exec.coming_back.push(id);
+            }
         }
         for &id in ids {
             let Some(exec) = self.executor.as_mut() else {
@@ -686,9 +692,10 @@ impl PoolState {
             exec.stats.on_demand_swap_ins += 1;
             exec.iteration.on_demand_swap_ins += 1;
             if !self.swap_in(id)
-                && let Some(exchange) = self.exchange_in(id, ids) {
-                    prepared.exchanges.push(exchange);
-                }
+                && let Some(exchange) = self.exchange_in(id, ids)
+            {
+                prepared.exchanges.push(exchange);
+            }
         }
         prepared
     }

@@ -209,9 +209,10 @@ pub fn profiler_kernel_steps(path: impl AsRef<Path>) -> Result<KernelSteps, OpsE
     for e in &trace.events {
         if (is(e, "runtime") || is(e, "cuda_runtime"))
             && let (Some(c), Some(ts)) = (e.args.as_ref().and_then(|a| a.correlation), e.ts)
-                && let Some(step) = step_of(ts) {
-                    launch_step.insert(c, step);
-                }
+            && let Some(step) = step_of(ts)
+        {
+            launch_step.insert(c, step);
+        }
     }
     let mut out = KernelSteps {
         steps: steps

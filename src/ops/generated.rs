@@ -269,9 +269,10 @@ pub(super) fn parse(path: &Path, bytes: &[u8], options: &LoadOptions) -> Result<
     let n_file = ops.len();
     for s in &storages {
         if let Some(a) = s.alloc_op
-            && let Some(op) = usize::try_from(a).ok().and_then(|a| ops.get_mut(a)) {
-                op.allocates = true;
-            }
+            && let Some(op) = usize::try_from(a).ok().and_then(|a| ops.get_mut(a))
+        {
+            op.allocates = true;
+        }
     }
 
     // Kept ops and the maps between the numberings.

@@ -116,15 +116,16 @@ fn on_demand(p: &Profile, limit: u64, furthest: bool) -> SwapPlan {
             let acc = p.t_acc(t);
             pos[t] = acc.partition_point(|&a| (a as usize) < k);
             if let Some(i) = next_of(t, pos[t])
-                && p.death[t] >= i {
-                    let kk = if furthest {
-                        (i as u32, t as u32)
-                    } else {
-                        (k as u32, t as u32)
-                    };
-                    key[t] = Some(kk);
-                    set.insert(kk);
-                }
+                && p.death[t] >= i
+            {
+                let kk = if furthest {
+                    (i as u32, t as u32)
+                } else {
+                    (k as u32, t as u32)
+                };
+                key[t] = Some(kk);
+                set.insert(kk);
+            }
         }
         for &t in p.dies(k) {
             if let Some(kk) = key[t as usize].take() {
