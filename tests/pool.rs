@@ -201,3 +201,30 @@ fn an_input_loaded_before_the_last_one_is_released_is_served_from_the_pool() {
         std::fs::remove_file(path).unwrap();
     }
 }
+
+#[test]
+fn an_allocation_the_idle_pool_would_block_gets_the_pool_memory_back() {
+    // A loop planned into a 3 MiB pool, then one 6 MiB block on an 8 MiB device: it fits only
+    // if the idle pool goes back to the device, as it would without itermem.
+    let program = program("after_the_loop");
+    let args = [program.to_str().unwrap(), "40", "6291456"];
+    let device = [("CUDA_SHIM_DEVICE_MEMORY", "8388608")];
+    let plain = run_ok(&program, &args[1..], &device);
+    let stats = scratch("after-the-loop.json");
+    let output = run_under_itermem(
+        &["--mode", "pool", "--stats", stats.to_str().unwrap()],
+        &args,
+        &device,
+    );
+    assert_eq!(stdout_ok(&output), plain);
+    let summary = read_json(&stats);
+    let pool = &summary["pool"];
+    assert_eq!(pool["plans"], 1, "{summary:#}");
+    assert_eq!(pool["released_out_of_memory_bytes"], 3 << 20, "{summary:#}");
+    assert_eq!(pool["plans_dropped_out_of_memory"], 1, "{summary:#}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is given back"),
+        "the user is told why pool mode stopped serving"
+    );
+    std::fs::remove_file(&stats).unwrap();
+}

@@ -79,25 +79,47 @@ fn on_alloc(
     kind: MemKind,
     stream: u64,
 ) -> u32 {
-    if servable(kind) && size > 0 && !ptr.is_null()
-        && let Some((addr, id)) = rec.served_malloc(size as u64) {
-            // SAFETY: `ptr` is the caller's non-null out-parameter.
-            unsafe { *ptr = addr as *mut c_void };
-            rec.on_served_malloc(id, addr, size as u64, kind, stream);
-            return SUCCESS;
+    if servable(kind)
+        && size > 0
+        && !ptr.is_null()
+        && let Some((addr, id)) = rec.served_malloc(size as u64)
+    {
+        // SAFETY: `ptr` is the caller's non-null out-parameter.
+        unsafe { *ptr = addr as *mut c_void };
+        rec.on_served_malloc(id, addr, size as u64, kind, stream);
+        return SUCCESS;
+    }
+    let result = run_retrying(rec, run, layer, kind);
+    if result == MEMORY_ALLOCATION
+        && servable(kind)
+        && size > 0
+        && !ptr.is_null()
+        && let Some((addr, id)) = rec.host_backed_malloc(size as u64)
+    {
+        // SAFETY: `ptr` is the caller's non-null out-parameter.
+        unsafe { *ptr = addr as *mut c_void };
+        rec.on_served_malloc(id, addr, size as u64, kind, stream);
+        if layer == Layer::Runtime {
+            clear_last_error();
         }
-    let result = run();
-    if result == MEMORY_ALLOCATION && servable(kind) && size > 0 && !ptr.is_null()
-        && let Some((addr, id)) = rec.host_backed_malloc(size as u64) {
-            // SAFETY: `ptr` is the caller's non-null out-parameter.
-            unsafe { *ptr = addr as *mut c_void };
-            rec.on_served_malloc(id, addr, size as u64, kind, stream);
-            if layer == Layer::Runtime {
-                clear_last_error();
-            }
-            return SUCCESS;
-        }
+        return SUCCESS;
+    }
     record_alloc(rec, result, ptr, size, kind, stream, servable(kind))
+}
+
+/// Runs a real allocation; if the device is out of memory, once more after itermem gave back
+/// the pool memory nothing uses (when it had any).
+fn run_retrying(rec: &Recorder, run: Run, layer: Layer, kind: MemKind) -> u32 {
+    let result = run();
+    if result != MEMORY_ALLOCATION || !kind.is_device() || rec.release_unused_device_memory() == 0 {
+        return result;
+    }
+    let retried = run();
+    if retried == SUCCESS && layer == Layer::Runtime {
+        // The first attempt's error must not reach the program's cudaGetLastError.
+        clear_last_error();
+    }
+    retried
 }
 
 /// Records the allocation a real call made (`result`); `plannable`: whether pool mode may
@@ -129,7 +151,7 @@ fn on_alloc_pitch(
     pitch: *mut usize,
     height: usize,
 ) -> u32 {
-    let result = run();
+    let result = run_retrying(rec, run, Layer::Driver, MemKind::Device);
     if result == SUCCESS && !ptr.is_null() && !pitch.is_null() {
         // SAFETY: the call succeeded, so the driver wrote both out-parameters.
         let (addr, pitch) = unsafe { (*ptr, *pitch) };
@@ -617,7 +639,10 @@ hooks! {
     // An allocation from a pool of the program's: recorded, not served (the pool's attributes
     // are the program's choice).
     fn cuMemAllocFromPoolAsync(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
-        |rec, run, ptr, size, _, stream| record_alloc(rec, run(), ptr.cast(), size, MemKind::Async, stream as u64, false);
+        |rec, run, ptr, size, _, stream| {
+            let result = run_retrying(rec, run, Driver, MemKind::Async);
+            record_alloc(rec, result, ptr.cast(), size, MemKind::Async, stream as u64, false)
+        };
     fn cuMemAllocManaged(ptr: *mut u64, size: usize, flags: u32) =>
         |rec, run, ptr, size, _| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Managed, 0);
     fn cuMemAllocHost_v2(ptr: *mut *mut c_void, size: usize) =>

@@ -31,8 +31,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// `cudaErrorUnknown`: what a hook returns when it could not even run the real function.
-pub const CUDA_ERROR_UNKNOWN: u32 = 999;
 /// `cudaErrorSharedObjectSymbolNotFound`: the real function does not exist.
 pub const CUDA_ERROR_SYMBOL_NOT_FOUND: u32 = 302;
 
@@ -96,27 +94,36 @@ fn init_logging(config: &Config) {
     }
 }
 
-/// The real call of one hook, run at most once; its result is kept so a panic in the observer
-/// after the call still returns it.
-pub struct Call<F: FnOnce() -> u32> {
-    real: Option<F>,
-    result: u32,
+/// The real call of one hook; its result is kept so a panic in the observer after the call
+/// still returns it.
+pub struct Call<F: FnMut() -> u32> {
+    real: F,
+    result: Option<u32>,
 }
 
-impl<F: FnOnce() -> u32> Call<F> {
-    /// Runs the real function (the first time) and returns its result.
+impl<F: FnMut() -> u32> Call<F> {
+    /// Runs the real function and returns its result. Observers call it once; only one that
+    /// retries the call on purpose (an allocation after itermem gave memory back) calls it
+    /// again.
     pub fn run(&mut self) -> u32 {
-        if let Some(real) = self.real.take() {
-            self.result = real();
+        let result = (self.real)();
+        self.result = Some(result);
+        result
+    }
+
+    /// The result of the last run, or of a first run now (after a panic of the observer).
+    fn result_or_run(&mut self) -> u32 {
+        match self.result {
+            Some(result) => result,
+            None => self.run(),
         }
-        self.result
     }
 }
 
 /// Runs one hooked call: `real` exactly once, `observe` around it when recording.
-pub fn intercept<F: FnOnce() -> u32>(
+pub fn intercept<F: FnMut() -> u32>(
     name: &'static str,
-    real: F,
+    mut real: F,
     observe: impl FnOnce(&'static Recorder, &mut Call<F>) -> u32,
 ) -> u32 {
     let entered = IN_HOOK
@@ -130,10 +137,7 @@ pub fn intercept<F: FnOnce() -> u32>(
         return real();
     };
     recorder.counters.calls.fetch_add(1, Ordering::Relaxed);
-    let mut call = Call {
-        real: Some(real),
-        result: CUDA_ERROR_UNKNOWN,
-    };
+    let mut call = Call { real, result: None };
     // What the observer answered, if it got that far: a call it served itself (a free of a
     // pool block) must not be served a second time by the pass-through below.
     let mut answered = None;
@@ -173,7 +177,7 @@ pub fn intercept<F: FnOnce() -> u32>(
                     )),
                 }
             }
-            answered.unwrap_or_else(|| call.run())
+            answered.unwrap_or_else(|| call.result_or_run())
         }
     }
 }

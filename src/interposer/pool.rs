@@ -79,9 +79,10 @@ impl History {
 
     pub fn free(&mut self, id: AllocId, index: u64) {
         if let Some(number) = self.position.remove(&id)
-            && let Some(record) = self.records.get_mut((number - self.first) as usize) {
-                record.freed_at = Some(index);
-            }
+            && let Some(record) = self.records.get_mut((number - self.first) as usize)
+        {
+            record.freed_at = Some(index);
+        }
     }
 
     /// Whether `[start, start + length)` may be the training iteration: it allocates device
@@ -506,6 +507,11 @@ pub struct PoolStats {
     pub stream_waits: u64,
     /// Planning time of the last plan, in milliseconds.
     pub plan_ms: f64,
+    /// Pool bytes given back to the device when it was out of memory for an allocation itermem
+    /// passed through (which was then retried).
+    pub released_out_of_memory_bytes: u64,
+    /// Plans dropped then, their pool idle.
+    pub plans_dropped_out_of_memory: u64,
 }
 
 /// The fences a pool block's users must wait for, and the streams that already did.
@@ -819,6 +825,39 @@ impl PoolState {
         self.retired_events = pending;
     }
 
+    /// The device answered out of memory to an allocation itermem passed through: gives it
+    /// the pool memory nothing uses now, as PyTorch's allocator empties its cache before it
+    /// retries. That is every retired pool without live blocks and, in pool mode, the serving
+    /// pool if no block lives in it: its plan is then dropped (reported once) and pool mode
+    /// records until the program's pattern changes and is planned again. Returns the bytes
+    /// given back.
+    pub fn release_unused(&mut self) -> u64 {
+        let idle_serving = self
+            .pools
+            .iter_mut()
+            .find(|p| p.serving && p.is_idle())
+            .filter(|_| self.executor.is_none());
+        if let Some(pool) = idle_serving {
+            pool.serving = false;
+            self.next = None;
+            if self.stats.plans_dropped_out_of_memory == 0 {
+                super::report(format_args!(
+                    "the device is out of memory for an allocation outside the plan; the idle \
+                     pool of {} bytes is given back and pool mode records until the pattern \
+                     changes",
+                    pool.plan.footprint
+                ));
+            }
+            self.stats.plans_dropped_out_of_memory += 1;
+        }
+        let held = |pools: &[Pool]| pools.iter().map(|p| p.plan.footprint).sum::<u64>();
+        let before = held(&self.pools);
+        self.release_idle_retired_pools();
+        let released = before - held(&self.pools);
+        self.stats.released_out_of_memory_bytes += released;
+        released
+    }
+
     /// Returns retired pools without live blocks or tensors away to the runtime (whose
     /// `cudaFree` waits for the device, so fenced work on them is finished first).
     fn release_idle_retired_pools(&mut self) {
@@ -839,9 +878,10 @@ impl PoolState {
     pub fn before_use(&mut self, ids: impl IntoIterator<Item = AllocId>, stream: u64) {
         for id in ids {
             if let Some(streams) = self.used_on.get_mut(&id)
-                && !streams.contains(&stream) {
-                    streams.push(stream);
-                }
+                && !streams.contains(&stream)
+            {
+                streams.push(stream);
+            }
             let Some(waits) = self.waits.get_mut(&id) else {
                 continue;
             };

@@ -279,6 +279,15 @@ impl Recorder {
         self.config.mode == Mode::Swap
     }
 
+    /// Pool and swap modes, when the device is out of memory for an allocation itermem passed
+    /// through: gives back the pool memory nothing uses; the bytes given back (0: retrying is
+    /// pointless).
+    pub fn release_unused_device_memory(&self) -> u64 {
+        self.pool
+            .as_ref()
+            .map_or(0, |pool| pool.lock().release_unused())
+    }
+
     /// Swap mode, at an internal error: brings back every tensor that is away (nothing will
     /// later); returns how many could not be.
     pub fn restore_swapped(&self) -> usize {
@@ -536,9 +545,10 @@ impl Recorder {
                 let live = self.live.read();
                 for word in words.iter().filter_map(read_word) {
                     if let Some(block) = live.find(word, |a| self.base_of(a))
-                        && !touched.contains(&block.id) {
-                            touched.push(block.id);
-                        }
+                        && !touched.contains(&block.id)
+                    {
+                        touched.push(block.id);
+                    }
                 }
                 self.counters
                     .pointer_words_scanned
@@ -726,9 +736,10 @@ impl Recorder {
     fn period_changed(&self, change: Change) {
         let Some(pool) = &self.pool else { return };
         if self.capture_done.swap(false, Relaxed)
-            && let Some(capture) = self.captured.lock().take() {
-                pool.lock().plan_swaps(capture);
-            }
+            && let Some(capture) = self.captured.lock().take()
+        {
+            pool.lock().plan_swaps(capture);
+        }
         match change {
             Change::Unchanged => {}
             Change::Lost(_) => pool.lock().retire(self.next_index.load(Relaxed)),
