@@ -88,6 +88,26 @@ fn launch_ex_and_per_thread_default_stream_variants_work() {
 }
 
 #[test]
+fn get_proc_address_answers_by_version_like_the_real_driver() {
+    check("proc_address", &[]);
+}
+
+#[test]
+fn pitched_memory_2d_copies_memsets_and_peer_copies_work() {
+    check("copies_2d", &[("CUDA_SHIM_JITTER_US", "100")]);
+}
+
+#[test]
+fn launch_ex_and_cooperative_launches_work() {
+    check("launch_variants", &[]);
+}
+
+#[test]
+fn virtual_memory_maps_physical_memory_usable_after_set_access() {
+    check("virtual_memory", &[("CUDA_SHIM_DEVICE_MEMORY", "64M")]);
+}
+
+#[test]
 fn events_time_simulated_kernel_durations() {
     check("event_timing", &[]);
 }

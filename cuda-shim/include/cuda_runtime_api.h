@@ -488,6 +488,19 @@ typedef struct cudaLaunchConfig_st {
     unsigned int numAttrs;
 } cudaLaunchConfig_t;
 
+/* ---- driver entry points (cudaGetDriverEntryPoint) ---- */
+enum cudaGetDriverEntryPointFlags {
+    cudaEnableDefault = 0x0,
+    cudaEnableLegacyStream = 0x1,
+    cudaEnablePerThreadDefaultStream = 0x2
+};
+
+enum cudaDriverEntryPointQueryResult {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+    cudaDriverEntryPointVersionNotSufficent = 2
+};
+
 /* ---- memory ---- */
 extern cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size);
 extern cudaError_t CUDARTAPI cudaFree(void *devPtr);
@@ -536,6 +549,13 @@ extern const char *CUDARTAPI cudaGetErrorString(cudaError_t error);
 extern const char *CUDARTAPI cudaGetErrorName(cudaError_t error);
 extern cudaError_t CUDARTAPI cudaRuntimeGetVersion(int *runtimeVersion);
 extern cudaError_t CUDARTAPI cudaDriverGetVersion(int *driverVersion);
+#if defined(__cplusplus)
+extern cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus = NULL);
+extern cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus = NULL);
+#else
+extern cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
+extern cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
+#endif
 
 /* ---- kernels ---- */
 extern cudaError_t CUDARTAPI cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);

@@ -16,6 +16,7 @@ use crate::memory::{DeviceKind, DeviceMemory, PinnedMemory};
 use crate::result::*;
 use crate::stats::{Stats, StatsSnapshot, write_json};
 use crate::stream::{Executor, Marker, Streams};
+use crate::vmm::{Capacity, VirtualMemory};
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -49,16 +50,25 @@ pub enum Work {
         layout: Layout,
         buffer: Vec<u128>,
     },
+    /// `height` rows of `width` bytes, `src_pitch`/`dst_pitch` apart (one row for a 1D copy).
     Copy {
         dst: usize,
+        dst_pitch: usize,
         src: Source,
-        len: usize,
+        src_pitch: usize,
+        width: usize,
+        height: usize,
         direction: Direction,
     },
+    /// `height` rows of `width` elements of `element` bytes (1, 2 or 4), `pitch` apart, set to
+    /// the low `element` bytes of `value`.
     Memset {
         dst: usize,
-        value: u8,
-        len: usize,
+        pitch: usize,
+        value: u32,
+        element: usize,
+        width: usize,
+        height: usize,
     },
     Free(usize),
 }
@@ -68,6 +78,7 @@ pub struct Device {
     pub config: Config,
     pub memory: DeviceMemory,
     pub pinned: PinnedMemory,
+    pub vmm: VirtualMemory,
     pub stats: Stats,
     pub functions: Functions,
     /// Blocks with a `cuMemFreeAsync` queued, so a second free of the same block is refused.
@@ -104,8 +115,11 @@ impl Executor for Device {
             Work::Launch { layout, buffer } => self.run_kernel(layout, buffer),
             Work::Copy {
                 dst,
+                dst_pitch,
                 src,
-                len,
+                src_pitch,
+                width,
+                height,
                 direction,
             } => {
                 let from = match &src {
@@ -113,15 +127,42 @@ impl Executor for Device {
                     Source::Staged(bytes) => bytes.as_ptr(),
                 };
                 let started = Instant::now();
-                // SAFETY: both ranges were validated at submission: device ranges lie in live
-                // blocks (kept alive by the free invariant of this module), host ranges are the
-                // caller's, who must keep them valid until the copy completes, as with CUDA.
-                unsafe { std::ptr::copy(from, dst as *mut u8, len) };
-                self.sleep_for_copy(direction, len, started.elapsed());
+                for row in 0..height {
+                    // SAFETY: every row of both sides was validated at submission: device rows
+                    // lie in live blocks or mappings (kept alive by the free invariant of this
+                    // module), host rows are the caller's, who must keep them valid until the
+                    // copy completes, as with CUDA; a staged source holds `height` packed rows.
+                    unsafe {
+                        std::ptr::copy(
+                            from.add(row * src_pitch),
+                            (dst + row * dst_pitch) as *mut u8,
+                            width,
+                        )
+                    };
+                }
+                self.sleep_for_copy(direction, width * height, started.elapsed());
             }
-            Work::Memset { dst, value, len } => {
-                // SAFETY: [dst, dst + len) was checked to lie in a live device block.
-                unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
+            Work::Memset {
+                dst,
+                pitch,
+                value,
+                element,
+                width,
+                height,
+            } => {
+                for row in 0..height {
+                    let at = dst + row * pitch;
+                    // SAFETY: every row [at, at + width * element) was checked to lie in live
+                    // device memory at submission, and `at` to be aligned to `element`.
+                    unsafe {
+                        match element {
+                            1 => std::ptr::write_bytes(at as *mut u8, value as u8, width),
+                            2 => std::slice::from_raw_parts_mut(at as *mut u16, width)
+                                .fill(value as u16),
+                            _ => std::slice::from_raw_parts_mut(at as *mut u32, width).fill(value),
+                        }
+                    }
+                }
             }
             Work::Free(addr) => self.finish_free(addr),
         }
@@ -151,6 +192,17 @@ impl Executor for Device {
                  CUDA_ERROR_LAUNCH_FAILED"
             );
         }
+    }
+}
+
+/// Physical memory of `cuMemCreate` counts against the device's capacity.
+impl Capacity for Device {
+    fn charge(&self, bytes: usize) -> CuResult<()> {
+        self.memory.charge(bytes, &self.stats)
+    }
+
+    fn refund(&self, bytes: usize) {
+        self.memory.refund(bytes, &self.stats)
     }
 }
 
@@ -250,6 +302,13 @@ pub fn primary_context_handle() -> usize {
     &PRIMARY_CONTEXT as *const u8 as usize
 }
 
+/// Address whose value is the `CUmemoryPool` handle of the device's default pool.
+pub static DEFAULT_POOL: u8 = 0xD0; // a value of its own: never merged with PRIMARY_CONTEXT
+
+pub fn default_pool_handle() -> usize {
+    &DEFAULT_POOL as *const u8 as usize
+}
+
 /// `cuInit`: creates the device on first use.
 pub fn init() -> CuResult<&'static Context> {
     if let Some(context) = CONTEXT.get() {
@@ -314,6 +373,46 @@ pub fn current_handle() -> CuResult<usize> {
     })
 }
 
+/// Row alignment of `cuMemAllocPitch` (`CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT`).
+pub const PITCH_ALIGNMENT: usize = 512;
+/// Largest pitch of a 2D copy or pitched allocation (`CU_DEVICE_ATTRIBUTE_MAX_PITCH`).
+pub const MAX_PITCH: usize = i32::MAX as usize;
+
+/// A 2D copy's addresses, pitches and extent in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Rect {
+    pub dst: usize,
+    pub dst_pitch: usize,
+    pub src: usize,
+    pub src_pitch: usize,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// The memory type a copy's caller declared for one side (`CUmemorytype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryType {
+    /// Unified (or the runtime's inferred direction): whatever the address is.
+    Any,
+    Host,
+    Device,
+}
+
+/// What a copy or memset does to a device range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// Bytes from the first byte of `height` rows of `width` bytes, `pitch` apart, to past the last.
+fn span(pitch: usize, width: usize, height: usize) -> CuResult<usize> {
+    pitch
+        .checked_mul(height - 1)
+        .and_then(|rows| rows.checked_add(width))
+        .ok_or(INVALID_VALUE)
+}
+
 /// What an address is, for pointer attributes and copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
@@ -339,6 +438,7 @@ impl Context {
             config,
             memory,
             pinned: PinnedMemory::default(),
+            vmm: VirtualMemory::default(),
             stats,
             functions: Functions::default(),
             pending_frees: Mutex::new(HashSet::new()),
@@ -396,6 +496,14 @@ impl Context {
                 managed: block.kind == DeviceKind::Managed,
             };
         }
+        if let Some(mapping) = self.device.vmm.mapping(addr) {
+            // Each cuMemMap is an allocation range of its own, as on CUDA.
+            return Place::Device {
+                start: mapping.start,
+                size: mapping.size,
+                managed: false,
+            };
+        }
         match self.device.pinned.find(addr) {
             Some((start, size)) => Place::Pinned { start, size },
             None => Place::Pageable,
@@ -404,7 +512,7 @@ impl Context {
 
     /// Whether `[addr, addr + len)` is device memory (`Ok(true)`), host memory (`Ok(false)`), or
     /// an invalid device range (outside every live block, or running past its end).
-    fn locate(&self, addr: usize, len: usize) -> CuResult<bool> {
+    fn locate(&self, addr: usize, len: usize, access: Access) -> CuResult<bool> {
         if addr == 0 {
             return Err(INVALID_VALUE);
         }
@@ -412,7 +520,23 @@ impl Context {
             self.device.memory.check_range(addr, len)?;
             return Ok(true);
         }
+        if self.device.vmm.reserved(addr) {
+            // Mapped with the access the operation needs (cuMemSetAccess), possibly across
+            // several adjacent mappings.
+            self.device
+                .vmm
+                .check_range(addr, len, access == Access::Write)?;
+            return Ok(true);
+        }
         Ok(false)
+    }
+
+    // ---- virtual memory management ----
+
+    /// `cuMemUnmap`: waits for all submitted work (which may use the range), then unmaps.
+    pub fn unmap(&self, ptr: usize, size: usize) -> CuResult<()> {
+        self.synchronize()?;
+        self.device.vmm.unmap(ptr, size, self.device)
     }
 
     /// Submits a copy of `len` bytes on `stream`; `kind` is a `cudaMemcpyKind` (4 = infer from
@@ -427,10 +551,61 @@ impl Context {
         stream: usize,
         synchronous: bool,
     ) -> CuResult<()> {
-        if len == 0 {
+        let rect = Rect {
+            dst,
+            dst_pitch: len,
+            src,
+            src_pitch: len,
+            width: len,
+            height: 1,
+        };
+        self.copy_2d(rect, kind, [MemoryType::Any; 2], stream, synchronous)
+    }
+
+    /// Submits a 2D copy (`cuMemcpy2D`): `declared` are the memory types the caller gave for
+    /// the source and the destination, checked against what the addresses are.
+    pub fn copy_2d(
+        &self,
+        rect: Rect,
+        kind: u32,
+        declared: [MemoryType; 2],
+        stream: usize,
+        synchronous: bool,
+    ) -> CuResult<()> {
+        let Rect {
+            dst,
+            dst_pitch,
+            src,
+            src_pitch,
+            width,
+            height,
+        } = rect;
+        if width == 0 || height == 0 {
             return self.streams.check(stream);
         }
-        let direction = match (self.locate(src, len)?, self.locate(dst, len)?) {
+        if height > 1
+            && (src_pitch < width || dst_pitch < width || src_pitch.max(dst_pitch) > MAX_PITCH)
+        {
+            return Err(INVALID_VALUE);
+        }
+        let src_span = span(src_pitch, width, height)?;
+        let dst_span = span(dst_pitch, width, height)?;
+        let src_device = self.locate(src, src_span, Access::Read)?;
+        let dst_device = self.locate(dst, dst_span, Access::Write)?;
+        for (declared, address, device) in [
+            (declared[0], src, src_device),
+            (declared[1], dst, dst_device),
+        ] {
+            let fits = match declared {
+                MemoryType::Any => true,
+                MemoryType::Host => !device,
+                MemoryType::Device => device || self.place(address) != Place::Pageable,
+            };
+            if !fits {
+                return Err(INVALID_VALUE);
+            }
+        }
+        let direction = match (src_device, dst_device) {
             (false, false) => Direction::HostToHost,
             (false, true) => Direction::HostToDevice,
             (true, false) => Direction::DeviceToHost,
@@ -443,28 +618,43 @@ impl Context {
             direction,
             Direction::DeviceToHost | Direction::DeviceToDevice
         ) && self.place(src) == Place::Pageable;
-        let source = if pageable_source && !synchronous {
-            // SAFETY: the caller guarantees [src, src + len) is readable host memory, as for
-            // cudaMemcpyAsync; it is read now, as the real call stages pageable memory.
-            Source::Staged(unsafe { std::slice::from_raw_parts(src as *const u8, len) }.to_vec())
+        let (source, src_pitch) = if pageable_source && !synchronous {
+            // Read now, as the real call stages pageable memory; packed rows.
+            let mut staged = Vec::with_capacity(width * height);
+            for row in 0..height {
+                // SAFETY: the caller guarantees every source row is readable host memory, as
+                // for cudaMemcpyAsync.
+                staged.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts((src + row * src_pitch) as *const u8, width)
+                });
+            }
+            (Source::Staged(staged), width)
         } else {
-            Source::Address(src)
+            (Source::Address(src), src_pitch)
         };
+        let len = (width * height) as u64;
         let stats = &self.device.stats;
         match direction {
-            Direction::HostToDevice => Stats::add(&stats.h2d_bytes, len as u64),
-            Direction::DeviceToHost => Stats::add(&stats.d2h_bytes, len as u64),
-            Direction::DeviceToDevice => Stats::add(&stats.d2d_bytes, len as u64),
+            Direction::HostToDevice => Stats::add(&stats.h2d_bytes, len),
+            Direction::DeviceToHost => Stats::add(&stats.d2h_bytes, len),
+            Direction::DeviceToDevice => Stats::add(&stats.d2d_bytes, len),
             Direction::HostToHost => {}
         }
         let work = Work::Copy {
             dst,
+            dst_pitch,
             src: source,
-            len,
+            src_pitch,
+            width,
+            height,
             direction,
         };
+        // An asynchronous copy into pageable memory returns once it is done, as on CUDA (the
+        // caller may read the destination at once; cudarc relies on it).
+        let pageable_destination =
+            direction == Direction::DeviceToHost && self.place(dst) == Place::Pageable;
         let done = self.streams.submit(stream, work, None)?;
-        if synchronous && direction != Direction::DeviceToDevice {
+        if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
             done.wait();
             self.device.sticky()?;
         }
@@ -472,12 +662,34 @@ impl Context {
     }
 
     pub fn memset(&self, dst: usize, value: u8, len: usize, stream: usize) -> CuResult<()> {
-        if len == 0 {
+        self.memset_2d(dst, len, u32::from(value), 1, len, 1, stream)
+    }
+
+    /// `cuMemsetD2D{8,16,32}`: `height` rows of `width` elements of `element` bytes, `pitch`
+    /// bytes apart (the pitch is unused for one row). The address must be aligned to the
+    /// element size, and every row must lie in device memory or in one mapped page-locked
+    /// allocation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn memset_2d(
+        &self,
+        dst: usize,
+        pitch: usize,
+        value: u32,
+        element: usize,
+        width: usize,
+        height: usize,
+        stream: usize,
+    ) -> CuResult<()> {
+        if width == 0 || height == 0 {
             return self.streams.check(stream);
         }
-        if self.device.memory.in_span(dst) {
-            self.device.memory.check_range(dst, len)?;
-        } else {
+        let row = width.checked_mul(element).ok_or(INVALID_VALUE)?;
+        let pitch = if height == 1 { row } else { pitch };
+        if dst % element != 0 || pitch < row || pitch % element != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let len = span(pitch, row, height)?;
+        if !self.locate(dst, len, Access::Write)? {
             // Mapped page-locked memory, written through its device address (unified
             // addressing): the range must lie in one allocation.
             let (start, size) = self.device.pinned.find(dst).ok_or(INVALID_VALUE)?;
@@ -485,10 +697,37 @@ impl Context {
                 return Err(INVALID_VALUE);
             }
         }
-        Stats::add(&self.device.stats.memset_bytes, len as u64);
-        self.streams
-            .submit(stream, Work::Memset { dst, value, len }, None)
-            .map(drop)
+        Stats::add(&self.device.stats.memset_bytes, (row * height) as u64);
+        let work = Work::Memset {
+            dst,
+            pitch,
+            value,
+            element,
+            width,
+            height,
+        };
+        self.streams.submit(stream, work, None).map(drop)
+    }
+
+    /// `cuMemAllocPitch`: rows of `width` bytes padded to the device's texture alignment (as
+    /// NVIDIA's driver pads them: 512 bytes on this device class).
+    pub fn alloc_pitch(
+        &self,
+        width: usize,
+        height: usize,
+        element: u32,
+    ) -> CuResult<(usize, usize)> {
+        if width == 0 || height == 0 || !matches!(element, 4 | 8 | 16) {
+            return Err(INVALID_VALUE);
+        }
+        let pitch = width
+            .checked_next_multiple_of(PITCH_ALIGNMENT)
+            .ok_or(INVALID_VALUE)?;
+        if pitch > MAX_PITCH {
+            return Err(INVALID_VALUE);
+        }
+        let size = pitch.checked_mul(height).ok_or(OUT_OF_MEMORY)?;
+        Ok((self.alloc(size, DeviceKind::Device)?, pitch))
     }
 
     // ---- kernels ----

@@ -5,11 +5,14 @@
 //! `CUDA_ERROR_UNKNOWN`, never an unwind into C) and lists it for `cuGetProcAddress`.
 //! Bodies only decode C arguments and call the [`Context`]; the semantics live in `device`.
 
-use crate::device::{self, Context, Place, current, init, initialized, primary_context_handle};
+use crate::device::{
+    self, Context, MemoryType, Place, Rect, current, init, initialized, primary_context_handle,
+};
 use crate::kernel::{Layout, pack_offsets};
 use crate::memory::DeviceKind;
 use crate::result::*;
 use crate::stats::StatsSnapshot;
+use crate::vmm;
 use std::ffi::{CStr, c_char, c_void};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -88,6 +91,8 @@ fn attribute(attr: i32) -> CuResult<i32> {
         97 => 163 << 10,
         106 => 32,
         111 => 1024,
+        51 => 32,
+        102 => 1,
         17..=143 => 0,
         _ => return Err(INVALID_VALUE),
     })
@@ -114,6 +119,9 @@ macro_rules! driver_api {
                 _ => None,
             }
         }
+
+        /// Names of every function of the table, in order.
+        pub const EXPORTS: &[&str] = &[$( stringify!($name), )*];
     };
 }
 
@@ -213,9 +221,9 @@ driver_api! {
         found.map(drop).ok_or(INVALID_VALUE)
     }
 
-    /// Looks an entry point up by its base name (`cuMemAlloc` gives `cuMemAlloc_v2`) or by its
-    /// exported name. Per-thread-default-stream variants do not exist on the shim: the legacy
-    /// ones are returned for every flag value.
+    /// Looks an entry point up by its base name (`cuMemAlloc`), as the real driver does: the
+    /// newest variant introduced at or before `version` (see [`PROCS`]). Per-thread-default-stream
+    /// variants do not exist on the shim: the legacy ones are returned for every flag value.
     fn cuGetProcAddress_v2(
         symbol: *const c_char,
         pfn: *mut *mut c_void,
@@ -223,19 +231,8 @@ driver_api! {
         flags: u64,
         status: *mut i32,
     ) {
-        if symbol.is_null() || pfn.is_null() || version <= 0 || flags > 3 {
-            return Err(INVALID_VALUE);
-        }
-        // SAFETY: the caller passes a NUL-terminated symbol name.
-        let name = unsafe { CStr::from_ptr(symbol) }.to_str().map_err(|_| INVALID_VALUE)?;
-        let found = entry_point(&format!("{name}_v2")).or_else(|| entry_point(name));
-        if !status.is_null() {
-            // SAFETY: non-null out-parameter of the caller.
-            unsafe { status.write(if found.is_some() { 0 } else { 1 }) };
-        }
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(pfn, found.unwrap_or(std::ptr::null_mut())) }?;
-        found.map(drop).ok_or(NOT_FOUND)
+        // SAFETY: the caller's arguments, as cuGetProcAddress_v2 documents them.
+        unsafe { get_proc_address(symbol, pfn, version, flags, status) }
     }
 
     fn cuMemAlloc_v2(dptr: *mut u64, size: usize) {
@@ -360,6 +357,208 @@ driver_api! {
         current()?.memset(dst as usize, value, count, stream)
     }
 
+    /// Rows padded to the texture alignment (512 bytes); ElementSizeBytes must be 4, 8 or 16.
+    fn cuMemAllocPitch_v2(
+        dptr: *mut u64,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        element_size: u32,
+    ) {
+        let context = current()?;
+        if dptr.is_null() || pitch.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let (addr, row) = context.alloc_pitch(width, height, element_size)?;
+        // SAFETY: checked non-null; out-parameters of the caller.
+        unsafe {
+            put(dptr, addr as u64)?;
+            put(pitch, row)
+        }
+    }
+
+    /// The only pool of the shim: the one stream-ordered allocations come from.
+    fn cuDeviceGetDefaultMemPool(pool: *mut usize, device: i32) {
+        initialized()?;
+        only_device_zero(device)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(pool, device::default_pool_handle()) }
+    }
+
+    fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: usize, stream: usize) {
+        let context = current()?;
+        context.streams.check(stream)?;
+        if dptr.is_null() || pool != device::default_pool_handle() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = context.alloc(size, DeviceKind::Device)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(dptr, addr as u64) }
+    }
+
+    fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, count: usize, stream: usize) {
+        current()?.copy(dst as usize, src as usize, count, 1, stream, false)
+    }
+
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, count: usize, stream: usize) {
+        current()?.copy(dst as usize, src as usize, count, 2, stream, false)
+    }
+
+    fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, count: usize, stream: usize) {
+        current()?.copy(dst as usize, src as usize, count, 3, stream, false)
+    }
+
+    /// One device: both contexts must be the primary context. CUDA serialises the copy with all
+    /// pending and future work of the context; the shim does so by running it between two
+    /// device-wide synchronisations (so the host also waits, which CUDA does not promise).
+    fn cuMemcpyPeer(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) {
+        let context = peer(dst_context, src_context)?;
+        context.synchronize()?;
+        context.copy(dst as usize, src as usize, count, 3, 0, false)?;
+        context.synchronize()
+    }
+
+    fn cuMemcpyPeerAsync(
+        dst: u64,
+        dst_context: usize,
+        src: u64,
+        src_context: usize,
+        count: usize,
+        stream: usize,
+    ) {
+        peer(dst_context, src_context)?.copy(dst as usize, src as usize, count, 3, stream, false)
+    }
+
+    fn cuMemcpy2D_v2(copy: *const Memcpy2d) {
+        // SAFETY: `copy` is null (rejected) or points to a CUDA_MEMCPY2D.
+        unsafe { memcpy_2d(copy, 0, true) }
+    }
+
+    /// The same as cuMemcpy2D on the shim (no pitch is too unusual for it).
+    fn cuMemcpy2DUnaligned_v2(copy: *const Memcpy2d) {
+        // SAFETY: `copy` is null (rejected) or points to a CUDA_MEMCPY2D.
+        unsafe { memcpy_2d(copy, 0, true) }
+    }
+
+    fn cuMemcpy2DAsync_v2(copy: *const Memcpy2d, stream: usize) {
+        // SAFETY: `copy` is null (rejected) or points to a CUDA_MEMCPY2D.
+        unsafe { memcpy_2d(copy, stream, false) }
+    }
+
+    fn cuMemsetD16_v2(dst: u64, value: u16, count: usize) {
+        current()?.memset_2d(dst as usize, 0, value.into(), 2, count, 1, 0)
+    }
+
+    fn cuMemsetD32_v2(dst: u64, value: u32, count: usize) {
+        current()?.memset_2d(dst as usize, 0, value, 4, count, 1, 0)
+    }
+
+    fn cuMemsetD16Async(dst: u64, value: u16, count: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, 0, value.into(), 2, count, 1, stream)
+    }
+
+    fn cuMemsetD32Async(dst: u64, value: u32, count: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, 0, value, 4, count, 1, stream)
+    }
+
+    fn cuMemsetD2D8_v2(dst: u64, pitch: usize, value: u8, width: usize, height: usize) {
+        current()?.memset_2d(dst as usize, pitch, value.into(), 1, width, height, 0)
+    }
+
+    fn cuMemsetD2D16_v2(dst: u64, pitch: usize, value: u16, width: usize, height: usize) {
+        current()?.memset_2d(dst as usize, pitch, value.into(), 2, width, height, 0)
+    }
+
+    fn cuMemsetD2D32_v2(dst: u64, pitch: usize, value: u32, width: usize, height: usize) {
+        current()?.memset_2d(dst as usize, pitch, value, 4, width, height, 0)
+    }
+
+    fn cuMemsetD2D8Async(dst: u64, pitch: usize, value: u8, width: usize, height: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, pitch, value.into(), 1, width, height, stream)
+    }
+
+    fn cuMemsetD2D16Async(dst: u64, pitch: usize, value: u16, width: usize, height: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, pitch, value.into(), 2, width, height, stream)
+    }
+
+    fn cuMemsetD2D32Async(dst: u64, pitch: usize, value: u32, width: usize, height: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, pitch, value, 4, width, height, stream)
+    }
+
+    /// 2 MiB, minimum and recommended.
+    fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const AllocationProp, option: u32) {
+        initialized()?;
+        // SAFETY: `prop` is null (rejected) or points to a CUmemAllocationProp.
+        unsafe { check_prop(prop) }?;
+        if option > 1 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(granularity, vmm::GRANULARITY) }
+    }
+
+    fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64) {
+        let context = initialized()?;
+        if ptr.is_null() || flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let start = context.device.vmm.reserve(size, alignment, addr as usize)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(ptr, start as u64) }
+    }
+
+    fn cuMemAddressFree(ptr: u64, size: usize) {
+        initialized()?.device.vmm.free_reservation(ptr as usize, size)
+    }
+
+    /// Physical memory (a memfd) charged to the device's capacity. Only
+    /// `CU_MEM_HANDLE_TYPE_NONE` is supported (no export of handles).
+    fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocationProp, flags: u64) {
+        let context = initialized()?;
+        // SAFETY: `prop` is null (rejected) or points to a CUmemAllocationProp.
+        unsafe { check_prop(prop) }?;
+        if handle.is_null() || flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let created = context.device.vmm.create(size, context.device)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(handle, created) }
+    }
+
+    fn cuMemRelease(handle: u64) {
+        let context = initialized()?;
+        context.device.vmm.release(handle, context.device)
+    }
+
+    fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) {
+        let context = initialized()?;
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        context.device.vmm.map(ptr as usize, size, offset, handle)
+    }
+
+    /// Waits for all submitted work first, as the memory may still be in use.
+    fn cuMemUnmap(ptr: u64, size: usize) {
+        initialized()?.unmap(ptr as usize, size)
+    }
+
+    /// Only the device's own access can be set (the shim has no peers and no host access to
+    /// device mappings); the range is a run of whole mappings.
+    fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) {
+        let context = initialized()?;
+        if desc.is_null() || count == 0 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: `desc` holds `count` descriptors (the caller's contract).
+        let descs = unsafe { std::slice::from_raw_parts(desc, count) };
+        for d in descs {
+            check_location(d.location_type, d.location_id)?;
+            context.device.vmm.set_access(ptr as usize, size, d.flags)?;
+        }
+        Ok(())
+    }
+
     fn cuPointerGetAttribute(data: *mut c_void, attr: i32, ptr: u64) {
         let context = current()?;
         // SAFETY: `data` points to storage of the type the attribute documents.
@@ -427,6 +626,12 @@ driver_api! {
         unsafe { put(ms, elapsed) }
     }
 
+    /// CUDA 12.8's variant (what `cuGetProcAddress` gives from 12080 on): the same on the shim.
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: usize, end: usize) {
+        // SAFETY: the caller's arguments, forwarded unchanged.
+        code_result(unsafe { cuEventElapsedTime(ms, start, end) })
+    }
+
     fn cuEventDestroy_v2(event: usize) {
         current()?.event_destroy(event)
     }
@@ -444,26 +649,63 @@ driver_api! {
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) {
-        let context = current()?;
-        let threads = u64::from(block_x) * u64::from(block_y) * u64::from(block_z);
-        if grid_x == 0 || grid_y == 0 || grid_z == 0 || threads == 0 || threads > 1024 {
+        let launch = Launch {
+            grid: [grid_x, grid_y, grid_z],
+            block: [block_x, block_y, block_z],
+            stream,
+            cooperative: false,
+        };
+        // SAFETY: the caller's kernelParams/extra, as cuLaunchKernel documents them.
+        unsafe { launch_kernel(function, launch, params, extra) }
+    }
+
+    /// Launch attributes are accepted and ignored (as by the runtime's cudaLaunchKernelExC).
+    fn cuLaunchKernelEx(
+        config: *const LaunchConfig,
+        function: usize,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) {
+        current()?;
+        // SAFETY: `config` is null (rejected) or points to a CUlaunchConfig.
+        let config = unsafe { config.as_ref() }.ok_or(INVALID_VALUE)?;
+        if config.num_attrs > 0 && config.attrs.is_null() {
             return Err(INVALID_VALUE);
         }
-        let nparams = context.device.functions.by_handle(function)?.layout().params.len();
-        match (params.is_null(), extra.is_null()) {
-            (false, true) => {
-                // SAFETY: kernelParams holds one pointer per kernel parameter.
-                let values = unsafe { std::slice::from_raw_parts(params as *const *const u8, nparams) };
-                context.launch(function, Some(values), None, stream)
-            }
-            (true, false) => {
-                // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of pairs.
-                let packed = unsafe { packed_arguments(extra) }?;
-                context.launch(function, None, Some(packed), stream)
-            }
-            (true, true) => context.launch(function, None, None, stream),
-            (false, false) => Err(INVALID_VALUE),
-        }
+        let launch = Launch {
+            grid: config.grid,
+            block: config.block,
+            stream: config.stream,
+            cooperative: false,
+        };
+        // SAFETY: the caller's kernelParams/extra, as cuLaunchKernelEx documents them.
+        unsafe { launch_kernel(function, launch, params, extra) }
+    }
+
+    /// All blocks must be able to be resident at once: at most
+    /// min(max blocks per SM, max threads per SM / warp-rounded block size) × SMs blocks, else
+    /// `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE` (the shim has no registers or shared memory to
+    /// limit occupancy further).
+    fn cuLaunchCooperativeKernel(
+        function: usize,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        _shared_mem: u32,
+        stream: usize,
+        params: *mut *mut c_void,
+    ) {
+        let launch = Launch {
+            grid: [grid_x, grid_y, grid_z],
+            block: [block_x, block_y, block_z],
+            stream,
+            cooperative: true,
+        };
+        // SAFETY: the caller's kernelParams, as cuLaunchCooperativeKernel documents them.
+        unsafe { launch_kernel(function, launch, params, std::ptr::null_mut()) }
     }
 
     fn cuFuncGetParamInfo(function: usize, index: usize, offset: *mut usize, size: *mut usize) {
@@ -557,6 +799,429 @@ driver_api! {
     }
 }
 
+/// An exported function's raw code as a result again.
+fn code_result(code: u32) -> CuResult<()> {
+    if code == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(CuError(code))
+    }
+}
+
+/// `CUdriverProcAddressQueryResult` values.
+const PROC_SUCCESS: i32 = 0;
+const PROC_SYMBOL_NOT_FOUND: i32 = 1;
+const PROC_VERSION_NOT_SUFFICIENT: i32 = 2;
+
+/// What `cuGetProcAddress` knows: (base name, CUDA version that introduced the variant, the
+/// function that implements it), one row per variant the shim has. The versions are those of
+/// NVIDIA's `cudaTypedefs.h` (`PFN_cuMemAlloc_v3020` is `cuMemAlloc_v2`, introduced in 3.2).
+/// Variants the shim does not implement have no row, so asking for a version older than every
+/// variant the shim has is answered as for a symbol that did not exist yet (`cuMemAlloc` at
+/// 2000 would be the 32-bit `cuMemAlloc` on NVIDIA's driver; the shim has only `_v2`).
+/// `cuGetProcAddress` at 11030 is the legacy four-argument function, exported under that name
+/// (see [`cuGetProcAddress`]).
+pub const PROCS: &[(&str, i32, &str)] = &[
+    ("cuInit", 2000, "cuInit"),
+    ("cuDriverGetVersion", 2020, "cuDriverGetVersion"),
+    ("cuDeviceGet", 2000, "cuDeviceGet"),
+    ("cuDeviceGetCount", 2000, "cuDeviceGetCount"),
+    ("cuDeviceGetName", 2000, "cuDeviceGetName"),
+    ("cuDeviceTotalMem", 3020, "cuDeviceTotalMem_v2"),
+    ("cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute"),
+    ("cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain"),
+    (
+        "cuDevicePrimaryCtxRelease",
+        11000,
+        "cuDevicePrimaryCtxRelease_v2",
+    ),
+    ("cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
+    ("cuCtxSetCurrent", 4000, "cuCtxSetCurrent"),
+    ("cuCtxSynchronize", 2000, "cuCtxSynchronize"),
+    ("cuGetErrorName", 6000, "cuGetErrorName"),
+    ("cuGetErrorString", 6000, "cuGetErrorString"),
+    ("cuGetProcAddress", 11030, "cuGetProcAddress"),
+    ("cuGetProcAddress", 12000, "cuGetProcAddress_v2"),
+    ("cuMemAlloc", 3020, "cuMemAlloc_v2"),
+    ("cuMemFree", 3020, "cuMemFree_v2"),
+    ("cuMemGetInfo", 3020, "cuMemGetInfo_v2"),
+    ("cuMemAllocHost", 3020, "cuMemAllocHost_v2"),
+    ("cuMemHostAlloc", 2020, "cuMemHostAlloc"),
+    (
+        "cuMemHostGetDevicePointer",
+        3020,
+        "cuMemHostGetDevicePointer_v2",
+    ),
+    ("cuMemFreeHost", 2000, "cuMemFreeHost"),
+    ("cuMemAllocManaged", 6000, "cuMemAllocManaged"),
+    ("cuMemAllocAsync", 11020, "cuMemAllocAsync"),
+    ("cuMemFreeAsync", 11020, "cuMemFreeAsync"),
+    ("cuMemcpyHtoD", 3020, "cuMemcpyHtoD_v2"),
+    ("cuMemcpyDtoH", 3020, "cuMemcpyDtoH_v2"),
+    ("cuMemcpyDtoD", 3020, "cuMemcpyDtoD_v2"),
+    ("cuMemcpy", 4000, "cuMemcpy"),
+    ("cuMemcpyAsync", 4000, "cuMemcpyAsync"),
+    ("cuMemsetD8", 3020, "cuMemsetD8_v2"),
+    ("cuMemsetD8Async", 3020, "cuMemsetD8Async"),
+    ("cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
+    ("cuStreamCreate", 2000, "cuStreamCreate"),
+    ("cuStreamDestroy", 4000, "cuStreamDestroy_v2"),
+    ("cuStreamSynchronize", 2000, "cuStreamSynchronize"),
+    ("cuStreamQuery", 2000, "cuStreamQuery"),
+    ("cuStreamWaitEvent", 3020, "cuStreamWaitEvent"),
+    ("cuEventCreate", 2000, "cuEventCreate"),
+    ("cuEventRecord", 2000, "cuEventRecord"),
+    ("cuEventSynchronize", 2000, "cuEventSynchronize"),
+    ("cuEventQuery", 2000, "cuEventQuery"),
+    ("cuEventElapsedTime", 2000, "cuEventElapsedTime"),
+    ("cuEventElapsedTime", 12080, "cuEventElapsedTime_v2"),
+    ("cuEventDestroy", 4000, "cuEventDestroy_v2"),
+    ("cuLaunchKernel", 4000, "cuLaunchKernel"),
+    ("cuFuncGetName", 12030, "cuFuncGetName"),
+    ("cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo"),
+    ("cuMemAllocPitch", 3020, "cuMemAllocPitch_v2"),
+    (
+        "cuDeviceGetDefaultMemPool",
+        11020,
+        "cuDeviceGetDefaultMemPool",
+    ),
+    ("cuMemAllocFromPoolAsync", 11020, "cuMemAllocFromPoolAsync"),
+    ("cuMemcpyHtoDAsync", 3020, "cuMemcpyHtoDAsync_v2"),
+    ("cuMemcpyDtoHAsync", 3020, "cuMemcpyDtoHAsync_v2"),
+    ("cuMemcpyDtoDAsync", 3020, "cuMemcpyDtoDAsync_v2"),
+    ("cuMemcpyPeer", 4000, "cuMemcpyPeer"),
+    ("cuMemcpyPeerAsync", 4000, "cuMemcpyPeerAsync"),
+    ("cuMemcpy2D", 3020, "cuMemcpy2D_v2"),
+    ("cuMemcpy2DUnaligned", 3020, "cuMemcpy2DUnaligned_v2"),
+    ("cuMemcpy2DAsync", 3020, "cuMemcpy2DAsync_v2"),
+    ("cuMemsetD16", 3020, "cuMemsetD16_v2"),
+    ("cuMemsetD32", 3020, "cuMemsetD32_v2"),
+    ("cuMemsetD16Async", 3020, "cuMemsetD16Async"),
+    ("cuMemsetD32Async", 3020, "cuMemsetD32Async"),
+    ("cuMemsetD2D8", 3020, "cuMemsetD2D8_v2"),
+    ("cuMemsetD2D16", 3020, "cuMemsetD2D16_v2"),
+    ("cuMemsetD2D32", 3020, "cuMemsetD2D32_v2"),
+    ("cuMemsetD2D8Async", 3020, "cuMemsetD2D8Async"),
+    ("cuMemsetD2D16Async", 3020, "cuMemsetD2D16Async"),
+    ("cuMemsetD2D32Async", 3020, "cuMemsetD2D32Async"),
+    ("cuLaunchKernelEx", 11060, "cuLaunchKernelEx"),
+    (
+        "cuLaunchCooperativeKernel",
+        9000,
+        "cuLaunchCooperativeKernel",
+    ),
+    (
+        "cuMemGetAllocationGranularity",
+        10020,
+        "cuMemGetAllocationGranularity",
+    ),
+    ("cuMemAddressReserve", 10020, "cuMemAddressReserve"),
+    ("cuMemAddressFree", 10020, "cuMemAddressFree"),
+    ("cuMemCreate", 10020, "cuMemCreate"),
+    ("cuMemRelease", 10020, "cuMemRelease"),
+    ("cuMemMap", 10020, "cuMemMap"),
+    ("cuMemUnmap", 10020, "cuMemUnmap"),
+    ("cuMemSetAccess", 10020, "cuMemSetAccess"),
+];
+
+/// The function a row of [`PROCS`] names.
+fn resolve(exported: &str) -> Option<*mut c_void> {
+    match exported {
+        "cuGetProcAddress" => Some(cuGetProcAddress as *mut c_void),
+        _ => entry_point(exported),
+    }
+}
+
+/// The variant of `name` for `version`, or the `CUdriverProcAddressQueryResult` saying why none.
+pub fn lookup(name: &str, version: i32) -> Result<*mut c_void, i32> {
+    let mut known = false;
+    let mut best: Option<(i32, &str)> = None;
+    for &(base, since, exported) in PROCS {
+        if base != name {
+            continue;
+        }
+        known = true;
+        if since <= version && best.is_none_or(|(b, _)| since > b) {
+            best = Some((since, exported));
+        }
+    }
+    match best {
+        Some((_, exported)) => resolve(exported).ok_or(PROC_SYMBOL_NOT_FOUND),
+        None if known => Err(PROC_VERSION_NOT_SUFFICIENT),
+        None => Err(PROC_SYMBOL_NOT_FOUND),
+    }
+}
+
+/// Both `cuGetProcAddress` forms: `*pfn` is the function or NULL, `status` (optional) says why;
+/// a symbol that does not resolve is `CUDA_ERROR_NOT_FOUND`. Needs no `cuInit` (NVIDIA's runtime
+/// looks `cuInit` itself up this way).
+///
+/// # Safety
+/// `symbol` is null or NUL-terminated; `pfn` is null or valid for a pointer write; `status` is
+/// null or valid for an int write.
+unsafe fn get_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: i32,
+    flags: u64,
+    status: *mut i32,
+) -> CuResult<()> {
+    if symbol.is_null() || pfn.is_null() || version <= 0 || flags > 3 {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: the caller passes a NUL-terminated symbol name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    let found = std::str::from_utf8(name)
+        .map_err(|_| PROC_SYMBOL_NOT_FOUND)
+        .and_then(|name| lookup(name, version));
+    if !status.is_null() {
+        // SAFETY: non-null out-parameter of the caller.
+        unsafe { status.write(found.err().unwrap_or(PROC_SUCCESS)) };
+    }
+    // SAFETY: checked non-null; out-parameter of the caller.
+    unsafe { pfn.write(found.unwrap_or(std::ptr::null_mut())) };
+    found.map(drop).map_err(|_| NOT_FOUND)
+}
+
+/// `cuGetProcAddress` as CUDA 11.3-11.8 declared it (no status argument): what
+/// `cuGetProcAddress_v2` returns for "cuGetProcAddress" below version 12000, and exported under
+/// that name as NVIDIA's driver exports it, for binaries built against CUDA 11 headers (CUDA 12's
+/// `cuda.h` maps the name to `cuGetProcAddress_v2` by a macro and declares this prototype only
+/// with `__CUDA_API_VERSION_INTERNAL`, as ours does).
+///
+/// # Safety
+/// As for `cuGetProcAddress_v2`, without the status pointer.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)] // CUDA's name
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: i32,
+    flags: u64,
+) -> u32 {
+    guard("cuGetProcAddress", || {
+        // SAFETY: the caller's arguments; no status is written.
+        unsafe { get_proc_address(symbol, pfn, version, flags, std::ptr::null_mut()) }
+    })
+}
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+pub struct LaunchConfig {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    stream: usize,
+    attrs: *mut c_void,
+    num_attrs: u32,
+}
+
+const _: () = assert!(size_of::<LaunchConfig>() == 56);
+
+/// A launch's configuration, as every launch entry point gives it.
+struct Launch {
+    grid: [u32; 3],
+    block: [u32; 3],
+    stream: usize,
+    cooperative: bool,
+}
+
+/// Every driver launch ends here.
+///
+/// # Safety
+/// `params` is null or holds one pointer per kernel parameter; `extra` is null or a
+/// CU_LAUNCH_PARAM_END-terminated list of pairs.
+unsafe fn launch_kernel(
+    function: usize,
+    launch: Launch,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<()> {
+    let context = current()?;
+    let threads = launch.block.iter().map(|&b| u64::from(b)).product::<u64>();
+    let blocks = launch.grid.iter().map(|&g| u64::from(g)).product::<u64>();
+    if blocks == 0 || threads == 0 || threads > 1024 {
+        return Err(INVALID_VALUE);
+    }
+    let nparams = context
+        .device
+        .functions
+        .by_handle(function)?
+        .layout()
+        .params
+        .len();
+    if launch.cooperative {
+        let warp = attribute(10)? as u64;
+        let per_sm =
+            (attribute(106)? as u64).min(attribute(39)? as u64 / threads.next_multiple_of(warp));
+        if blocks > per_sm * attribute(16)? as u64 {
+            return Err(COOPERATIVE_LAUNCH_TOO_LARGE);
+        }
+    }
+    let stream = launch.stream;
+    match (params.is_null(), extra.is_null()) {
+        (false, true) => {
+            // SAFETY: kernelParams holds one pointer per kernel parameter.
+            let values = unsafe { std::slice::from_raw_parts(params as *const *const u8, nparams) };
+            context.launch(function, Some(values), None, stream)
+        }
+        (true, false) => {
+            // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of pairs.
+            let packed = unsafe { packed_arguments(extra) }?;
+            context.launch(function, None, Some(packed), stream)
+        }
+        (true, true) => context.launch(function, None, None, stream),
+        (false, false) => Err(INVALID_VALUE),
+    }
+}
+
+/// The context of a peer copy: on one device both contexts are the primary one.
+fn peer(dst_context: usize, src_context: usize) -> CuResult<&'static Context> {
+    let context = initialized()?;
+    if dst_context != primary_context_handle() || src_context != primary_context_handle() {
+        return Err(INVALID_CONTEXT);
+    }
+    Ok(context)
+}
+
+/// `CUDA_MEMCPY2D` (128 bytes).
+#[repr(C)]
+pub struct Memcpy2d {
+    src_x: usize,
+    src_y: usize,
+    src_memory_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    src_pitch: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_memory_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+const _: () = assert!(size_of::<Memcpy2d>() == 128);
+
+/// The address of the first byte one side of a 2D copy touches, and the type the caller
+/// declared. Arrays do not exist on the shim, so an array side is `CUDA_ERROR_INVALID_VALUE`.
+fn copy_side(
+    memory_type: u32,
+    host: usize,
+    device: u64,
+    x: usize,
+    y: usize,
+    pitch: usize,
+) -> CuResult<(usize, MemoryType)> {
+    const HOST: u32 = 1;
+    const DEVICE: u32 = 2;
+    const UNIFIED: u32 = 4;
+    let (base, declared) = match memory_type {
+        HOST => (host, MemoryType::Host),
+        DEVICE => (device as usize, MemoryType::Device),
+        UNIFIED => (device as usize, MemoryType::Any),
+        _ => return Err(INVALID_VALUE),
+    };
+    if base == 0 {
+        return Err(INVALID_VALUE);
+    }
+    let addr = y
+        .checked_mul(pitch)
+        .and_then(|rows| rows.checked_add(x))
+        .and_then(|offset| base.checked_add(offset))
+        .ok_or(INVALID_VALUE)?;
+    Ok((addr, declared))
+}
+
+/// Every 2D copy ends here.
+///
+/// # Safety
+/// `copy` is null or points to a `CUDA_MEMCPY2D` whose host rows are valid.
+unsafe fn memcpy_2d(copy: *const Memcpy2d, stream: usize, synchronous: bool) -> CuResult<()> {
+    let context = current()?;
+    // SAFETY: null (rejected) or a CUDA_MEMCPY2D (the caller's contract).
+    let c = unsafe { copy.as_ref() }.ok_or(INVALID_VALUE)?;
+    let (src, src_type) = copy_side(
+        c.src_memory_type,
+        c.src_host as usize,
+        c.src_device,
+        c.src_x,
+        c.src_y,
+        c.src_pitch,
+    )?;
+    let (dst, dst_type) = copy_side(
+        c.dst_memory_type,
+        c.dst_host as usize,
+        c.dst_device,
+        c.dst_x,
+        c.dst_y,
+        c.dst_pitch,
+    )?;
+    let rect = Rect {
+        dst,
+        dst_pitch: c.dst_pitch,
+        src,
+        src_pitch: c.src_pitch,
+        width: c.width,
+        height: c.height,
+    };
+    context.copy_2d(rect, 4, [src_type, dst_type], stream, synchronous)
+}
+
+/// `CUmemAllocationProp` (32 bytes); `allocFlags` is not interpreted.
+#[repr(C)]
+pub struct AllocationProp {
+    kind: u32,
+    requested_handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    win32_handle_meta_data: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+const _: () = assert!(size_of::<AllocationProp>() == 32);
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+pub struct AccessDesc {
+    location_type: u32,
+    location_id: i32,
+    flags: u32,
+}
+
+const _: () = assert!(size_of::<AccessDesc>() == 12);
+
+/// A `CUmemLocation` must be device 0.
+fn check_location(location_type: u32, id: i32) -> CuResult<()> {
+    const LOCATION_DEVICE: u32 = 1;
+    if location_type != LOCATION_DEVICE {
+        return Err(INVALID_VALUE);
+    }
+    only_device_zero(id)
+}
+
+/// Pinned memory on device 0, exportable by no handle type.
+///
+/// # Safety
+/// `prop` is null or points to a `CUmemAllocationProp`.
+unsafe fn check_prop(prop: *const AllocationProp) -> CuResult<()> {
+    const ALLOCATION_PINNED: u32 = 1;
+    // SAFETY: null (rejected) or a CUmemAllocationProp (the caller's contract).
+    let prop = unsafe { prop.as_ref() }.ok_or(INVALID_VALUE)?;
+    if prop.kind != ALLOCATION_PINNED {
+        return Err(INVALID_VALUE);
+    }
+    check_location(prop.location_type, prop.location_id)?;
+    if prop.requested_handle_types != 0 {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(())
+}
+
 /// # Safety
 /// `pp` is null or valid for a pointer write.
 unsafe fn host_alloc(pp: *mut *mut c_void, size: usize) -> CuResult<()> {
@@ -645,5 +1310,55 @@ unsafe fn pointer_attribute(
             MAPPED => put(data as *mut u32, 1),
             _ => Err(INVALID_VALUE),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_public_export_is_in_the_proc_table_and_every_row_resolves() {
+        for name in EXPORTS.iter().filter(|n| !n.starts_with("cuShim")) {
+            assert!(
+                PROCS.iter().any(|&(_, _, exported)| exported == *name),
+                "{name} is not in PROCS"
+            );
+        }
+        for &(base, since, exported) in PROCS {
+            assert!(resolve(exported).is_some(), "{exported} does not resolve");
+            assert!(
+                exported.starts_with(base) && since >= 2000,
+                "{base} {since}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_version_picks_the_variant() {
+        let legacy = cuGetProcAddress as *mut c_void;
+        assert_eq!(lookup("cuGetProcAddress", 11030), Ok(legacy));
+        assert_eq!(lookup("cuGetProcAddress", 11080), Ok(legacy));
+        assert_eq!(
+            lookup("cuGetProcAddress", 12000),
+            Ok(cuGetProcAddress_v2 as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuGetProcAddress", 11020),
+            Err(PROC_VERSION_NOT_SUFFICIENT)
+        );
+        assert_eq!(lookup("cuMemAlloc", 3020), Ok(cuMemAlloc_v2 as *mut c_void));
+        assert_eq!(lookup("cuMemAlloc", 3010), Err(PROC_VERSION_NOT_SUFFICIENT));
+        assert_eq!(
+            lookup("cuEventElapsedTime", 12070),
+            Ok(cuEventElapsedTime as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuEventElapsedTime", 12090),
+            Ok(cuEventElapsedTime_v2 as *mut c_void)
+        );
+        assert_eq!(lookup("cuMemAlloc_v2", 12090), Err(PROC_SYMBOL_NOT_FOUND));
+        assert_eq!(lookup("cuShimGetStats", 12090), Err(PROC_SYMBOL_NOT_FOUND));
+        assert_eq!(lookup("cuNoSuchThing", 12090), Err(PROC_SYMBOL_NOT_FOUND));
     }
 }

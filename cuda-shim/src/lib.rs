@@ -8,7 +8,8 @@
 //! NVIDIA's runtime is built on the driver. `tools/build-shim` links both into shared libraries.
 //!
 //! Module map: `config` (environment), `memory` (device and pinned memory), `stream` (ordering),
-//! `kernel` (function registry and parameter layout), `device` (the context and every
+//! `kernel` (function registry and parameter layout), `vmm` (reserved ranges and
+//! mapped physical memory), `device` (the context and every
 //! operation's semantics), `stats` (counters), `exports` (the C ABI), `result` (error codes).
 
 pub mod config;
@@ -19,3 +20,4 @@ pub mod memory;
 pub mod result;
 pub mod stats;
 pub mod stream;
+pub mod vmm;

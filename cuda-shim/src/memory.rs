@@ -129,6 +129,27 @@ impl DeviceMemory {
         Ok(start)
     }
 
+    /// Charges `bytes` of physical memory made outside the heap (`cuMemCreate`) to the capacity.
+    pub fn charge(&self, bytes: usize, stats: &Stats) -> CuResult<()> {
+        let mut heap = self.heap.lock();
+        if heap
+            .used
+            .checked_add(bytes)
+            .is_none_or(|used| used > self.capacity)
+        {
+            return Err(OUT_OF_MEMORY);
+        }
+        heap.used += bytes;
+        stats.device_allocated(bytes as u64);
+        Ok(())
+    }
+
+    /// Returns what `charge` took.
+    pub fn refund(&self, bytes: usize, stats: &Stats) {
+        self.heap.lock().used -= bytes;
+        stats.device_freed(bytes as u64);
+    }
+
     /// Frees the block starting at `addr` and poisons its bytes. The caller has made sure no
     /// queued work still uses it. An address that is not the start of a live block is
     /// `CUDA_ERROR_INVALID_VALUE`, as on real CUDA.

@@ -22,6 +22,8 @@ pub const INVALID_HANDLE: CuError = CuError(400);
 pub const NOT_FOUND: CuError = CuError(500);
 pub const NOT_READY: CuError = CuError(600);
 pub const LAUNCH_FAILED: CuError = CuError(719);
+pub const COOPERATIVE_LAUNCH_TOO_LARGE: CuError = CuError(720);
+pub const NOT_SUPPORTED: CuError = CuError(801);
 pub const UNKNOWN: CuError = CuError(999);
 
 /// Errors that leave the context unusable: once a kernel raised one, every later call returns it
@@ -68,6 +70,10 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
         ),
         718 => ("CUDA_ERROR_INVALID_PC\0", "invalid program counter\0"),
         719 => ("CUDA_ERROR_LAUNCH_FAILED\0", "unspecified launch failure\0"),
+        720 => (
+            "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE\0",
+            "too many blocks in cooperative launch\0",
+        ),
         801 => ("CUDA_ERROR_NOT_SUPPORTED\0", "operation not supported\0"),
         999 => ("CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
         _ => return None,

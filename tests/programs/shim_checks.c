@@ -15,6 +15,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -492,6 +493,16 @@ static void async_copies(void) {
     EXPECT_CODE(cudaMemcpy(dev, host, 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
     EXPECT_CODE(cudaMemcpy(dev, host, 16, (enum cudaMemcpyKind)7), cudaErrorInvalidMemcpyDirection);
     EXPECT_CODE(cudaMemcpy(host, dev, (N + 1) * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    /* A copy into pageable memory returns once done: the value is there without a sync,
+     * although a 20 ms kernel runs before it on the stream. */
+    void *none[] = {NULL};
+    OK(cudaLaunchKernel((const void *)k_nothing, one, one, none, 0, s));
+    launch_store(dev, 3.0f, s);
+    OK(cudaMemcpyAsync(&first, dev, sizeof first, cudaMemcpyDeviceToHost, s));
+    EXPECT(first == 3.0f);
+    launch_store(dev, 4.0f, s);
+    OK(cuMemcpyDtoHAsync((void *)&first, (CUdeviceptr)dev, sizeof first, (CUstream)s));
+    EXPECT(first == 4.0f);
     printf("h2d_ms=%.1f\n", elapsed);
     free(host);
 }
@@ -634,6 +645,364 @@ static void device_queries(void) {
     printf("device=%s\n", prop.name);
 }
 
+/* cuGetProcAddress: the version picks the variant; a symbol that did not exist yet at that
+ * version, or never, is CUDA_ERROR_NOT_FOUND with a NULL pointer and a status saying which. */
+typedef CUresult (*legacy_get_proc_address_t)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+static void proc_address(void) {
+    void *fn;
+    CUdriverProcAddressQueryResult status;
+    enum cudaDriverEntryPointQueryResult rt_status;
+    legacy_get_proc_address_t legacy;
+    float ms;
+    OK(cuGetProcAddress("cuInit", &fn, 12090, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    EXPECT(fn == (void *)cuInit && status == CU_GET_PROC_ADDRESS_SUCCESS);
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 12090, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    EXPECT(fn == (void *)cuMemAlloc_v2 && status == CU_GET_PROC_ADDRESS_SUCCESS);
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 3020, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
+    EXPECT(fn == (void *)cuMemAlloc_v2);
+    /* before 3.2 cuMemAlloc was the 32-bit legacy function, which the shim does not have */
+    EXPECT_CODE(cuGetProcAddress("cuMemAlloc", &fn, 3010, 0, &status), CUDA_ERROR_NOT_FOUND);
+    EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    EXPECT_CODE(cuGetProcAddress("cuFuncGetParamInfo", &fn, 12030, 0, &status), CUDA_ERROR_NOT_FOUND);
+    EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    OK(cuGetProcAddress("cuFuncGetParamInfo", &fn, 12040, 0, &status));
+    EXPECT(fn == (void *)cuFuncGetParamInfo);
+    /* base names only, as on NVIDIA's driver */
+    EXPECT_CODE(cuGetProcAddress("cuMemAlloc_v2", &fn, 12090, 0, &status), CUDA_ERROR_NOT_FOUND);
+    EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    EXPECT_CODE(cuGetProcAddress("cuNoSuchFunction", &fn, 12090, 0, &status), CUDA_ERROR_NOT_FOUND);
+    EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    /* no per-thread variants on the shim: the legacy one for every flag */
+    OK(cuGetProcAddress("cuMemcpyAsync", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemcpyAsync);
+    OK(cuGetProcAddress("cuEventElapsedTime", &fn, 12070, 0, &status));
+    EXPECT(fn == (void *)cuEventElapsedTime);
+    OK(cuGetProcAddress("cuEventElapsedTime", &fn, 12080, 0, &status));
+    EXPECT(fn == (void *)cuEventElapsedTime_v2);
+    EXPECT_CODE(cuGetProcAddress(NULL, &fn, 12090, 0, &status), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuGetProcAddress("cuInit", NULL, 12090, 0, &status), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuGetProcAddress("cuInit", &fn, 0, 0, &status), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuGetProcAddress("cuInit", &fn, 12090, 4, &status), CUDA_ERROR_INVALID_VALUE);
+    /* cuGetProcAddress itself: the CUDA 11.3 four-argument function below 12.0 */
+    OK(cuGetProcAddress("cuGetProcAddress", &fn, 12000, 0, &status));
+    EXPECT(fn == (void *)cuGetProcAddress_v2);
+    OK(cuGetProcAddress("cuGetProcAddress", &fn, 11030, 0, &status));
+    EXPECT(fn != NULL && fn != (void *)cuGetProcAddress_v2 && status == CU_GET_PROC_ADDRESS_SUCCESS);
+    legacy = (legacy_get_proc_address_t)fn;
+    OK(legacy("cuMemAlloc", &fn, 11030, CU_GET_PROC_ADDRESS_DEFAULT));
+    EXPECT(fn == (void *)cuMemAlloc_v2);
+    EXPECT_CODE(legacy("cuNoSuchFunction", &fn, 11030, 0), CUDA_ERROR_NOT_FOUND);
+    EXPECT(fn == NULL);
+    EXPECT_CODE(legacy("cuInit", NULL, 11030, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuGetProcAddress("cuGetProcAddress", &fn, 11020, 0, &status), CUDA_ERROR_NOT_FOUND);
+    EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    /* the runtime: no error for a symbol the driver does not resolve, the status says why */
+    OK(cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &rt_status));
+    EXPECT(fn == (void *)cuMemAlloc_v2 && rt_status == cudaDriverEntryPointSuccess);
+    OK(cudaGetDriverEntryPoint("cuNoSuchFunction", &fn, cudaEnableDefault, &rt_status));
+    EXPECT(fn == NULL && rt_status == cudaDriverEntryPointSymbolNotFound);
+    OK(cudaGetDriverEntryPoint("cuGetProcAddress", &fn, cudaEnableLegacyStream, NULL));
+    EXPECT(fn == (void *)cuGetProcAddress_v2);
+    OK(cudaGetDriverEntryPointByVersion("cuGetProcAddress", &fn, 11030, cudaEnableDefault, &rt_status));
+    EXPECT(fn == (void *)legacy && rt_status == cudaDriverEntryPointSuccess);
+    /* exported under its name, as binaries built against CUDA 11 headers link it */
+    EXPECT(dlsym(RTLD_DEFAULT, "cuGetProcAddress") == (void *)legacy);
+    OK(cudaGetDriverEntryPointByVersion("cuMemAllocAsync", &fn, 11010, cudaEnableDefault, &rt_status));
+    EXPECT(fn == NULL && rt_status == cudaDriverEntryPointVersionNotSufficent);
+    EXPECT_CODE(cudaGetDriverEntryPoint("cuInit", NULL, cudaEnableDefault, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGetDriverEntryPoint(NULL, &fn, cudaEnableDefault, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGetDriverEntryPointByVersion("cuInit", &fn, 0x80000000u, cudaEnableDefault, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGetDriverEntryPointByVersion("cuInit", &fn, 12090, 4, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cuEventElapsedTime_v2(&ms, NULL, NULL), CUDA_ERROR_INVALID_HANDLE); /* context bound now */
+    printf("proc_address ok\n");
+}
+
+/* cuMemAllocPitch, 2D copies, 16/32-bit and 2D memsets, the asynchronous and peer copies and
+ * the default memory pool, through the driver API. */
+static void copies_2d(void) {
+    enum { W = 64, H = 8 };
+    CUdeviceptr d, d2, pooled;
+    size_t pitch, size;
+    int texture_alignment;
+    unsigned char host[W * H], back[W * H];
+    float f[20];
+    unsigned short halves[4];
+    CUDA_MEMCPY2D c;
+    CUstream s;
+    CUcontext ctx;
+    CUmemoryPool pool;
+    OK(cudaFree(NULL)); /* binds the primary context to this thread */
+    OK(cuCtxGetCurrent(&ctx));
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuDeviceGetAttribute(&texture_alignment, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 0));
+    OK(cuMemAllocPitch(&d, &pitch, 100, H, 4));
+    EXPECT(pitch == (size_t)texture_alignment && pitch == 512 && d % 256 == 0);
+    OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d));
+    EXPECT(size == pitch * H);
+    OK(cuMemAllocPitch(&d2, &pitch, 513, 2, 16));
+    EXPECT(pitch == 1024);
+    OK(cuMemFree(d2));
+    EXPECT_CODE(cuMemAllocPitch(&d2, &pitch, 100, H, 2), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemAllocPitch(&d2, &pitch, 0, H, 4), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemAllocPitch(&d2, NULL, 100, H, 4), CUDA_ERROR_INVALID_VALUE);
+    pitch = 512;
+
+    /* host (pitch W) -> device (pitch 512), the padding of each row untouched */
+    for (int i = 0; i < W * H; i++) host[i] = (unsigned char)i;
+    OK(cuMemsetD8(d, 0xAB, pitch * H));
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = host, c.srcPitch = W;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = d, c.dstPitch = pitch;
+    c.WidthInBytes = W, c.Height = H;
+    OK(cuMemcpy2D(&c));
+    OK(cuMemcpyDtoH(back, d + 3 * pitch, W + 1));
+    EXPECT(memcmp(back, host + 3 * W, W) == 0 && back[W] == 0xAB);
+    /* device (x 8, y 2) -> host, 16 x 3, unaligned variant */
+    memset(&c, 0, sizeof c);
+    c.srcXInBytes = 8, c.srcY = 2, c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = d, c.srcPitch = pitch;
+    c.dstMemoryType = CU_MEMORYTYPE_UNIFIED, c.dstDevice = (CUdeviceptr)back, c.dstPitch = 16;
+    c.WidthInBytes = 16, c.Height = 3;
+    memset(back, 0, sizeof back);
+    OK(cuMemcpy2DUnaligned(&c));
+    for (int r = 0; r < 3; r++) EXPECT(memcmp(back + 16 * r, host + (2 + r) * W + 8, 16) == 0);
+    /* asynchronous, from pageable memory: staged at the call */
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = host, c.srcPitch = W;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = d + pitch, c.dstPitch = pitch;
+    c.WidthInBytes = W, c.Height = 2;
+    OK(cuMemcpy2DAsync(&c, s));
+    host[W] = 0xEE;
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(back, d + 2 * pitch, 1));
+    EXPECT(back[0] == (unsigned char)W);
+    /* errors */
+    c.Height = H;
+    EXPECT_CODE(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE); /* rows past the allocation */
+    c.Height = 2, c.srcPitch = W - 1;
+    EXPECT_CODE(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE); /* pitch < width */
+    c.srcPitch = W, c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+    EXPECT_CODE(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE); /* no arrays on the shim */
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = (CUdeviceptr)host;
+    EXPECT_CODE(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE); /* pageable memory is no device memory */
+    c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = (const void *)d;
+    EXPECT_CODE(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE); /* device memory is no host memory */
+    EXPECT_CODE(cuMemcpy2D(NULL), CUDA_ERROR_INVALID_VALUE);
+
+    /* 16/32-bit and 2D memsets */
+    OK(cuMemsetD32(d, 0x3f800000u, 20)); /* 1.0f */
+    OK(cuMemcpyDtoH(f, d, sizeof f));
+    EXPECT(f[0] == 1.0f && f[19] == 1.0f);
+    OK(cuMemsetD8(d, 0, pitch * H));
+    OK(cuMemsetD2D32(d, pitch, 0x40000000u, 16, H)); /* 2.0f, 16 per row */
+    OK(cuMemcpyDtoH(f, d + 5 * pitch, 17 * sizeof(float)));
+    EXPECT(f[0] == 2.0f && f[15] == 2.0f && f[16] == 0.0f);
+    OK(cuMemsetD2D16Async(d + 2, pitch, 0x1234, 2, 2, s));
+    OK(cuMemsetD16Async(d + pitch + 2, 0x5678, 1, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(halves, d + pitch, sizeof halves));
+    EXPECT(halves[1] == 0x5678 && halves[2] == 0x1234 && halves[3] == 0x4000);
+    OK(cuMemsetD2D8Async(d, pitch, 7, 3, 2, s));
+    OK(cuMemsetD32Async(d + 4, 9, 1, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(back, d, 8));
+    EXPECT(back[0] == 7 && back[2] == 7 && back[4] == 9);
+    OK(cuMemsetD16(d, 1, 1));
+    OK(cuMemsetD2D8(d, pitch, 1, 1, 1));
+    OK(cuMemsetD2D16(d, pitch, 1, 1, 1));
+    OK(cuCtxSynchronize());
+    EXPECT_CODE(cuMemsetD16(d + 1, 0, 4), CUDA_ERROR_INVALID_VALUE); /* misaligned */
+    EXPECT_CODE(cuMemsetD32(d + 2, 0, 4), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemsetD2D32(d, 6, 0, 2, 2), CUDA_ERROR_INVALID_VALUE); /* pitch < row */
+    EXPECT_CODE(cuMemsetD2D8(d, pitch, 0, 16, H + 1), CUDA_ERROR_INVALID_VALUE); /* past the end */
+    EXPECT_CODE(cuMemsetD32Async(d, 0, 4, (CUstream)0x1234), CUDA_ERROR_INVALID_HANDLE);
+
+    /* asynchronous and peer copies (one device: the peer context is the primary one) */
+    OK(cuMemcpyHtoDAsync(d, host, W, s));
+    OK(cuMemcpyDtoDAsync(d + pitch, d, W, s));
+    OK(cuMemcpyDtoHAsync(back, d + pitch, W, s));
+    OK(cuStreamSynchronize(s));
+    EXPECT(memcmp(back, host, W) == 0);
+    EXPECT_CODE(cuMemcpyDtoHAsync(back, (CUdeviceptr)host, W, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemcpyHtoDAsync(d, host, pitch * H + 1, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemcpyPeer(d + 2 * pitch, ctx, d, ctx, W));
+    OK(cuMemcpyPeerAsync(d + 3 * pitch, ctx, d + 2 * pitch, ctx, W, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuCtxSynchronize());
+    OK(cuMemcpyDtoH(back, d + 3 * pitch, W));
+    EXPECT(memcmp(back, host, W) == 0);
+    EXPECT_CODE(cuMemcpyPeer(d, (CUcontext)0x10, d + pitch, ctx, W), CUDA_ERROR_INVALID_CONTEXT);
+
+    /* the default pool */
+    OK(cuDeviceGetDefaultMemPool(&pool, 0));
+    EXPECT(pool != NULL);
+    EXPECT_CODE(cuDeviceGetDefaultMemPool(&pool, 1), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuMemAllocFromPoolAsync(&pooled, 1000, pool, s));
+    OK(cuMemsetD8Async(pooled, 1, 1000, s));
+    OK(cuMemFreeAsync(pooled, s));
+    EXPECT_CODE(cuMemAllocFromPoolAsync(&pooled, 1000, (CUmemoryPool)ctx, s), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemAllocFromPoolAsync(&pooled, 0, pool, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamSynchronize(s));
+    OK(cuMemFree(d));
+    OK(cuStreamDestroy(s));
+    printf("copies_2d ok\n");
+}
+
+/* cuLaunchKernelEx and cuLaunchCooperativeKernel; the runtime's view of the attributes. */
+static void launch_variants(void) {
+    float *a, value = 3.0f;
+    CUfunction f;
+    int cooperative, sms, per_sm, pitch_alignment;
+    struct cudaDeviceProp prop;
+    void *args[] = {&a, &value};
+    CUlaunchConfig config = {1, 1, 1, 32, 1, 1, 0, NULL, NULL, 0};
+    OK(cudaMalloc((void **)&a, sizeof(float)));
+    OK(cudaGetFuncBySymbol((cudaFunction_t *)&f, (const void *)k_store));
+    OK(cuLaunchKernelEx(&config, f, args, NULL));
+    EXPECT(read_float(a) == 3.0f);
+    config.numAttrs = 1; /* attributes without a list */
+    EXPECT_CODE(cuLaunchKernelEx(&config, f, args, NULL), CUDA_ERROR_INVALID_VALUE);
+    config.numAttrs = 0, config.gridDimY = 0;
+    EXPECT_CODE(cuLaunchKernelEx(&config, f, args, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuLaunchKernelEx(NULL, f, args, NULL), CUDA_ERROR_INVALID_VALUE);
+
+    OK(cuDeviceGetAttribute(&cooperative, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
+    OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    OK(cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 0));
+    OK(cuDeviceGetAttribute(&pitch_alignment, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 0));
+    OK(cudaGetDeviceProperties(&prop, 0));
+    EXPECT(cooperative == 1 && prop.cooperativeLaunch == cooperative);
+    EXPECT(prop.texturePitchAlignment == (size_t)pitch_alignment && pitch_alignment == 32);
+    value = 4.0f; /* 256 threads a block: per_sm / 256 blocks per SM can be resident */
+    OK(cuLaunchCooperativeKernel(f, (unsigned)(sms * (per_sm / 256)), 1, 1, 256, 1, 1, 0, NULL, args));
+    EXPECT(read_float(a) == 4.0f);
+    EXPECT_CODE(cuLaunchCooperativeKernel(f, (unsigned)(sms * (per_sm / 256)) + 1, 1, 1, 256, 1, 1, 0, NULL, args),
+                CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+    EXPECT_CODE(cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuLaunchCooperativeKernel(f, 1, 1, 1, 2048, 1, 1, 0, NULL, args), CUDA_ERROR_INVALID_VALUE);
+    OK(cudaFree(a));
+    printf("launch_variants ok\n");
+}
+
+/* Virtual memory management: physical memory counts against the device's capacity from
+ * cuMemCreate until it is released and unmapped; a mapped range is usable by copies, memsets
+ * and kernels only after cuMemSetAccess; each mapping is an allocation range of its own. */
+static void virtual_memory(void) {
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    CUmemGenericAllocationHandle h1, h2, h3;
+    CUdeviceptr va, start;
+    size_t gran, size, free_before, free_now, total;
+    struct cudaShimStats before, now;
+    struct cudaPointerAttributes attr;
+    unsigned int memory_type;
+    int supported;
+    float values[4] = {1.0f, 2.0f, 3.0f, 4.0f}, back[4];
+    OK(cudaFree(NULL)); /* binds the primary context to this thread */
+    OK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+    EXPECT(supported == 1);
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    EXPECT(gran == 2 << 20);
+    OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    EXPECT(gran == 2 << 20);
+    EXPECT_CODE(cuMemGetAllocationGranularity(&gran, &prop, (CUmemAllocationGranularity_flags)2), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemGetAllocationGranularity(&gran, NULL, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_ERROR_INVALID_VALUE);
+
+    OK(cudaShimGetStats(&before));
+    OK(cuMemGetInfo(&free_before, &total));
+    OK(cuMemCreate(&h1, gran, &prop, 0));
+    OK(cuMemCreate(&h2, gran, &prop, 0));
+    OK(cudaShimGetStats(&now));
+    EXPECT(now.current_device_bytes - before.current_device_bytes == 2 * gran);
+    EXPECT(now.peak_device_bytes >= now.current_device_bytes);
+    OK(cuMemGetInfo(&free_now, &total));
+    EXPECT(free_before - free_now == 2 * gran);
+    EXPECT_CODE(cuMemCreate(&h3, (free_now / gran + 1) * gran, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT_CODE(cuMemCreate(&h3, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemCreate(&h3, gran, &prop, 1), CUDA_ERROR_INVALID_VALUE);
+    prop.location.id = 1;
+    EXPECT_CODE(cuMemCreate(&h3, gran, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
+    prop.location.id = 0, prop.type = CU_MEM_ALLOCATION_TYPE_INVALID;
+    EXPECT_CODE(cuMemCreate(&h3, gran, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED, prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    EXPECT_CODE(cuMemCreate(&h3, gran, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+
+    OK(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
+    EXPECT(va != 0 && va % gran == 0);
+    EXPECT_CODE(cuMemAddressReserve(&start, gran + 4096, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemMap(va, gran, 0, h1, 0));
+    OK(cuMemMap(va + gran, gran, 0, h2, 0));
+    EXPECT_CODE(cuMemMap(va, gran, 0, h2, 0), CUDA_ERROR_INVALID_VALUE);               /* mapped */
+    EXPECT_CODE(cuMemMap(va + 2 * gran, gran, gran, h1, 0), CUDA_ERROR_INVALID_VALUE); /* offset */
+    EXPECT_CODE(cuMemMap(va + 2 * gran + 4096, gran, 0, h1, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemMap(va + 2 * gran, gran, 0, h2 + 1000, 0), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemMap(va + 3 * gran, 2 * gran, 0, h1, 0), CUDA_ERROR_INVALID_VALUE); /* past it */
+
+    /* mapped but not accessible yet */
+    EXPECT_CODE(cuMemcpyHtoD(va, values, sizeof values), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemsetD8(va, 0, 16), CUDA_ERROR_INVALID_VALUE);
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    EXPECT_CODE(cuMemSetAccess(va, 3 * gran, &access, 1), CUDA_ERROR_INVALID_VALUE); /* not all mapped */
+    EXPECT_CODE(cuMemSetAccess(va, gran, &access, 0), CUDA_ERROR_INVALID_VALUE);
+    access.location.id = 1;
+    EXPECT_CODE(cuMemSetAccess(va, gran, &access, 1), CUDA_ERROR_INVALID_DEVICE);
+    access.location.id = 0;
+    OK(cuMemSetAccess(va, 2 * gran, &access, 1));
+
+    /* copies, memsets and kernels, one copy across both mappings */
+    OK(cuMemcpyHtoD(va + gran - 8, values, sizeof values));
+    OK(cuMemcpyDtoH(back, va + gran - 8, sizeof back));
+    EXPECT(memcmp(back, values, sizeof back) == 0);
+    OK(cuMemsetD32(va, 0x3f800000u, 4));
+    launch_store((float *)va + 1, 9.0f, 0);
+    OK(cudaMemcpy(back, (void *)va, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(back[0] == 1.0f && back[1] == 9.0f && back[3] == 1.0f);
+    EXPECT_CODE(cuMemcpyHtoD(va + 2 * gran - 8, values, sizeof values), CUDA_ERROR_INVALID_VALUE);
+
+    /* each mapping is an allocation range */
+    OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + gran + 100));
+    OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + gran + 100));
+    EXPECT(start == va + gran && size == gran);
+    OK(cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va));
+    EXPECT(memory_type == CU_MEMORYTYPE_DEVICE);
+    OK(cudaPointerGetAttributes(&attr, (void *)(va + 16)));
+    EXPECT(attr.type == cudaMemoryTypeDevice);
+    EXPECT_CODE(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + 3 * gran),
+                CUDA_ERROR_INVALID_VALUE); /* reserved, not mapped */
+    EXPECT_CODE(cuMemFree(va), CUDA_ERROR_INVALID_VALUE);
+
+    /* read-only access */
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+    OK(cuMemSetAccess(va + gran, gran, &access, 1));
+    EXPECT_CODE(cuMemcpyHtoD(va + gran, values, sizeof values), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemcpyDtoH(back, va + gran, sizeof back));
+    EXPECT(back[0] == 3.0f);
+
+    /* released memory returns to the device when its last mapping goes */
+    EXPECT_CODE(cuMemAddressFree(va, 4 * gran), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+    OK(cuMemRelease(h1));
+    OK(cuMemRelease(h2));
+    EXPECT_CODE(cuMemRelease(h1), CUDA_ERROR_INVALID_VALUE);
+    OK(cudaShimGetStats(&now));
+    EXPECT(now.current_device_bytes - before.current_device_bytes == 2 * gran);
+    EXPECT_CODE(cuMemUnmap(va, gran + 4096), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemUnmap(va, 2 * gran));
+    OK(cudaShimGetStats(&now));
+    EXPECT(now.current_device_bytes == before.current_device_bytes);
+    OK(cuMemGetInfo(&free_now, &total));
+    EXPECT(free_now == free_before);
+    EXPECT_CODE(cuMemcpyDtoH(back, va, sizeof back), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuMemAddressFree(va, 2 * gran), CUDA_ERROR_INVALID_VALUE); /* not the reserved size */
+    OK(cuMemAddressFree(va, 4 * gran));
+    EXPECT_CODE(cuMemAddressFree(va, 4 * gran), CUDA_ERROR_INVALID_VALUE);
+    printf("virtual_memory ok\n");
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -657,6 +1026,10 @@ static const struct {
     {"mapped_host", mapped_host},
     {"device_queries", device_queries},
     {"per_thread_stream", per_thread_stream},
+    {"proc_address", proc_address},
+    {"copies_2d", copies_2d},
+    {"launch_variants", launch_variants},
+    {"virtual_memory", virtual_memory},
 };
 
 int main(int argc, char **argv) {

@@ -19,6 +19,13 @@ unsafe extern "C" {
     pub fn cuDevicePrimaryCtxRetain(context: *mut usize, device: i32) -> u32;
     pub fn cuCtxSetCurrent(context: usize) -> u32;
     pub fn cuCtxSynchronize() -> u32;
+    pub fn cuGetProcAddress_v2(
+        symbol: *const c_char,
+        pfn: *mut *mut c_void,
+        version: i32,
+        flags: u64,
+        status: *mut i32,
+    ) -> u32;
     pub fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> u32;
     pub fn cuMemFree_v2(dptr: u64) -> u32;
     pub fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32;

@@ -211,6 +211,24 @@ fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: usize) -> RtResu
     }
 }
 
+/// `cudaGetDriverEntryPoint*`: a symbol the driver does not resolve is no error for the runtime
+/// (NVIDIA documents `cudaSuccess` with a NULL `*func`); `status` says why.
+fn driver_entry_point(
+    symbol: *const c_char,
+    func: *mut *mut c_void,
+    version: u32,
+    flags: u64,
+    status: *mut i32,
+) -> RtResult {
+    context()?;
+    let version = i32::try_from(version).map_err(|_| INVALID_VALUE)?;
+    // SAFETY: the caller's arguments; the driver checks symbol and func for null.
+    match unsafe { cuGetProcAddress_v2(symbol, func, version, flags, status) } {
+        SYMBOL_NOT_FOUND => Ok(()),
+        code => check(code),
+    }
+}
+
 /// The driver function registered for host function `func`.
 fn function_of(func: *const c_void) -> Result<usize, u32> {
     let mut function = 0usize;
@@ -504,6 +522,7 @@ runtime_api! {
         p.major = attribute(75)?;
         p.minor = attribute(76)?;
         p.texture_alignment = attribute(14)? as usize;
+        p.texture_pitch_alignment = attribute(51)? as usize;
         p.device_overlap = attribute(15)?;
         p.multi_processor_count = attribute(16)?;
         p.can_map_host_memory = attribute(19)?;
@@ -519,6 +538,8 @@ runtime_api! {
         p.shared_mem_per_multiprocessor = attribute(81)? as usize;
         p.regs_per_multiprocessor = attribute(82)?;
         p.managed_memory = attribute(83)?;
+        p.board_and_launch[8] = attribute(95)?; // cooperativeLaunch
+        p.board_and_launch[9] = attribute(96)?; // cooperativeMultiDeviceLaunch
         p.shared_mem_per_block_optin = attribute(97)? as usize;
         p.reserved_shared_mem_per_block = attribute(111)? as usize;
         p.features[4] = attribute(115)?;
@@ -629,6 +650,21 @@ runtime_api! {
         context()?;
         // SAFETY: the driver validates both handles.
         check(unsafe { cuEventRecord(event, per_thread(stream)) })
+    }
+
+    /// The driver's `cuGetProcAddress_v2` at this runtime's version (12090).
+    fn cudaGetDriverEntryPoint(symbol: *const c_char, func: *mut *mut c_void, flags: u64, status: *mut i32) {
+        driver_entry_point(symbol, func, RUNTIME_VERSION as u32, flags, status)
+    }
+
+    fn cudaGetDriverEntryPointByVersion(
+        symbol: *const c_char,
+        func: *mut *mut c_void,
+        version: u32,
+        flags: u64,
+        status: *mut i32,
+    ) {
+        driver_entry_point(symbol, func, version, flags, status)
     }
 
     fn cudaGetFuncBySymbol(function: *mut usize, symbol: *const c_void) {
