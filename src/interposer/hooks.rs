@@ -634,8 +634,6 @@ hooks! {
         |rec, run, ptr, pitch, _, height, _| on_alloc_pitch(rec, run, ptr, pitch, height);
     fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: usize) =>
         |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, stream as u64);
-    fn cuMemAllocAsync_ptsz(ptr: *mut u64, size: usize, stream: usize) =>
-        |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, per_thread(stream));
     // An allocation from a pool of the program's: recorded, not served (the pool's attributes
     // are the program's choice).
     fn cuMemAllocFromPoolAsync(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
@@ -653,8 +651,6 @@ hooks! {
     fn cuMemFree_v2(ptr: u64) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
     fn cuMemFreeAsync(ptr: u64, stream: usize) keeps ptr =>
         |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64, true);
-    fn cuMemFreeAsync_ptsz(ptr: u64, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
     fn cuMemFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, false);
 
     fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) =>
@@ -718,7 +714,6 @@ hooks! {
         |rec, run, function, _, _, _, _, _, _, _, stream, params| on_launch(rec, run, KernelRef::Function(function), driver_args(params, std::ptr::null_mut()), stream as u64);
 
     fn cuStreamCreate(stream: *mut usize, flags: u32) => |_, run, _, _| run();
-    fn cuStreamCreateWithPriority(stream: *mut usize, flags: u32, priority: i32) => |_, run, _, _, _| run();
     fn cuStreamDestroy_v2(stream: usize) => |_, run, _| run();
     fn cuStreamSynchronize(stream: usize) => |_, run, _| run();
     fn cuStreamQuery(stream: usize) => |_, run, _| run();

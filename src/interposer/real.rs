@@ -368,13 +368,15 @@ pub fn device_identity() -> (String, u64) {
     // buffer holds 256 bytes and `total` is a valid out-parameter.
     unsafe {
         if let Some(get_name) = driver_function::<GetName>(c"cuDeviceGetName")
-            && get_name(name.as_mut_ptr(), name.len() as i32, 0) != 0 {
-                name[0] = 0;
-            }
+            && get_name(name.as_mut_ptr(), name.len() as i32, 0) != 0
+        {
+            name[0] = 0;
+        }
         if let Some(total_mem) = driver_function::<TotalMem>(c"cuDeviceTotalMem_v2")
-            && total_mem(&mut total, 0) != 0 {
-                total = 0;
-            }
+            && total_mem(&mut total, 0) != 0
+        {
+            total = 0;
+        }
     }
     // SAFETY: the buffer is NUL-terminated (zeroed, and the driver terminates what it writes).
     let name = unsafe { CStr::from_ptr(name.as_ptr()) }
