@@ -24,6 +24,10 @@ type CopyAsync = unsafe extern "C" fn(u64, u64, usize, usize) -> u32;
 type MemsetD8Async = unsafe extern "C" fn(u64, u8, usize, usize) -> u32;
 type CtxSynchronize = unsafe extern "C" fn() -> u32;
 type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
+type Init = unsafe extern "C" fn(u32) -> u32;
+type CtxGetCurrent = unsafe extern "C" fn(*mut usize) -> u32;
+type PrimaryCtxRetain = unsafe extern "C" fn(*mut usize, i32) -> u32;
+type CtxSetCurrent = unsafe extern "C" fn(usize) -> u32;
 
 struct Driver {
     mem_alloc: Option<MemAlloc>,
@@ -43,6 +47,10 @@ struct Driver {
     memset_async: Option<MemsetD8Async>,
     ctx_synchronize: Option<CtxSynchronize>,
     mem_get_info: Option<MemGetInfo>,
+    init: Option<Init>,
+    ctx_get_current: Option<CtxGetCurrent>,
+    primary_ctx_retain: Option<PrimaryCtxRetain>,
+    ctx_set_current: Option<CtxSetCurrent>,
 }
 
 fn driver() -> &'static Driver {
@@ -51,7 +59,8 @@ fn driver() -> &'static Driver {
     // (cuMemAlloc_v2, cuMemFree_v2, cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer_v2,
     // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
     // cuEventDestroy_v2, cuStreamCreate, cuStreamWaitEvent, cuMemcpyAsync, cuMemsetD8Async,
-    // cuCtxSynchronize, cuMemGetInfo_v2).
+    // cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent, cuDevicePrimaryCtxRetain,
+    // cuCtxSetCurrent).
     DRIVER.get_or_init(|| unsafe {
         Driver {
             mem_alloc: driver_function(c"cuMemAlloc_v2"),
@@ -71,6 +80,10 @@ fn driver() -> &'static Driver {
             memset_async: driver_function(c"cuMemsetD8Async"),
             ctx_synchronize: driver_function(c"cuCtxSynchronize"),
             mem_get_info: driver_function(c"cuMemGetInfo_v2"),
+            init: driver_function(c"cuInit"),
+            ctx_get_current: driver_function(c"cuCtxGetCurrent"),
+            primary_ctx_retain: driver_function(c"cuDevicePrimaryCtxRetain"),
+            ctx_set_current: driver_function(c"cuCtxSetCurrent"),
         }
     })
 }
@@ -82,25 +95,41 @@ const STREAM_NON_BLOCKING: u32 = 0x1;
 /// into the device's address space.
 const HOST_ALLOC_MAPPED: u32 = 0x1 | 0x2;
 
-/// `cudaFree(NULL)`, the usual way to make the runtime initialise itself (driver, primary
-/// context current on this thread) without doing anything else; once per thread.
-pub fn initialise_runtime() {
-    use super::real::RealFn;
-    type Free = unsafe extern "C" fn(*mut c_void) -> u32;
-    static FREE: RealFn = RealFn::new(c"cudaFree");
+/// Makes sure the calling thread has a current context for the driver calls itermem makes:
+/// the program's own when one is current (on a hook's thread), else the primary context of
+/// device 0, the one the runtime uses (on a thread of itermem's, or before the program's first
+/// call). Through the driver only: a program that never loads the runtime (cudarc, JAX) has
+/// no `cudaFree` to initialise it with. Once per thread.
+pub fn ensure_context() {
     thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
     if DONE.with(|done| done.replace(true)) {
         return;
     }
-    // SAFETY: cudaFree's prototype; freeing NULL does nothing and succeeds.
-    if let Some(free) = unsafe { FREE.get::<Free>() } {
-        // SAFETY: as above.
-        unsafe { free(std::ptr::null_mut()) };
+    let d = driver();
+    let (Some(get_current), Some(init), Some(retain), Some(set_current)) = (
+        d.ctx_get_current,
+        d.init,
+        d.primary_ctx_retain,
+        d.ctx_set_current,
+    ) else {
+        return;
+    };
+    let mut context = 0usize;
+    // SAFETY: valid out-parameters and the prototypes of cuCtxGetCurrent, cuInit,
+    // cuDevicePrimaryCtxRetain and cuCtxSetCurrent; device 0 exists wherever CUDA works. The
+    // retained reference is kept for the life of the process, as the runtime keeps its own.
+    unsafe {
+        if get_current(&mut context) == SUCCESS && context != 0 {
+            return;
+        }
+        if init(0) == SUCCESS && retain(&mut context, 0) == SUCCESS {
+            set_current(context);
+        }
     }
 }
 
 pub fn malloc(bytes: u64) -> Option<u64> {
-    initialise_runtime();
+    ensure_context();
     let alloc = driver().mem_alloc?;
     let mut ptr = 0u64;
     // SAFETY: valid out-parameter; the calling thread has the runtime's context current.
@@ -109,7 +138,7 @@ pub fn malloc(bytes: u64) -> Option<u64> {
 
 /// The device memory still free, as the driver says.
 pub fn free_device_bytes() -> Option<u64> {
-    initialise_runtime();
+    ensure_context();
     let get_info = driver().mem_get_info?;
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: valid out-parameters; the calling thread has the runtime's context current.
@@ -126,7 +155,7 @@ pub fn free(addr: u64) {
 /// Page-locked host memory mapped into the device's address space: (host address, device
 /// address). With unified addressing the two are equal; both are kept as the driver says.
 pub fn mapped_host(bytes: u64) -> Option<(u64, u64)> {
-    initialise_runtime();
+    ensure_context();
     let d = driver();
     let (alloc, device_pointer) = (d.host_alloc?, d.host_device_pointer?);
     let mut host: *mut c_void = std::ptr::null_mut();
@@ -145,7 +174,7 @@ pub fn mapped_host(bytes: u64) -> Option<(u64, u64)> {
 
 /// Page-locked host memory for copies (not mapped).
 pub fn pinned_host(bytes: u64) -> Option<u64> {
-    initialise_runtime();
+    ensure_context();
     let alloc = driver().host_alloc?;
     let mut host: *mut c_void = std::ptr::null_mut();
     // SAFETY: valid out-parameter; flags 0.
@@ -222,7 +251,7 @@ pub fn wait(stream: u64, event: usize) -> bool {
 
 /// A stream of itermem's own that does not synchronise with the legacy default stream.
 pub fn stream() -> Option<u64> {
-    initialise_runtime();
+    ensure_context();
     let create = driver().stream_create?;
     let mut stream = 0usize;
     // SAFETY: valid out-parameter and flags.

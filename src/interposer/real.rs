@@ -198,9 +198,8 @@ type FuncGetParamInfo = unsafe extern "C" fn(usize, usize, *mut usize, *mut usiz
 type FuncGetName = unsafe extern "C" fn(*mut *const c_char, usize) -> u32;
 type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, i32, u64) -> u32;
 
-/// Driver and runtime entry points itermem asks about kernels and pointers.
+/// Driver entry points itermem asks about kernels and pointers.
 struct Introspection {
-    get_func_by_symbol: Option<GetFuncBySymbol>,
     param_info: Option<FuncGetParamInfo>,
     func_name: Option<FuncGetName>,
     pointer_attribute: Option<PointerGetAttribute>,
@@ -209,11 +208,9 @@ struct Introspection {
 fn introspection() -> &'static Introspection {
     static FUNCTIONS: OnceLock<Introspection> = OnceLock::new();
     FUNCTIONS.get_or_init(|| {
-        static GET_FUNC_BY_SYMBOL: RealFn = RealFn::new(c"cudaGetFuncBySymbol");
         // SAFETY: each symbol is requested with the pointer type of its CUDA 12 prototype.
         unsafe {
             Introspection {
-                get_func_by_symbol: GET_FUNC_BY_SYMBOL.get::<GetFuncBySymbol>(),
                 param_info: driver_function(c"cuFuncGetParamInfo"),
                 func_name: driver_function(c"cuFuncGetName"),
                 pointer_attribute: driver_function(c"cuPointerGetAttribute"),
@@ -237,9 +234,16 @@ pub struct KernelLayout {
 /// launch). Must be called on a thread with a current context (any thread launching a kernel
 /// has one).
 pub fn kernel_layout(func: *const c_void) -> KernelLayout {
-    let functions = introspection();
+    static GET_FUNC_BY_SYMBOL: RealFn = RealFn::new(c"cudaGetFuncBySymbol");
+    // SAFETY: cudaGetFuncBySymbol's CUDA 12 prototype. A runtime launch means a runtime is
+    // loaded; asked first whether it exists, so a runtime without the function (CUDA < 11) is
+    // not reported as an error.
+    let get_func_by_symbol = GET_FUNC_BY_SYMBOL
+        .exists()
+        .then(|| unsafe { GET_FUNC_BY_SYMBOL.get::<GetFuncBySymbol>() })
+        .flatten();
     let mut handle = 0usize;
-    let found = functions.get_func_by_symbol.is_some_and(|get| {
+    let found = get_func_by_symbol.is_some_and(|get| {
         // SAFETY: valid out-parameter; `func` is the launch's function pointer.
         unsafe { get(&mut handle, func) == 0 }
     });

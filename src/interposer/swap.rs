@@ -276,7 +276,7 @@ impl Executor {
             None => None,
             Some(Limit::Bytes(bytes)) => Some(bytes),
             Some(Limit::Fraction(f)) => {
-                cuda::initialise_runtime();
+                cuda::ensure_context();
                 let (_, total) = super::real::device_identity();
                 if total == 0 {
                     super::report(format_args!(
@@ -1012,7 +1012,7 @@ fn make_schedule(
     outside_pool_bytes: u64,
 ) -> anyhow::Result<(PoolPlan, Arc<Schedule>, f64)> {
     let started = Instant::now();
-    cuda::initialise_runtime();
+    cuda::ensure_context();
     let mut op_time_ns = Vec::with_capacity(timed.len());
     for &(_, start, end) in &timed {
         cuda::synchronize_event(end);
