@@ -2,8 +2,9 @@
 //! asserted by tests (a loaded machine would fail them); the tests assert results.
 //!
 //! `itermem bench hooks`: what the interposer's hooks add to each CUDA call. Runs
-//! `tests/programs/hook_bench` (cudaMalloc+cudaFree pairs, and launches of an 8-parameter
-//! kernel whose pointers point into some of the 10,000 allocations it keeps live) alternately
+//! `tests/programs/hook_bench` (allocate+free pairs, and launches of an 8-parameter kernel whose
+//! pointers point into some of the 10,000 allocations it keeps live, through the runtime API
+//! and through the driver API) alternately
 //! on the simulated platform alone and under `LD_PRELOAD=libitermem.so` in each mode asked for
 //! (record with the trace on by default; swap with a limit of the whole device, so nothing is
 //! swapped), and reports the medians of each and their differences. Alternating runs and
@@ -123,6 +124,8 @@ type Pick = fn(&Sample) -> f64;
 struct Sample {
     pair_ns: f64,
     launch_ns: f64,
+    driver_pair_ns: f64,
+    driver_launch_ns: f64,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -164,9 +167,11 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
-    let operations: [(&str, Pick); 2] = [
+    let operations: [(&str, Pick); 4] = [
         ("malloc+free pair", |s| s.pair_ns),
         ("launch (8 params)", |s| s.launch_ns),
+        ("cuMemAlloc+cuMemFree", |s| s.driver_pair_ns),
+        ("cuLaunchKernel (8)", |s| s.driver_launch_ns),
     ];
     if args.json {
         let mut json = Vec::new();
@@ -431,5 +436,7 @@ fn measure(
     Ok(Sample {
         pair_ns: value("malloc_free_pair_ns")?,
         launch_ns: value("launch_ns")?,
+        driver_pair_ns: value("driver_malloc_free_pair_ns")?,
+        driver_launch_ns: value("driver_launch_ns")?,
     })
 }

@@ -4,12 +4,15 @@
  *
  * Usage: hook_bench [--live N] [--pairs N] [--launches N]
  *   --live N      allocations kept live during the measurement (default 10000)
- *   --pairs N     cudaMalloc+cudaFree pairs timed (default 200000)
- *   --launches N  launches of an 8-parameter kernel (all pointers to live blocks) timed
+ *   --pairs N     cudaMalloc+cudaFree pairs timed, and as many cuMemAlloc+cuMemFree pairs
  *                 (default 200000)
- * Prints: malloc_free_pair_ns X and launch_ns X (mean wall-clock ns per operation).
+ *   --launches N  launches of an 8-parameter kernel (all pointers to live blocks) timed, through
+ *                 cudaLaunchKernel and as many through cuLaunchKernel (default 200000)
+ * Prints: malloc_free_pair_ns X, launch_ns X, driver_malloc_free_pair_ns X and driver_launch_ns X
+ * (mean wall-clock ns per operation).
  */
 #define _POSIX_C_SOURCE 199309L
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
 #include <stdio.h>
@@ -64,6 +67,14 @@ int main(int argc, char **argv) {
     }
     double pair_ns = (now_ns() - t0) / (double)pairs;
 
+    t0 = now_ns();
+    for (long i = 0; i < pairs; i++) {
+        CUdeviceptr p;
+        CHECK((cudaError_t)cuMemAlloc(&p, 4096));
+        CHECK((cudaError_t)cuMemFree(p));
+    }
+    double driver_pair_ns = (now_ns() - t0) / (double)pairs;
+
     dim3 one = {1, 1, 1};
     void *p[6];
     long n = 42;
@@ -78,8 +89,22 @@ int main(int argc, char **argv) {
         if (i % 4096 == 4095) CHECK(cudaStreamSynchronize(s));
     }
     CHECK(cudaStreamSynchronize(s));
+
+    CUfunction eight;
+    CHECK(cudaGetFuncBySymbol((cudaFunction_t *)&eight, (const void *)k_eight));
+    double driver_launch_total = 0;
+    for (long i = 0; i < launches; i++) {
+        for (int k = 0; k < 6; k++) p[k] = blocks[(i * 6 + k * 997) % live];
+        double t = now_ns();
+        CHECK((cudaError_t)cuLaunchKernel(eight, 1, 1, 1, 1, 1, 1, 0, (CUstream)s, args, NULL));
+        driver_launch_total += now_ns() - t;
+        if (i % 4096 == 4095) CHECK(cudaStreamSynchronize(s));
+    }
+    CHECK(cudaStreamSynchronize(s));
     printf("malloc_free_pair_ns %.1f\n", pair_ns);
     printf("launch_ns %.1f\n", launch_total / (double)launches);
+    printf("driver_malloc_free_pair_ns %.1f\n", driver_pair_ns);
+    printf("driver_launch_ns %.1f\n", driver_launch_total / (double)launches);
     for (long i = 0; i < live; i++) CHECK(cudaFree(blocks[i]));
     free(blocks);
     return 0;
