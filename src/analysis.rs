@@ -437,7 +437,7 @@ mod tests {
     use crate::event::CopyKind;
 
     fn ev(kind: EventKind) -> Event {
-        Event { time_ns: 0, kind }
+        Event::new(0, kind)
     }
 
     fn malloc(id: u64, size: u64) -> Event {

@@ -124,6 +124,25 @@ pub enum EventKind {
 pub struct Event {
     /// Nanoseconds since the recording started.
     pub time_ns: u64,
+    /// The CUDA device (ordinal) the event happened on: the current context's at the call.
+    /// Kernel names belong to no device (0).
+    #[serde(skip_serializing_if = "is_device_zero")]
+    pub device: u32,
     #[serde(flatten)]
     pub kind: EventKind,
+}
+
+impl Event {
+    /// An event of device 0 (what every single-device program and every importer makes).
+    pub fn new(time_ns: u64, kind: EventKind) -> Event {
+        Event {
+            time_ns,
+            device: 0,
+            kind,
+        }
+    }
+}
+
+fn is_device_zero(device: &u32) -> bool {
+    *device == 0
 }

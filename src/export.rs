@@ -385,26 +385,26 @@ mod tests {
     fn every_csv_row_has_as_many_cells_as_the_header() {
         let columns = CSV_HEADER.split(',').count();
         let events = vec![
-            Event {
-                time_ns: 1,
-                kind: EventKind::KernelName {
+            Event::new(
+                1,
+                EventKind::KernelName {
                     kernel: 0,
                     name: "k".into(),
                 },
-            },
-            Event {
-                time_ns: 2,
-                kind: EventKind::Malloc {
+            ),
+            Event::new(
+                2,
+                EventKind::Malloc {
                     id: 1,
                     addr: 16,
                     size: 8,
                     kind: MemKind::Device,
                     stream: 0,
                 },
-            },
-            Event {
-                time_ns: 3,
-                kind: EventKind::Memcpy {
+            ),
+            Event::new(
+                3,
+                EventKind::Memcpy {
                     dst: Some(1),
                     src: None,
                     bytes: 8,
@@ -412,29 +412,26 @@ mod tests {
                     stream: 0,
                     asynchronous: true,
                 },
-            },
-            Event {
-                time_ns: 4,
-                kind: EventKind::Memset {
+            ),
+            Event::new(
+                4,
+                EventKind::Memset {
                     dst: Some(1),
                     bytes: 8,
                     stream: 0,
                     asynchronous: false,
                 },
-            },
-            Event {
-                time_ns: 5,
-                kind: EventKind::Launch {
+            ),
+            Event::new(
+                5,
+                EventKind::Launch {
                     kernel: 0,
                     stream: 0,
                     layout_known: true,
                     touched: smallvec::smallvec![1, 2],
                 },
-            },
-            Event {
-                time_ns: 6,
-                kind: EventKind::Free { id: 1, stream: 0 },
-            },
+            ),
+            Event::new(6, EventKind::Free { id: 1, stream: 0 }),
         ];
         let mut out = Vec::new();
         write_csv(events, &mut out).unwrap();

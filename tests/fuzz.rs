@@ -537,7 +537,7 @@ fn training(iters: u64) -> Vec<Event> {
     let mut events = Vec::new();
     let mut push = |kind: EventKind| {
         t += 250;
-        events.push(Event { time_ns: t, kind });
+        events.push(Event::new(t, kind));
     };
     for (kernel, name) in ["fwd<float>", "bwd", "step"].iter().enumerate() {
         push(EventKind::KernelName {

@@ -47,7 +47,7 @@ fn training() -> Vec<Event> {
     let mut events = Vec::new();
     let mut push = |kind: EventKind| {
         t += 100;
-        events.push(Event { time_ns: t, kind });
+        events.push(Event::new(t, kind));
     };
     for (kernel, name) in ["fwd<float, 4>", "bwd", "sgd_step"].iter().enumerate() {
         push(EventKind::KernelName {

@@ -558,7 +558,7 @@ impl Recording {
                     },
                     AllocEvent::Free { id, .. } => EventKind::Free { id, stream: 0 },
                 };
-                Event { time_ns, kind }
+                Event::new(time_ns, kind)
             })
             .collect()
     }

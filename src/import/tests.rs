@@ -940,23 +940,20 @@ fn profiler_errors_say_what_is_missing_and_where() {
 // ---------------------------------------------------------------------------------------------
 
 fn malloc_event(time_ns: u64, id: u64, size: u64, kind: MemKind) -> Event {
-    Event {
+    Event::new(
         time_ns,
-        kind: EventKind::Malloc {
+        EventKind::Malloc {
             id,
             addr: 0x7000 + id * 0x100,
             size,
             kind,
             stream: 0,
         },
-    }
+    )
 }
 
 fn free_event(time_ns: u64, id: u64) -> Event {
-    Event {
-        time_ns,
-        kind: EventKind::Free { id, stream: 0 },
-    }
+    Event::new(time_ns, EventKind::Free { id, stream: 0 })
 }
 
 #[test]
@@ -964,15 +961,15 @@ fn itermem_traces_keep_device_memory_and_their_ids() {
     let events = vec![
         malloc_event(1_000, 1, 4096, MemKind::Device),
         malloc_event(2_000, 2, 64, MemKind::PinnedHost),
-        Event {
-            time_ns: 2_500,
-            kind: EventKind::Launch {
+        Event::new(
+            2_500,
+            EventKind::Launch {
                 kernel: 0,
                 stream: 0,
                 layout_known: true,
                 touched: [1].into_iter().collect(),
             },
-        },
+        ),
         malloc_event(3_000, 3, 512, MemKind::Managed),
         free_event(4_000, 2),
         free_event(5_000, 1),

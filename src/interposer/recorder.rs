@@ -693,28 +693,22 @@ impl Recorder {
                 capture.synthetic = live.len() as u64;
                 capture.events = live
                     .into_iter()
-                    .map(|(id, size)| Event {
-                        time_ns: 0,
-                        kind: EventKind::Malloc {
+                    .map(|(id, size)| {
+                        let kind = EventKind::Malloc {
                             id,
                             addr: 0,
                             size,
                             kind: MemKind::Device,
                             stream: 0,
-                        },
+                        };
+                        Event::new(0, kind)
                     })
                     .collect();
-                capture.events.push(Event {
-                    time_ns: 0,
-                    kind: kind.clone(),
-                });
+                capture.events.push(Event::new(0, kind.clone()));
             } else if index > capture.start
                 && capture.events.len() as u64 == capture.synthetic + (index - capture.start)
             {
-                capture.events.push(Event {
-                    time_ns: 0,
-                    kind: kind.clone(),
-                });
+                capture.events.push(Event::new(0, kind.clone()));
             }
         }
         let Some(live) = &mut seq.swap_live else {
@@ -796,7 +790,7 @@ impl Recorder {
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
-        seq.pending.push(Event { time_ns, kind });
+        seq.pending.push(Event::new(time_ns, kind));
         // A full batch, or one old enough that a crash now would lose more than a moment.
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS

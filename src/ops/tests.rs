@@ -440,7 +440,7 @@ fn gzip_is_transparent_and_bad_files_are_errors() {
 // itermem traces
 
 fn ev(kind: EventKind) -> Event {
-    Event { time_ns: 0, kind }
+    Event::new(0, kind)
 }
 
 fn malloc(id: u64, size: u64) -> Event {

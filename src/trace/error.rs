@@ -71,8 +71,9 @@ impl fmt::Display for Problem {
             }
             Problem::UnsupportedVersion { found, supported } => write!(
                 f,
-                "unsupported format version {found} (this build of itermem reads version \
-                 {supported})"
+                "unsupported format version {found} (this build of itermem reads versions {} \
+                 to {supported})",
+                super::format::OLDEST_VERSION
             ),
             Problem::UnsupportedClock { found } => {
                 write!(

@@ -16,8 +16,11 @@ use crate::event::{Event, EventKind, Touched};
 
 /// The first 8 bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"ITERMEM\0";
-/// The format version this build writes and the only one it reads.
-pub const VERSION: u16 = 1;
+/// The format version this build writes. Version 2 added the device of each event; version-1
+/// files are still read (every event on device 0).
+pub const VERSION: u16 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_VERSION: u16 = 1;
 /// Length of a version-1 header with an empty device name and no command line: the fixed fields
 /// (38 bytes) plus the argument count (4 bytes).
 pub const MIN_HEADER_LEN: u32 = 42;
@@ -235,6 +238,9 @@ pub fn encode_event(event: &Event, prev_time: &mut u64, body: &mut Vec<u8>, out:
             kind::KERNEL_NAME
         }
     };
+    if kind != kind::KERNEL_NAME {
+        put_varint(body, u64::from(event.device));
+    }
     put_record(out, kind, body);
 }
 
@@ -397,13 +403,14 @@ pub(crate) enum Decoded {
     Unknown,
 }
 
-/// Decodes the body of a record of kind `record_kind` (not 0). `prev_time` is the previous
-/// record's time and is updated. Bytes after the known fields are ignored (later versions may
-/// append fields).
+/// Decodes the body of a record of kind `record_kind` (not 0) of a file of format `version`.
+/// `prev_time` is the previous record's time and is updated. Bytes after the known fields are
+/// ignored (later revisions may append fields).
 pub(crate) fn decode_body(
     record_kind: u8,
     body: &mut Cursor<'_>,
     prev_time: &mut u64,
+    version: u16,
 ) -> Result<Decoded, FieldError> {
     let delta = unzigzag(body.varint("time delta")?);
     let time_ns = prev_time.wrapping_add(delta as u64);
@@ -509,8 +516,14 @@ pub(crate) fn decode_body(
         }
         _ => return Ok(Decoded::Unknown),
     };
+    let device = match event_kind {
+        EventKind::KernelName { .. } => 0,
+        _ if version >= 2 => body.varint_u32("device")?,
+        _ => 0,
+    };
     Ok(Decoded::Event(Event {
         time_ns,
+        device,
         kind: event_kind,
     }))
 }

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::error::{Part, Problem, TraceError};
-use super::format::{self, Cursor, Decoded, FieldError, MAGIC, MIN_HEADER_LEN, VERSION, offset};
+use super::format::{
+    self, Cursor, Decoded, FieldError, MAGIC, MIN_HEADER_LEN, OLDEST_VERSION, VERSION, offset,
+};
 use super::{Clock, EndRecord, TraceHeader};
 use crate::event::Event;
 
@@ -92,7 +94,7 @@ impl TraceFile {
         &self.path
     }
 
-    /// The format version of the file (always [`format::VERSION`] for a file that opened).
+    /// The format version of the file (from [`format::OLDEST_VERSION`] to [`format::VERSION`]).
     pub fn version(&self) -> u16 {
         self.version
     }
@@ -111,6 +113,7 @@ impl TraceFile {
         Events {
             path: &self.path,
             data: self.data.bytes(),
+            version: self.version,
             pos: self.records_start,
             prev_time: 0,
             end: None,
@@ -143,7 +146,7 @@ fn parse_header(path: &Path, data: &[u8]) -> Result<(u16, TraceHeader, usize), T
     }
     // The version comes before anything else so that a future layout is reported as such.
     let version = u16::from_le_bytes([data[8], data[9]]);
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(err(
             offset::VERSION,
             Problem::UnsupportedVersion {
@@ -225,6 +228,8 @@ fn parse_header(path: &Path, data: &[u8]) -> Result<(u16, TraceHeader, usize), T
 pub struct Events<'a> {
     path: &'a Path,
     data: &'a [u8],
+    /// The file's format version (how record bodies are laid out).
+    version: u16,
     /// Offset of the next record.
     pos: usize,
     prev_time: u64,
@@ -268,8 +273,9 @@ impl Events<'_> {
             }
             let body_bytes = &self.data[body_start..body_start + body_len];
             let mut body = Cursor::new(body_bytes, body_start as u64, "record body");
-            let decoded = format::decode_body(record_kind, &mut body, &mut self.prev_time)
-                .map_err(|e| err(e.problem))?;
+            let decoded =
+                format::decode_body(record_kind, &mut body, &mut self.prev_time, self.version)
+                    .map_err(|e| err(e.problem))?;
             self.pos = body_start + body_len;
             match decoded {
                 Decoded::Event(event) => return Ok(Some(event)),

@@ -19,7 +19,7 @@ fn header() -> TraceHeader {
 }
 
 fn ev(time_ns: u64, kind: EventKind) -> Event {
-    Event { time_ns, kind }
+    Event::new(time_ns, kind)
 }
 
 /// One event of every kind and variant, with edge values (huge ids, time going backwards).
@@ -272,7 +272,8 @@ fn launches_are_compact() {
     );
     let (bytes, starts) = encode(&header(), &[launch], false);
     // kind 1 + length 1 + Δt 1000 (2) + kernel 1 + stream 1 + flags 1 + count 1 + 3 ids (1 each)
-    assert_eq!(bytes.len() - starts[0], 11);
+    // + device 1
+    assert_eq!(bytes.len() - starts[0], 12);
 }
 
 #[test]
@@ -381,14 +382,14 @@ fn wrong_magic_is_not_a_trace() {
 #[test]
 fn a_future_version_is_refused_at_byte_8() {
     let (mut bytes, _) = encode(&header(), &every_kind(), true);
-    bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
     let err = first_error(bytes);
     assert!(
         matches!(
             err.problem(),
             Problem::UnsupportedVersion {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             }
         ),
         "{err}"
@@ -396,8 +397,8 @@ fn a_future_version_is_refused_at_byte_8() {
     assert_eq!(err.offset(), 8);
     assert_eq!(
         err.to_string(),
-        "t.itrace: corrupt header at byte 8: unsupported format version 2 (this build of \
-         itermem reads version 1)"
+        "t.itrace: corrupt header at byte 8: unsupported format version 3 (this build of \
+         itermem reads versions 1 to 2)"
     );
 }
 
@@ -770,13 +771,52 @@ fn the_documented_example_encodes_as_shown() {
     ];
     let (bytes, _) = encode(&h, &events, false);
     let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let expected = "49 54 45 52 4d 45 4d 00 01 00 08 01 38 00 00 00 \
+    let expected = "49 54 45 52 4d 45 4d 00 02 00 08 01 38 00 00 00 \
                     88 77 66 55 44 33 22 11 00 00 00 00 04 00 00 00 \
                     d2 04 00 00 03 00 47 50 55 01 00 00 00 07 00 00 \
                     00 2e 2f 61 2e 6f 75 74 \
-                    01 0f d0 0f 01 80 80 80 80 80 e0 1f 80 80 40 00 00 \
-                    02 04 a0 1f 01 00";
+                    01 10 d0 0f 01 80 80 80 80 80 e0 1f 80 80 40 00 00 00 \
+                    02 05 a0 1f 01 00 00";
     assert_eq!(hex.join(" "), expected);
+}
+
+/// A file of version 1 (the example as version 1 wrote it: no device fields) is still read,
+/// every event on device 0.
+#[test]
+fn a_version_1_file_is_read_with_every_event_on_device_0() {
+    let hex = "49 54 45 52 4d 45 4d 00 01 00 08 01 38 00 00 00 \
+               88 77 66 55 44 33 22 11 00 00 00 00 04 00 00 00 \
+               d2 04 00 00 03 00 47 50 55 01 00 00 00 07 00 00 \
+               00 2e 2f 61 2e 6f 75 74 \
+               01 0f d0 0f 01 80 80 80 80 80 e0 1f 80 80 40 00 00 \
+               02 04 a0 1f 01 00";
+    let bytes = hex
+        .split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect();
+    let file = open_bytes(bytes).unwrap();
+    assert_eq!(file.version(), 1);
+    let events = read_all(&file).unwrap();
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|e| e.device == 0));
+    assert_eq!(events[1].kind, EventKind::Free { id: 1, stream: 0 });
+}
+
+#[test]
+fn the_device_of_every_event_round_trips() {
+    let events: Vec<Event> = every_kind()
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut e)| {
+            if !matches!(e.kind, EventKind::KernelName { .. }) {
+                e.device = [0, 1, 7, u32::MAX][i % 4];
+            }
+            e
+        })
+        .collect();
+    let (bytes, _) = encode(&header(), &events, true);
+    let file = open_bytes(bytes).unwrap();
+    assert_eq!(read_all(&file).unwrap(), events);
 }
 
 #[test]

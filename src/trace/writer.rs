@@ -388,10 +388,7 @@ mod tests {
         };
         let writer = TraceWriter::start(path, file, Vec::new(), 8).unwrap();
         for i in 0..1_000 {
-            writer.record(Event {
-                time_ns: i,
-                kind: EventKind::Free { id: i, stream: 0 },
-            });
+            writer.record(Event::new(i, EventKind::Free { id: i, stream: 0 }));
             if i == 500 {
                 writer.flush(); // returns although the write failed
             }
