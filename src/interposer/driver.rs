@@ -28,6 +28,7 @@ type Init = unsafe extern "C" fn(u32) -> u32;
 type CtxGetCurrent = unsafe extern "C" fn(*mut usize) -> u32;
 type PrimaryCtxRetain = unsafe extern "C" fn(*mut usize, i32) -> u32;
 type CtxSetCurrent = unsafe extern "C" fn(usize) -> u32;
+type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
 
 struct Driver {
     mem_alloc: Option<MemAlloc>,
@@ -51,6 +52,7 @@ struct Driver {
     ctx_get_current: Option<CtxGetCurrent>,
     primary_ctx_retain: Option<PrimaryCtxRetain>,
     ctx_set_current: Option<CtxSetCurrent>,
+    ctx_get_device: Option<CtxGetDevice>,
 }
 
 fn driver() -> &'static Driver {
@@ -60,7 +62,7 @@ fn driver() -> &'static Driver {
     // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
     // cuEventDestroy_v2, cuStreamCreate, cuStreamWaitEvent, cuMemcpyAsync, cuMemsetD8Async,
     // cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent, cuDevicePrimaryCtxRetain,
-    // cuCtxSetCurrent).
+    // cuCtxSetCurrent, cuCtxGetDevice).
     DRIVER.get_or_init(|| unsafe {
         Driver {
             mem_alloc: driver_function(c"cuMemAlloc_v2"),
@@ -84,6 +86,7 @@ fn driver() -> &'static Driver {
             ctx_get_current: driver_function(c"cuCtxGetCurrent"),
             primary_ctx_retain: driver_function(c"cuDevicePrimaryCtxRetain"),
             ctx_set_current: driver_function(c"cuCtxSetCurrent"),
+            ctx_get_device: driver_function(c"cuCtxGetDevice"),
         }
     })
 }
@@ -126,6 +129,28 @@ pub fn ensure_context() {
             set_current(context);
         }
     }
+}
+
+/// The calling thread's current context (0: none, or the driver cannot tell).
+pub fn current_context() -> usize {
+    let mut context = 0usize;
+    if let Some(get_current) = driver().ctx_get_current {
+        // SAFETY: valid out-parameter.
+        if unsafe { get_current(&mut context) } != SUCCESS {
+            context = 0;
+        }
+    }
+    context
+}
+
+/// The device of the calling thread's current context.
+pub fn current_device() -> Option<u32> {
+    let get_device = driver().ctx_get_device?;
+    let mut device = 0i32;
+    // SAFETY: valid out-parameter.
+    (unsafe { get_device(&mut device) } == SUCCESS)
+        .then_some(device)
+        .and_then(|d| u32::try_from(d).ok())
 }
 
 pub fn malloc(bytes: u64) -> Option<u64> {

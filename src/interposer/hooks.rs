@@ -7,10 +7,11 @@
 //! as `usize`; `cudaError_t` and `enum cudaMemcpyKind` are 32-bit. Exported only outside unit
 //! tests, so a test binary never interposes on anything.
 
+use super::device::current_device;
 use super::real::RealFn;
 use super::recorder::{KernelRef, LaunchArgs};
 use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept, kept_by_itermem};
-use crate::event::{CopyKind, MemKind};
+use crate::event::{AllocId, CopyKind, MemKind};
 use std::ffi::{CStr, c_void};
 
 /// `dim3`, passed by value as in C.
@@ -79,39 +80,40 @@ fn on_alloc(
     kind: MemKind,
     stream: u64,
 ) -> u32 {
-    if servable(kind)
-        && size > 0
-        && !ptr.is_null()
-        && let Some((addr, id)) = rec.served_malloc(size as u64)
-    {
-        // SAFETY: `ptr` is the caller's non-null out-parameter.
+    let device = current_device();
+    let served = |served: Option<(u64, AllocId)>| {
+        let (addr, id) = served?;
+        // SAFETY: `ptr` is the caller's non-null out-parameter (checked by the callers below).
         unsafe { *ptr = addr as *mut c_void };
-        rec.on_served_malloc(id, addr, size as u64, kind, stream);
-        return SUCCESS;
+        rec.on_served_malloc(device, id, addr, (size as u64, kind, stream));
+        Some(SUCCESS)
+    };
+    let servable = servable(kind) && size > 0 && !ptr.is_null();
+    if servable && let Some(answer) = served(rec.served_malloc(device, size as u64)) {
+        return answer;
     }
-    let result = run_retrying(rec, run, layer, kind);
+    let result = run_retrying(rec, run, layer, device, kind);
     if result == MEMORY_ALLOCATION
-        && servable(kind)
-        && size > 0
-        && !ptr.is_null()
-        && let Some((addr, id)) = rec.host_backed_malloc(size as u64)
+        && servable
+        && let Some(answer) = served(rec.host_backed_malloc(device, size as u64))
     {
-        // SAFETY: `ptr` is the caller's non-null out-parameter.
-        unsafe { *ptr = addr as *mut c_void };
-        rec.on_served_malloc(id, addr, size as u64, kind, stream);
         if layer == Layer::Runtime {
             clear_last_error();
         }
-        return SUCCESS;
+        return answer;
     }
-    record_alloc(rec, result, ptr, size, kind, stream, servable(kind))
+    let allocation = (size as u64, kind, stream);
+    record_alloc(rec, result, ptr, device, allocation, servable)
 }
 
-/// Runs a real allocation; if the device is out of memory, once more after itermem gave back
-/// the pool memory nothing uses (when it had any).
-fn run_retrying(rec: &Recorder, run: Run, layer: Layer, kind: MemKind) -> u32 {
+/// Runs a real allocation on `device`; if the device is out of memory, once more after
+/// itermem gave back the pool memory nothing uses (when it had any).
+fn run_retrying(rec: &Recorder, run: Run, layer: Layer, device: u32, kind: MemKind) -> u32 {
     let result = run();
-    if result != MEMORY_ALLOCATION || !kind.is_device() || rec.release_unused_device_memory() == 0 {
+    if result != MEMORY_ALLOCATION
+        || !kind.is_device()
+        || rec.release_unused_device_memory(device) == 0
+    {
         return result;
     }
     let retried = run();
@@ -122,25 +124,33 @@ fn run_retrying(rec: &Recorder, run: Run, layer: Layer, kind: MemKind) -> u32 {
     retried
 }
 
-/// Records the allocation a real call made (`result`); `plannable`: whether pool mode may
-/// serve its later copies.
+/// Records the allocation (size, kind, stream) a real call made on `device` (`result`);
+/// `plannable`: whether pool mode may serve its later copies.
 fn record_alloc(
     rec: &Recorder,
     result: u32,
     ptr: *mut *mut c_void,
-    size: usize,
-    kind: MemKind,
-    stream: u64,
+    device: u32,
+    (size, kind, stream): (u64, MemKind, u64),
     plannable: bool,
 ) -> u32 {
     if result == SUCCESS && !ptr.is_null() {
         // SAFETY: the call succeeded, so the API wrote the new address through `ptr`.
         let addr = unsafe { *ptr } as u64;
         if addr != 0 {
-            rec.on_malloc(addr, size as u64, kind, stream, plannable);
+            rec.on_malloc(device, addr, size, kind, stream, plannable);
         }
     }
     result
+}
+
+/// An allocation recorded, never served (from a pool of the program's, whose attributes are
+/// its choice).
+fn on_unserved_alloc(rec: &Recorder, run: Run, ptr: *mut u64, size: usize, stream: u64) -> u32 {
+    let device = current_device();
+    let result = run_retrying(rec, run, Layer::Driver, device, MemKind::Async);
+    let allocation = (size as u64, MemKind::Async, stream);
+    record_alloc(rec, result, ptr.cast(), device, allocation, false)
 }
 
 /// `cuMemAllocPitch_v2`: the driver chooses the pitch, so the block is known only after it.
@@ -151,13 +161,14 @@ fn on_alloc_pitch(
     pitch: *mut usize,
     height: usize,
 ) -> u32 {
-    let result = run_retrying(rec, run, Layer::Driver, MemKind::Device);
+    let device = current_device();
+    let result = run_retrying(rec, run, Layer::Driver, device, MemKind::Device);
     if result == SUCCESS && !ptr.is_null() && !pitch.is_null() {
         // SAFETY: the call succeeded, so the driver wrote both out-parameters.
         let (addr, pitch) = unsafe { (*ptr, *pitch) };
         if addr != 0 {
             let size = (pitch as u64).saturating_mul(height as u64);
-            rec.on_malloc(addr, size, MemKind::Device, 0, false);
+            rec.on_malloc(device, addr, size, MemKind::Device, 0, false);
         }
     }
     result
@@ -198,7 +209,14 @@ fn on_free(rec: &Recorder, run: Run, ptr: u64, stream: u64, device: bool) -> u32
 fn on_map(rec: &Recorder, run: Run, ptr: u64, size: usize) -> u32 {
     let result = run();
     if result == SUCCESS {
-        rec.on_malloc(ptr, size as u64, MemKind::Device, 0, false);
+        rec.on_malloc(
+            current_device(),
+            ptr,
+            size as u64,
+            MemKind::Device,
+            0,
+            false,
+        );
     }
     result
 }
@@ -239,12 +257,14 @@ fn on_copy(rec: &Recorder, run: Run, layer: Layer, copy: CopyCall) -> u32 {
         // driver's copies take addresses, which mapped host memory is.)
         INFER_COPY_KIND.with(|infer| infer.set(true));
     }
+    let device = current_device();
     let (dst, src) = (rec.resolve(copy.dst), rec.resolve(copy.src));
     let ids: smallvec::SmallVec<[u64; 2]> = [dst, src].into_iter().flatten().collect();
-    let prepared = rec.before_use(&ids, copy.stream);
+    let prepared = rec.before_use(device, &ids, copy.stream);
     let result = run();
     let index = (result == SUCCESS).then(|| {
         rec.on_memcpy(
+            device,
             dst,
             src,
             copy.bytes,
@@ -253,7 +273,7 @@ fn on_copy(rec: &Recorder, run: Run, layer: Layer, copy: CopyCall) -> u32 {
             copy.asynchronous,
         )
     });
-    rec.after_use(prepared, copy.stream, index);
+    rec.after_use(device, prepared, copy.stream, index);
     result
 }
 
@@ -408,11 +428,13 @@ fn on_set(
     stream: u64,
     asynchronous: bool,
 ) -> u32 {
+    let device = current_device();
     let dst = rec.resolve(dst);
-    let prepared = rec.before_use(dst.as_slice(), stream);
+    let prepared = rec.before_use(device, dst.as_slice(), stream);
     let result = run();
-    let index = (result == SUCCESS).then(|| rec.on_memset(dst, bytes as u64, stream, asynchronous));
-    rec.after_use(prepared, stream, index);
+    let index =
+        (result == SUCCESS).then(|| rec.on_memset(device, dst, bytes as u64, stream, asynchronous));
+    rec.after_use(device, prepared, stream, index);
     result
 }
 
@@ -421,10 +443,11 @@ fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stre
     // (the launch's contract); they are read before the launch, while the caller is blocked in
     // this call.
     let accesses = unsafe { rec.launch_accesses(kernel, args) };
-    let prepared = rec.before_use(&accesses.touched, stream);
+    let device = current_device();
+    let prepared = rec.before_use(device, &accesses.touched, stream);
     let result = run();
-    let index = (result == SUCCESS).then(|| rec.on_launch(accesses, stream));
-    rec.after_use(prepared, stream, index);
+    let index = (result == SUCCESS).then(|| rec.on_launch(device, accesses, stream));
+    rec.after_use(device, prepared, stream, index);
     result
 }
 
@@ -634,13 +657,8 @@ hooks! {
         |rec, run, ptr, pitch, _, height, _| on_alloc_pitch(rec, run, ptr, pitch, height);
     fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: usize) =>
         |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, stream as u64);
-    // An allocation from a pool of the program's: recorded, not served (the pool's attributes
-    // are the program's choice).
     fn cuMemAllocFromPoolAsync(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
-        |rec, run, ptr, size, _, stream| {
-            let result = run_retrying(rec, run, Driver, MemKind::Async);
-            record_alloc(rec, result, ptr.cast(), size, MemKind::Async, stream as u64, false)
-        };
+        |rec, run, ptr, size, _, stream| on_unserved_alloc(rec, run, ptr, size, stream as u64);
     fn cuMemAllocManaged(ptr: *mut u64, size: usize, flags: u32) =>
         |rec, run, ptr, size, _| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Managed, 0);
     fn cuMemAllocHost_v2(ptr: *mut *mut c_void, size: usize) =>

@@ -16,6 +16,8 @@ pub struct Block {
     pub id: AllocId,
     pub size: u64,
     pub kind: MemKind,
+    /// The device whose memory it is (its frees are that device's events).
+    pub device: u32,
     /// Index of the Malloc event (lifetimes are measured in events).
     pub event_index: u64,
 }
@@ -70,6 +72,7 @@ mod tests {
             id,
             size,
             kind: MemKind::Device,
+            device: 0,
             event_index: 0,
         }
     }

@@ -12,6 +12,7 @@
 //! process ends, the trace is flushed and the statistics written (`ending.rs`).
 
 mod cnmem;
+mod device;
 mod driver;
 mod ending;
 pub mod hooks;
@@ -22,7 +23,7 @@ mod recorder;
 pub mod resolve;
 mod swap;
 
-pub use recorder::{Recorder, Summary};
+pub use recorder::{DeviceSummary, Recorder, Summary};
 
 use crate::config::{Config, Mode};
 use std::cell::Cell;

@@ -2,30 +2,33 @@
 //! that names what each launch and copy touches, feeds the online iteration detector and the
 //! trace writer, and counts everything for the statistics.
 //!
-//! Ordering: every event passes through one short critical section ([`Sequencer`]) that assigns
-//! its index and time, updates the live bytes, pushes its token to the detector and hands it to
-//! the trace writer, so the trace, the indices and the detector see one total order even when
-//! many host threads call CUDA at once. Frees leave the live index *before* the real free runs,
+//! Ordering: every event passes through one short critical section (its device's
+//! [`Sequencer`]) that assigns its index and time, updates the live bytes, pushes its token to
+//! the detector and hands it to the trace writer, so the trace, the indices and the detector
+//! see one total order per device even when many host threads call CUDA at once. Each device
+//! has its own sequence, detector and allocator (`device.rs`); the live index, the kernels and
+//! the counters are the process's. Frees leave the live index *before* the real free runs,
 //! so an address the runtime reuses at once for another thread's malloc is never confused with
 //! the block being freed.
 
-use super::cnmem::{CnmemState, CnmemStats};
+use super::cnmem::CnmemStats;
+use super::device::{DeviceState, Devices, Sequencer};
 use super::live::{Block, LiveIndex};
-use super::pool::{PoolState, PoolStats};
+use super::pool::PoolStats;
 use super::real::{KernelLayout, function_layout, kernel_layout, range_start};
-use super::swap::{Capture, Prepared, SwapConfig, SwapStats};
+use super::swap::{Capture, Prepared, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::{Config, Mode};
-use crate::detect::{Change, Detector, DetectorConfig, Period};
+use crate::detect::Change;
 use crate::event::AllocId;
 use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
 use crate::trace::{TraceHeader, TraceWriter};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::ffi::c_void;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
@@ -98,58 +101,12 @@ pub struct Counters {
     pub pointer_words_scanned: AtomicU64,
 }
 
-/// State behind the single ordering lock.
-struct Sequencer {
-    next_index: u64,
-    live_bytes: u64,
-    peak_live_bytes: u64,
-    detector: Detector,
-    /// How many times a period was found (more than once: the pattern changed).
-    changes: u64,
-    /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
-    pending: Vec<Event>,
-    pending_since_ns: u64,
-    /// The period that has covered the most events so far, with that count: what the training
-    /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
-    dominant: Option<(Period, u64)>,
-    /// Swap mode: the live device allocations (id → size), which become the resident tensors of
-    /// a captured iteration, and the iteration being captured for planning.
-    swap_live: Option<FxHashMap<AllocId, u64>>,
-    capture: Option<Capture>,
-}
-
-impl Sequencer {
-    /// Accounts for `period` having held over `[period.start, end)`.
-    fn covered(&mut self, period: Period, end: u64) {
-        let events = end.saturating_sub(period.start);
-        if self.dominant.is_none_or(|(_, best)| events >= best) {
-            self.dominant = Some((period, events));
-        }
-    }
-
-    /// The dominant period, counting the one in force up to now.
-    fn dominant_period(&self) -> Option<Period> {
-        let current = self
-            .detector
-            .period()
-            .map(|p| (p, self.next_index.saturating_sub(p.start)));
-        match (self.dominant, current) {
-            (Some((best, covered)), Some((now, now_covered))) => {
-                Some(if now_covered >= covered { now } else { best })
-            }
-            (best, now) => best.or(now).map(|(p, _)| p),
-        }
-    }
-}
-
 pub struct Recorder {
     pub config: Config,
     /// The process that started recording (a forked child inherits this value).
     pub pid: u32,
     start: Instant,
     next_id: AtomicU64,
-    /// The index the next event will get (the sequencer's, readable without its lock).
-    next_index: AtomicU64,
     live: RwLock<LiveIndex>,
     /// Kernels by host function address (key `(false, address)`) and by driver handle
     /// (`(true, handle)`). Records are leaked: there are few kernels, they live
@@ -157,95 +114,63 @@ pub struct Recorder {
     kernels: RwLock<FxHashMap<(bool, usize), &'static Kernel>>,
     /// Kernels known (ids are given under the `kernels` lock, in order).
     kernel_count: AtomicU64,
-    sequencer: Mutex<Sequencer>,
+    devices: Devices,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
     pub counters: Counters,
-    /// Pool mode's state (None in other modes).
-    pool: Option<Mutex<PoolState>>,
-    /// cnmem mode's allocator (None in other modes).
-    cnmem: Option<Mutex<CnmemState>>,
-    /// Swap mode: a captured timing iteration, handed from the sequencer to the planner.
-    captured: Mutex<Option<Capture>>,
-    capture_done: AtomicBool,
 }
 
 impl Recorder {
     pub fn new(config: Config) -> Recorder {
-        let mode = config.mode;
-        let cnmem_reservation = config.cnmem_reservation;
-        let cnmem_library = config.cnmem_library.clone();
-        let swap_config = SwapConfig {
-            limit: config.limit,
-            copy: config.bandwidth,
-            min_bytes: config.swap_min_bytes,
-            verify: config.swap_verify,
-            plan_out: config.plan_out.clone(),
-            trace: config.trace.clone(),
-        };
-        let detector = Detector::new(DetectorConfig::for_cuda_events())
-            .expect("the detector configuration for CUDA events is valid");
         Recorder {
             config,
             pid: std::process::id(),
             start: Instant::now(),
             next_id: AtomicU64::new(1),
-            next_index: AtomicU64::new(0),
             live: RwLock::new(LiveIndex::default()),
             kernels: RwLock::new(FxHashMap::default()),
             kernel_count: AtomicU64::new(0),
-            sequencer: Mutex::new(Sequencer {
-                next_index: 0,
-                live_bytes: 0,
-                peak_live_bytes: 0,
-                detector,
-                changes: 0,
-                dominant: None,
-                pending: Vec::with_capacity(TRACE_BATCH),
-                pending_since_ns: 0,
-                swap_live: (mode == Mode::Swap).then(FxHashMap::default),
-                capture: None,
-            }),
+            devices: Devices::new(),
             trace: OnceLock::new(),
             counters: Counters::default(),
-            pool: match mode {
-                Mode::Pool => Some(Mutex::new(PoolState::default())),
-                Mode::Swap => Some(Mutex::new(PoolState::for_swaps(swap_config))),
-                _ => None,
-            },
-            cnmem: (mode == Mode::Cnmem)
-                .then(|| Mutex::new(CnmemState::new(cnmem_reservation, cnmem_library.as_deref()))),
-            captured: Mutex::new(None),
-            capture_done: AtomicBool::new(false),
         }
     }
 
+    /// The state of device `ordinal` (see `device::current_device`).
+    fn device(&self, ordinal: u32) -> &DeviceState {
+        self.devices.get(ordinal, &self.config, TRACE_BATCH)
+    }
+
     // ---- observations (called after the real call succeeded, unless noted) ----
+    // `device` is the ordinal of the device the call acted on (`device::current_device`).
 
     pub fn on_malloc(
         &self,
+        device: u32,
         addr: u64,
         size: u64,
         kind: MemKind,
         stream: StreamHandle,
         plannable: bool,
     ) {
+        let dev = self.device(device);
         let id = self.next_id.fetch_add(1, Relaxed);
-        if let (Some(pool), true) = (&self.pool, kind.is_device() && self.swapping()) {
+        if let (Some(pool), true) = (&dev.pool, kind.is_device() && self.swapping()) {
             pool.lock().real_malloc(addr, size);
         }
-        self.record_malloc(id, addr, size, kind, stream, plannable);
+        self.record_malloc(dev, id, addr, size, kind, stream, plannable);
     }
 
     /// Pool and cnmem modes: the address for a `cudaMalloc` of `size` from itermem's own
     /// allocator, with the id its allocation gets, or None (the real allocator serves it).
-    pub fn served_malloc(&self, size: u64) -> Option<(u64, AllocId)> {
-        if let Some(cnmem) = &self.cnmem {
+    pub fn served_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
+        let dev = self.device(device);
+        if let Some(cnmem) = &dev.cnmem {
             let addr = cnmem.lock().malloc(size)?;
             return Some((addr, self.next_id.fetch_add(1, Relaxed)));
         }
-        let pool = self.pool.as_ref()?;
-        let index = self.next_index.load(Relaxed);
+        let pool = dev.pool.as_ref()?;
+        let index = dev.next_index.load(Relaxed);
         let id = self.next_id.fetch_add(1, Relaxed);
         let addr = pool.lock().malloc(index, size, id)?;
         Some((addr, id))
@@ -254,24 +179,29 @@ impl Recorder {
     /// Swap mode, after the real allocator answered out of memory: the block from mapped host
     /// memory instead, as beyond the limit (the program's malloc must not fail where the limit
     /// says it fits), or None.
-    pub fn host_backed_malloc(&self, size: u64) -> Option<(u64, AllocId)> {
-        let addr = self.pool.as_ref()?.lock().host_backed_malloc(size)?;
+    pub fn host_backed_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
+        let addr = self
+            .device(device)
+            .pool
+            .as_ref()?
+            .lock()
+            .host_backed_malloc(size)?;
         Some((addr, self.next_id.fetch_add(1, Relaxed)))
     }
 
     /// Records an allocation served by [`Recorder::served_malloc`].
     pub fn on_served_malloc(
         &self,
+        device: u32,
         id: AllocId,
         addr: u64,
-        size: u64,
-        kind: MemKind,
-        stream: StreamHandle,
+        (size, kind, stream): (u64, MemKind, StreamHandle),
     ) {
-        if let Some(pool) = &self.pool {
+        let dev = self.device(device);
+        if let Some(pool) = &dev.pool {
             pool.lock().track(id);
         }
-        self.record_malloc(id, addr, size, kind, stream, true);
+        self.record_malloc(dev, id, addr, size, kind, stream, true);
     }
 
     /// Whether this is swap mode (the device's bytes are counted against a limit).
@@ -282,8 +212,9 @@ impl Recorder {
     /// Pool and swap modes, when the device is out of memory for an allocation itermem passed
     /// through: gives back the pool memory nothing uses; the bytes given back (0: retrying is
     /// pointless).
-    pub fn release_unused_device_memory(&self) -> u64 {
-        self.pool
+    pub fn release_unused_device_memory(&self, device: u32) -> u64 {
+        self.device(device)
+            .pool
             .as_ref()
             .map_or(0, |pool| pool.lock().release_unused())
     }
@@ -291,20 +222,22 @@ impl Recorder {
     /// Swap mode, at an internal error: brings back every tensor that is away (nothing will
     /// later); returns how many could not be.
     pub fn restore_swapped(&self) -> usize {
-        self.pool
-            .as_ref()
-            .map_or(0, |pool| pool.lock().restore_all())
+        self.devices
+            .seen()
+            .filter_map(|dev| dev.pool.as_ref())
+            .map(|pool| pool.lock().restore_all())
+            .sum()
     }
 
     /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
     pub fn serves(&self, addr: u64) -> bool {
-        self.pool
-            .as_ref()
-            .is_some_and(|pool| pool.lock().owns(addr))
-            || self
-                .cnmem
-                .as_ref()
-                .is_some_and(|cnmem| cnmem.lock().owns(addr))
+        self.devices.seen().any(|dev| {
+            dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
+                || dev
+                    .cnmem
+                    .as_ref()
+                    .is_some_and(|cnmem| cnmem.lock().owns(addr))
+        })
     }
 
     /// Frees a block of itermem's own allocator, taken out of the live index by
@@ -330,37 +263,47 @@ impl Recorder {
     }
 
     fn release_served(&self, addr: u64, taken: Option<&(u64, Block)>) -> bool {
-        match (&self.pool, &self.cnmem, taken) {
-            (Some(pool), _, Some((_, block))) => pool.lock().free(addr, block.id),
-            (_, Some(cnmem), Some(_)) => cnmem.lock().free(addr),
+        let Some((_, block)) = taken else {
+            return false;
+        };
+        let dev = self.device(block.device);
+        match (&dev.pool, &dev.cnmem) {
+            (Some(pool), _) => pool.lock().free(addr, block.id),
+            (_, Some(cnmem)) => cnmem.lock().free(addr),
             _ => false,
         }
     }
 
-    /// Pool and swap modes: before work on `stream` that uses allocations `ids` (fences of
-    /// earlier tenants of their ranges; in swap mode also timing, swap-ins and tensors that are
-    /// away). What it prepared is finished by [`Recorder::after_use`].
-    pub fn before_use(&self, ids: &[AllocId], stream: StreamHandle) -> Prepared {
-        let Some(pool) = &self.pool else {
-            return Prepared::default();
-        };
-        let mut pool = pool.lock();
-        let prepared = if pool.executor.is_some() {
-            pool.prepare(ids, stream, self.next_index.load(Relaxed))
-        } else {
-            Prepared::default()
-        };
-        pool.before_use(ids.iter().copied(), stream);
+    /// Pool and swap modes: before work on `stream` of `device` that uses allocations `ids`
+    /// (fences of earlier tenants of their ranges, on any device's pool: a kernel may read a
+    /// peer's memory; in swap mode also timing, swap-ins and tensors that are away). What it
+    /// prepared is finished by [`Recorder::after_use`].
+    pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
+        let mut prepared = Prepared::default();
+        for dev in self.devices.seen() {
+            let Some(pool) = &dev.pool else { continue };
+            let mut pool = pool.lock();
+            if dev.ordinal == device && pool.executor.is_some() {
+                prepared = pool.prepare(ids, stream, dev.next_index.load(Relaxed));
+            }
+            pool.before_use(ids.iter().copied(), stream);
+        }
         prepared
     }
 
     /// After the call prepared by [`Recorder::before_use`]; `index` is its event when it
     /// succeeded.
-    pub fn after_use(&self, prepared: Prepared, stream: StreamHandle, index: Option<u64>) {
+    pub fn after_use(
+        &self,
+        device: u32,
+        prepared: Prepared,
+        stream: StreamHandle,
+        index: Option<u64>,
+    ) {
         if prepared.is_empty() {
             return;
         }
-        if let Some(pool) = &self.pool {
+        if let Some(pool) = &self.device(device).pool {
             let mut pool = pool.lock();
             if pool.executor.is_some() {
                 pool.finish(prepared, stream, index);
@@ -371,14 +314,17 @@ impl Recorder {
     /// Whether `addr` lies in device memory itermem serves from mapped host memory.
     pub fn host_backed(&self, addr: u64) -> bool {
         self.swapping()
-            && self
-                .pool
-                .as_ref()
-                .is_some_and(|pool| pool.lock().host_backed(addr))
+            && self.devices.seen().any(|dev| {
+                dev.pool
+                    .as_ref()
+                    .is_some_and(|pool| pool.lock().host_backed(addr))
+            })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn record_malloc(
         &self,
+        dev: &DeviceState,
         id: AllocId,
         addr: u64,
         size: u64,
@@ -387,6 +333,7 @@ impl Recorder {
         plannable: bool,
     ) {
         let (index, change) = self.emit(
+            dev,
             EventKind::Malloc {
                 id,
                 addr,
@@ -401,13 +348,14 @@ impl Recorder {
             id,
             size,
             kind,
+            device: dev.ordinal,
             event_index: index,
         };
         self.live.write().insert(addr, block);
-        if let (Some(pool), true) = (&self.pool, plannable) {
+        if let (Some(pool), true) = (&dev.pool, plannable) {
             pool.lock().history.malloc(id, index, size);
         }
-        self.period_changed(change);
+        self.period_changed(dev, change);
         let counter = if kind.is_device() {
             &self.counters.malloc
         } else {
@@ -428,7 +376,9 @@ impl Recorder {
             self.live.write().insert(addr, block);
             return;
         }
-        if let (Some(pool), true) = (&self.pool, block.kind.is_device() && self.swapping()) {
+        // The free belongs to the block's device, whichever thread frees it.
+        let dev = self.device(block.device);
+        if let (Some(pool), true) = (&dev.pool, block.kind.is_device() && self.swapping()) {
             pool.lock().real_free(addr);
         }
         let freed = if block.kind.is_device() {
@@ -437,6 +387,7 @@ impl Recorder {
             0
         };
         let (index, change) = self.emit(
+            dev,
             EventKind::Free {
                 id: block.id,
                 stream,
@@ -444,10 +395,10 @@ impl Recorder {
             Some(block.event_index),
             -freed,
         );
-        if let Some(pool) = &self.pool {
+        if let Some(pool) = &dev.pool {
             pool.lock().history.free(block.id, index);
         }
-        self.period_changed(change);
+        self.period_changed(dev, change);
         let counter = if block.kind.is_device() {
             &self.counters.free
         } else {
@@ -467,15 +418,18 @@ impl Recorder {
     /// The start of the allocation containing interior address `addr`: a pool block's, or the
     /// driver's answer.
     fn base_of(&self, addr: u64) -> Option<u64> {
-        let in_pool = self
-            .pool
-            .as_ref()
-            .and_then(|pool| pool.lock().block_start(addr));
+        let in_pool = self.devices.seen().find_map(|dev| {
+            dev.pool
+                .as_ref()
+                .and_then(|pool| pool.lock().block_start(addr))
+        });
         in_pool.or_else(|| range_start(addr))
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn on_memcpy(
         &self,
+        device: u32,
         dst: Option<AllocId>,
         src: Option<AllocId>,
         bytes: u64,
@@ -491,14 +445,16 @@ impl Recorder {
             stream,
             asynchronous,
         };
-        let (index, change) = self.emit(event, None, 0);
-        self.period_changed(change);
+        let dev = self.device(device);
+        let (index, change) = self.emit(dev, event, None, 0);
+        self.period_changed(dev, change);
         self.counters.memcpy.fetch_add(1, Relaxed);
         index
     }
 
     pub fn on_memset(
         &self,
+        device: u32,
         dst: Option<AllocId>,
         bytes: u64,
         stream: StreamHandle,
@@ -510,8 +466,9 @@ impl Recorder {
             stream,
             asynchronous,
         };
-        let (index, change) = self.emit(event, None, 0);
-        self.period_changed(change);
+        let dev = self.device(device);
+        let (index, change) = self.emit(dev, event, None, 0);
+        self.period_changed(dev, change);
         self.counters.memset.fetch_add(1, Relaxed);
         index
     }
@@ -563,15 +520,16 @@ impl Recorder {
     }
 
     /// Records a launch that succeeded; returns its event index.
-    pub fn on_launch(&self, accesses: LaunchAccesses, stream: StreamHandle) -> u64 {
+    pub fn on_launch(&self, device: u32, accesses: LaunchAccesses, stream: StreamHandle) -> u64 {
         let event = EventKind::Launch {
             kernel: accesses.kernel.id,
             stream,
             layout_known: accesses.kernel.pointer_words.is_some(),
             touched: accesses.touched,
         };
-        let (index, change) = self.emit(event, None, 0);
-        self.period_changed(change);
+        let dev = self.device(device);
+        let (index, change) = self.emit(dev, event, None, 0);
+        self.period_changed(dev, change);
         self.counters.launch.fetch_add(1, Relaxed);
         index
     }
@@ -628,17 +586,23 @@ impl Recorder {
     /// Assigns the event its index and time, updates live bytes, feeds the detector (with the
     /// same tokens `itermem trace info` computes offline) and the trace; returns the index.
     /// `malloc_index` is the index of the Malloc event of a Free's block.
-    fn emit(&self, kind: EventKind, malloc_index: Option<u64>, live_delta: i64) -> (u64, Change) {
-        let mut seq = self.sequencer.lock();
+    fn emit(
+        &self,
+        dev: &DeviceState,
+        kind: EventKind,
+        malloc_index: Option<u64>,
+        live_delta: i64,
+    ) -> (u64, Change) {
+        let mut seq = dev.sequencer.lock();
         let index = seq.next_index;
         let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
         seq.next_index += 1;
-        self.next_index.store(seq.next_index, Relaxed);
+        dev.next_index.store(seq.next_index, Relaxed);
         seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
         seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
         let live_bytes = seq.live_bytes;
         if seq.swap_live.is_some() {
-            self.capture(&mut seq, index, &kind);
+            capture(dev, &mut seq, index, &kind);
         }
         let change = seq.detector.push(token, live_bytes);
         let (lost, detected) = match change {
@@ -650,93 +614,36 @@ impl Recorder {
         if let Some(period) = lost {
             seq.covered(period, index);
             log::info!(
-                "iteration of {} events no longer followed at event {index}",
+                "device {}: iteration of {} events no longer followed at event {index}",
+                dev.ordinal,
                 period.length
             );
         }
         if let Some(period) = detected {
             seq.changes += 1;
             log::info!(
-                "iteration detected at event {index}: {} events, boundary at event {}",
+                "device {}: iteration detected at event {index}: {} events, boundary at event {}",
+                dev.ordinal,
                 period.length,
                 period.boundary
             );
         }
-        self.record(&mut seq, kind);
+        self.record(dev.ordinal, &mut seq, kind);
         (index, change)
-    }
-
-    /// Swap mode, under the sequencer: follows the live device allocations and captures the
-    /// events of the timing iteration (preceded by the allocations live at its start).
-    fn capture(&self, seq: &mut Sequencer, index: u64, kind: &EventKind) {
-        if let Some(capture) = &mut seq.capture {
-            let end = capture.start + capture.length;
-            if index >= end {
-                // Handed over at the next iteration's first event: the last op of the captured
-                // one has had its timing recorded by then.
-                let done = seq.capture.take();
-                if done
-                    .as_ref()
-                    .is_some_and(|c| c.events.len() as u64 == c.synthetic + c.length)
-                {
-                    *self.captured.lock() = done;
-                    self.capture_done.store(true, Relaxed);
-                }
-            } else if index == capture.start {
-                let mut live: Vec<(AllocId, u64)> = seq
-                    .swap_live
-                    .iter()
-                    .flatten()
-                    .map(|(&id, &size)| (id, size))
-                    .collect();
-                live.sort_unstable();
-                capture.synthetic = live.len() as u64;
-                capture.events = live
-                    .into_iter()
-                    .map(|(id, size)| {
-                        let kind = EventKind::Malloc {
-                            id,
-                            addr: 0,
-                            size,
-                            kind: MemKind::Device,
-                            stream: 0,
-                        };
-                        Event::new(0, kind)
-                    })
-                    .collect();
-                capture.events.push(Event::new(0, kind.clone()));
-            } else if index > capture.start
-                && capture.events.len() as u64 == capture.synthetic + (index - capture.start)
-            {
-                capture.events.push(Event::new(0, kind.clone()));
-            }
-        }
-        let Some(live) = &mut seq.swap_live else {
-            return;
-        };
-        match kind {
-            EventKind::Malloc { id, size, kind, .. } if kind.is_device() => {
-                live.insert(*id, *size);
-            }
-            EventKind::Free { id, .. } => {
-                live.remove(id);
-            }
-            _ => {}
-        }
     }
 
     /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
     /// mode times the next iteration first, and plans once it is captured.
-    fn period_changed(&self, change: Change) {
-        let Some(pool) = &self.pool else { return };
-        if self.capture_done.swap(false, Relaxed)
-            && let Some(capture) = self.captured.lock().take()
+    fn period_changed(&self, dev: &DeviceState, change: Change) {
+        let Some(pool) = &dev.pool else { return };
+        if dev.capture_done.swap(false, Relaxed)
+            && let Some(capture) = dev.captured.lock().take()
         {
             pool.lock().plan_swaps(capture);
         }
         match change {
             Change::Unchanged => {}
-            Change::Lost(_) => pool.lock().retire(self.next_index.load(Relaxed)),
+            Change::Lost(_) => pool.lock().retire(dev.next_index.load(Relaxed)),
             Change::Detected(period)
             | Change::Changed {
                 detected: period, ..
@@ -754,11 +661,11 @@ impl Recorder {
                     return;
                 }
                 if pool.executor.is_some() {
-                    let next = self.next_index.load(Relaxed);
+                    let next = dev.next_index.load(Relaxed);
                     if let Some((start, length)) =
                         pool.begin_timing(period.boundary, period.length, next)
                     {
-                        self.sequencer.lock().capture = Some(Capture {
+                        dev.sequencer.lock().capture = Some(Capture {
                             start,
                             length,
                             events: Vec::new(),
@@ -774,15 +681,18 @@ impl Recorder {
         }
     }
 
-    /// An event that is not part of the access stream (no index, no token).
+    /// An event that is not part of the access stream (no index, no token), handed to the
+    /// writer at once: before any event of any device that could refer to it.
     fn emit_metadata(&self, kind: EventKind) {
-        let mut seq = self.sequencer.lock();
-        self.record(&mut seq, kind);
+        if let Some(writer) = self.trace_writer() {
+            let time_ns = self.start.elapsed().as_nanos() as u64;
+            writer.record_batch(vec![Event::new(time_ns, kind)]);
+        }
     }
 
-    /// Queues the event for the trace (in sequence order: the caller holds the sequencer) and
-    /// hands a full batch to the writer thread.
-    fn record(&self, seq: &mut Sequencer, kind: EventKind) {
+    /// Queues the event of `device` for the trace (in sequence order: the caller holds the
+    /// device's sequencer) and hands a full batch to the writer thread.
+    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind) {
         let Some(writer) = self.trace_writer() else {
             return;
         };
@@ -790,7 +700,11 @@ impl Recorder {
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
-        seq.pending.push(Event::new(time_ns, kind));
+        seq.pending.push(Event {
+            time_ns,
+            device,
+            kind,
+        });
         // A full batch, or one old enough that a crash now would lose more than a moment.
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
@@ -828,9 +742,11 @@ impl Recorder {
     /// after which later events are counted as lost (the process is ending).
     pub fn flush(&self, close: bool) {
         if let Some(Some(writer)) = self.trace.get() {
-            let pending = std::mem::take(&mut self.sequencer.lock().pending);
-            if !pending.is_empty() {
-                writer.record_batch(pending);
+            for dev in self.devices.seen() {
+                let pending = std::mem::take(&mut dev.sequencer.lock().pending);
+                if !pending.is_empty() {
+                    writer.record_batch(pending);
+                }
             }
             if close {
                 writer.close();
@@ -842,9 +758,8 @@ impl Recorder {
 
     /// The numbers of the statistics file.
     pub fn summary(&self) -> Summary {
-        let seq = self.sequencer.lock();
-        let period = seq.dominant_period();
         let c = &self.counters;
+        let devices: Vec<DeviceSummary> = self.devices.seen().map(device_summary).collect();
         Summary {
             events: EventCounts {
                 malloc: c.malloc.load(Relaxed),
@@ -857,25 +772,92 @@ impl Recorder {
                 malloc: c.host_malloc.load(Relaxed),
                 free: c.host_free.load(Relaxed),
             },
-            events_total: seq.next_index,
-            period_events: period.map(|p| p.length),
-            boundary_event: period.map(|p| p.boundary),
-            detected_at_event: period.map(|p| p.detected_at),
-            iterations: period.map_or(0, |p| p.iterations_seen),
-            periods_found: seq.changes,
-            peak_live_bytes: seq.peak_live_bytes,
-            live_bytes_at_exit: seq.live_bytes,
+            first_device: devices.first().cloned().unwrap_or_default(),
             kernels: self.kernel_count.load(Relaxed),
             hooked_calls: c.calls.load(Relaxed),
-            pool: self.pool.as_ref().map(|pool| pool.lock().stats.clone()),
-            cnmem: self.cnmem.as_ref().map(|cnmem| cnmem.lock().stats.clone()),
-            swap: self
-                .pool
-                .as_ref()
-                .and_then(|pool| pool.lock().executor.as_ref().map(|e| e.stats.clone())),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: c.pointer_words_scanned.load(Relaxed),
+            devices,
         }
+    }
+}
+
+fn device_summary(dev: &DeviceState) -> DeviceSummary {
+    let seq = dev.sequencer.lock();
+    let period = seq.dominant_period();
+    let pool = dev.pool.as_ref().map(|pool| pool.lock());
+    DeviceSummary {
+        device: dev.ordinal,
+        events_total: seq.next_index,
+        period_events: period.map(|p| p.length),
+        boundary_event: period.map(|p| p.boundary),
+        detected_at_event: period.map(|p| p.detected_at),
+        iterations: period.map_or(0, |p| p.iterations_seen),
+        periods_found: seq.changes,
+        peak_live_bytes: seq.peak_live_bytes,
+        live_bytes_at_exit: seq.live_bytes,
+        pool: pool.as_ref().map(|pool| pool.stats.clone()),
+        cnmem: dev.cnmem.as_ref().map(|cnmem| cnmem.lock().stats.clone()),
+        swap: pool.and_then(|pool| pool.executor.as_ref().map(|e| e.stats.clone())),
+    }
+}
+
+/// Swap mode, under the sequencer: follows the live device allocations and captures the
+/// events of the timing iteration (preceded by the allocations live at its start).
+fn capture(dev: &DeviceState, seq: &mut Sequencer, index: u64, kind: &EventKind) {
+    if let Some(capture) = &mut seq.capture {
+        let end = capture.start + capture.length;
+        if index >= end {
+            // Handed over at the next iteration's first event: the last op of the captured
+            // one has had its timing recorded by then.
+            let done = seq.capture.take();
+            if done
+                .as_ref()
+                .is_some_and(|c| c.events.len() as u64 == c.synthetic + c.length)
+            {
+                *dev.captured.lock() = done;
+                dev.capture_done.store(true, Relaxed);
+            }
+        } else if index == capture.start {
+            let mut live: Vec<(AllocId, u64)> = seq
+                .swap_live
+                .iter()
+                .flatten()
+                .map(|(&id, &size)| (id, size))
+                .collect();
+            live.sort_unstable();
+            capture.synthetic = live.len() as u64;
+            capture.events = live
+                .into_iter()
+                .map(|(id, size)| {
+                    let kind = EventKind::Malloc {
+                        id,
+                        addr: 0,
+                        size,
+                        kind: MemKind::Device,
+                        stream: 0,
+                    };
+                    Event::new(0, kind)
+                })
+                .collect();
+            capture.events.push(Event::new(0, kind.clone()));
+        } else if index > capture.start
+            && capture.events.len() as u64 == capture.synthetic + (index - capture.start)
+        {
+            capture.events.push(Event::new(0, kind.clone()));
+        }
+    }
+    let Some(live) = &mut seq.swap_live else {
+        return;
+    };
+    match kind {
+        EventKind::Malloc { id, size, kind, .. } if kind.is_device() => {
+            live.insert(*id, *size);
+        }
+        EventKind::Free { id, .. } => {
+            live.remove(id);
+        }
+        _ => {}
     }
 }
 
@@ -899,10 +881,28 @@ fn pointer_words(params: &[(usize, usize)]) -> Vec<PointerWord> {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
-    /// Device memory events by kind (pinned host allocations are in `host_events`).
+    /// Device memory events by kind, of every device (pinned host allocations are in
+    /// `host_events`).
     pub events: EventCounts,
     pub host_events: HostCounts,
-    /// Events in the access stream (kernel names excluded).
+    /// The first device that had events (the only one of most programs), at the top level;
+    /// every device is in `devices`.
+    #[serde(flatten)]
+    pub first_device: DeviceSummary,
+    pub kernels: u64,
+    /// Calls that went through itermem's hooks (all hooked functions, stream calls included).
+    pub hooked_calls: u64,
+    pub launches_without_layout: u64,
+    pub pointer_words_scanned: u64,
+    /// Every device that had events, by ordinal.
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// What one device's events showed: each device has its own iteration, pool and peak.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceSummary {
+    pub device: u32,
+    /// Events in the device's access stream (kernel names excluded).
     pub events_total: u64,
     /// The training iteration, in events: of the periods found, the one that held over the
     /// most events (warm-up, evaluation passes and teardown excluded).
@@ -917,20 +917,15 @@ pub struct Summary {
     pub periods_found: u64,
     pub peak_live_bytes: u64,
     pub live_bytes_at_exit: u64,
-    pub kernels: u64,
-    /// Calls that went through itermem's hooks (all hooked functions, stream calls included).
-    pub hooked_calls: u64,
     /// Pool mode's counters (absent in other modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolStats>,
     /// cnmem mode's counters (absent in other modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnmem: Option<CnmemStats>,
-    /// Swap mode's counters (absent in other modes).
+    /// Swap mode's counters (absent in other modes, and on devices but 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
-    pub launches_without_layout: u64,
-    pub pointer_words_scanned: u64,
 }
 
 #[cfg(test)]

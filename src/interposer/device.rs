@@ -1,0 +1,190 @@
+//! What itermem keeps per CUDA device: the device's own sequence of events (indices, live
+//! bytes, the iteration detector, the batch for the trace) and its allocator (pool or cnmem).
+//!
+//! A data-parallel program runs one training loop per GPU, usually one host thread each; their
+//! events interleave as the threads happen to run, so one detector over all of them would find
+//! no period, and one pool could not serve two devices. Each device has its own, created at its
+//! first event (on a thread whose current context is that device's, so a pool or a cnmem region
+//! is allocated on the right device). Swap mode swaps on device 0; other devices are recorded.
+
+use super::cnmem::CnmemState;
+use super::driver as cuda;
+use super::pool::PoolState;
+use super::swap::{Capture, SwapConfig};
+use crate::config::{Config, Mode};
+use crate::detect::{Detector, DetectorConfig, Period};
+use crate::event::{AllocId, Event};
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use std::cell::Cell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// Devices itermem tells apart; a larger ordinal is counted as the last one (reported once).
+pub const MAX_DEVICES: usize = 64;
+
+/// The ordered part of one device's events: one short critical section assigns each event its
+/// index, updates the live bytes, pushes its token to the detector and queues it for the trace.
+pub(super) struct Sequencer {
+    pub next_index: u64,
+    pub live_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub detector: Detector,
+    /// How many times a period was found (more than once: the pattern changed).
+    pub changes: u64,
+    /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
+    pub pending: Vec<Event>,
+    pub pending_since_ns: u64,
+    /// The period that has covered the most events so far, with that count: what the training
+    /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
+    dominant: Option<(Period, u64)>,
+    /// Swap mode: the live device allocations (id → size), which become the resident tensors of
+    /// a captured iteration, and the iteration being captured for planning.
+    pub swap_live: Option<FxHashMap<AllocId, u64>>,
+    pub capture: Option<Capture>,
+}
+
+impl Sequencer {
+    fn new(swapping: bool, batch: usize) -> Sequencer {
+        Sequencer {
+            next_index: 0,
+            live_bytes: 0,
+            peak_live_bytes: 0,
+            detector: Detector::new(DetectorConfig::for_cuda_events())
+                .expect("the detector configuration for CUDA events is valid"),
+            changes: 0,
+            pending: Vec::with_capacity(batch),
+            pending_since_ns: 0,
+            dominant: None,
+            swap_live: swapping.then(FxHashMap::default),
+            capture: None,
+        }
+    }
+
+    /// Accounts for `period` having held over `[period.start, end)`.
+    pub fn covered(&mut self, period: Period, end: u64) {
+        let events = end.saturating_sub(period.start);
+        if self.dominant.is_none_or(|(_, best)| events >= best) {
+            self.dominant = Some((period, events));
+        }
+    }
+
+    /// The dominant period, counting the one in force up to now.
+    pub fn dominant_period(&self) -> Option<Period> {
+        let current = self
+            .detector
+            .period()
+            .map(|p| (p, self.next_index.saturating_sub(p.start)));
+        match (self.dominant, current) {
+            (Some((best, covered)), Some((now, now_covered))) => {
+                Some(if now_covered >= covered { now } else { best })
+            }
+            (best, now) => best.or(now).map(|(p, _)| p),
+        }
+    }
+}
+
+/// Everything itermem keeps for one device.
+pub(super) struct DeviceState {
+    pub ordinal: u32,
+    /// The index the device's next event will get (the sequencer's, readable without its lock).
+    pub next_index: AtomicU64,
+    pub sequencer: Mutex<Sequencer>,
+    /// Pool and swap modes' state (None in other modes, and in swap mode on devices but 0).
+    pub pool: Option<Mutex<PoolState>>,
+    /// cnmem mode's allocator (None in other modes).
+    pub cnmem: Option<Mutex<CnmemState>>,
+    /// Swap mode: a captured timing iteration, handed from the sequencer to the planner.
+    pub captured: Mutex<Option<Capture>>,
+    pub capture_done: AtomicBool,
+}
+
+impl DeviceState {
+    fn new(ordinal: u32, config: &Config, batch: usize) -> DeviceState {
+        let swapping = config.mode == Mode::Swap && ordinal == 0;
+        if config.mode == Mode::Swap && ordinal == 1 {
+            super::report(format_args!(
+                "swap mode swaps on device 0 only; the other devices are recorded"
+            ));
+        }
+        let pool = match config.mode {
+            Mode::Pool => Some(Mutex::new(PoolState::default())),
+            Mode::Swap if swapping => Some(Mutex::new(PoolState::for_swaps(SwapConfig {
+                limit: config.limit,
+                copy: config.bandwidth,
+                min_bytes: config.swap_min_bytes,
+                verify: config.swap_verify,
+                plan_out: config.plan_out.clone(),
+                trace: config.trace.clone(),
+            }))),
+            _ => None,
+        };
+        let cnmem = (config.mode == Mode::Cnmem).then(|| {
+            Mutex::new(CnmemState::new(
+                config.cnmem_reservation,
+                config.cnmem_library.as_deref(),
+            ))
+        });
+        DeviceState {
+            ordinal,
+            next_index: AtomicU64::new(0),
+            sequencer: Mutex::new(Sequencer::new(swapping, batch)),
+            pool,
+            cnmem,
+            captured: Mutex::new(None),
+            capture_done: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The devices seen so far, by ordinal.
+pub(super) struct Devices {
+    slots: [OnceLock<DeviceState>; MAX_DEVICES],
+}
+
+impl Devices {
+    pub fn new() -> Devices {
+        Devices {
+            slots: [const { OnceLock::new() }; MAX_DEVICES],
+        }
+    }
+
+    /// The state of device `ordinal`, created now if this is its first event.
+    pub fn get(&self, ordinal: u32, config: &Config, batch: usize) -> &DeviceState {
+        let slot = (ordinal as usize).min(MAX_DEVICES - 1);
+        if slot != ordinal as usize {
+            static REPORTED: AtomicBool = AtomicBool::new(false);
+            if !REPORTED.swap(true, Relaxed) {
+                super::report(format_args!(
+                    "device {ordinal} and above are counted as device {slot}"
+                ));
+            }
+        }
+        self.slots[slot].get_or_init(|| DeviceState::new(slot as u32, config, batch))
+    }
+
+    /// The devices that have had events, by ordinal.
+    pub fn seen(&self) -> impl Iterator<Item = &DeviceState> {
+        self.slots.iter().filter_map(OnceLock::get)
+    }
+}
+
+/// The device of the calling thread's current context, which its CUDA calls act on; 0 when no
+/// context is current (the runtime then makes device 0's current at the call). One driver call
+/// (`cuCtxGetCurrent`) per event; the context's device is remembered per thread.
+pub fn current_device() -> u32 {
+    thread_local!(static LAST: Cell<(usize, u32)> = const { Cell::new((0, 0)) });
+    let context = cuda::current_context();
+    if context == 0 {
+        return 0;
+    }
+    LAST.with(|last| {
+        let (known, device) = last.get();
+        if known == context {
+            return device;
+        }
+        let device = cuda::current_device().unwrap_or(0);
+        last.set((context, device));
+        device
+    })
+}
