@@ -61,7 +61,70 @@ fn statistics_match_the_program_arithmetic_and_reach_the_json_file() {
     assert_eq!(json["d2h_bytes"], 4000);
     assert_eq!(json["kernel_launches"], 2);
     assert_eq!(json["peak_pinned_bytes"], 3000);
+    assert!(
+        json.get("devices").is_none(),
+        "one device: the file is unchanged"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two devices of 64 MiB and 32 MiB: device queries, the current device of each host thread,
+/// allocations within each capacity, pointer attributes, peer access rules and peer copies both
+/// ways, streams and events across devices, virtual memory on device 1 (see the `multi_device*`
+/// cases of shim_checks.c). The statistics file keeps device 0's counters at the top level and
+/// lists every device's.
+#[test]
+fn several_devices_have_their_own_memory_contexts_streams_and_peer_copies() {
+    let dir = std::env::temp_dir().join(format!("itermem-shim-devices-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("stats.json");
+    let two = [
+        ("CUDA_SHIM_DEVICES", "2"),
+        ("CUDA_SHIM_DEVICE_MEMORY", "64M,32M"),
+    ];
+    let mut env = two.to_vec();
+    env.push(("CUDA_SHIM_STATS", path.to_str().unwrap()));
+    env.push(("CUDA_SHIM_JITTER_US", "100"));
+    check("multi_device", &env);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let devices = json["devices"].as_array().expect("a devices array");
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[0]["capacity_bytes"], 64 << 20);
+    assert_eq!(devices[1]["capacity_bytes"], 32 << 20);
+    assert_eq!(devices[1]["peak_device_bytes"], 32 << 20);
+    assert_eq!(devices[1]["peak_pinned_bytes"], 3000);
+    for key in [
+        "capacity_bytes",
+        "peak_device_bytes",
+        "d2d_bytes",
+        "kernel_launches",
+    ] {
+        assert_eq!(json[key], devices[0][key], "{key}: top level is device 0");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    check("multi_device_sticky", &two);
+}
+
+#[test]
+fn bad_device_counts_and_capacity_lists_are_reported_and_the_default_kept() {
+    for (var, value) in [
+        ("CUDA_SHIM_DEVICES", "17"),
+        ("CUDA_SHIM_DEVICES", "zero"),
+        ("CUDA_SHIM_DEVICE_MEMORY", "1G,2G"), // two capacities for one device
+    ] {
+        let output = run_on_shim(
+            &program("shim_checks"),
+            &["device_queries"],
+            &[(var, value)],
+        );
+        assert!(output.status.success(), "{var}={value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("{var}=\"{value}\"")),
+            "no clear message: {stderr}"
+        );
+    }
 }
 
 #[test]

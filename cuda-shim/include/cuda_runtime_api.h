@@ -211,6 +211,16 @@ enum cudaMemoryType {
     cudaMemoryTypeManaged = 3
 };
 
+#define cudaCpuDeviceId ((int)-1)
+#define cudaInvalidDeviceId ((int)-2)
+
+enum cudaDeviceP2PAttr {
+    cudaDevP2PAttrPerformanceRank = 1,
+    cudaDevP2PAttrAccessSupported = 2,
+    cudaDevP2PAttrNativeAtomicSupported = 3,
+    cudaDevP2PAttrCudaArrayAccessSupported = 4
+};
+
 struct cudaPointerAttributes {
     enum cudaMemoryType type;
     int device;
@@ -541,6 +551,14 @@ extern cudaError_t CUDARTAPI cudaGetDeviceCount(int *count);
 #define cudaGetDeviceProperties cudaGetDeviceProperties_v2
 extern cudaError_t CUDARTAPI cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);
 extern cudaError_t CUDARTAPI cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
+
+/* ---- peer access ---- */
+extern cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice);
+extern cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
+extern cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peerDevice);
+extern cudaError_t CUDARTAPI cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice);
+extern cudaError_t CUDARTAPI cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
+extern cudaError_t CUDARTAPI cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream);
 
 /* ---- errors and versions ---- */
 extern cudaError_t CUDARTAPI cudaGetLastError(void);

@@ -27,7 +27,8 @@ typedef void (*cudaShimKernelFn)(void **args);
 cudaError_t cudaShimRegisterKernel(cudaShimKernelFn func, const char *name, int nparams,
                                    const size_t *param_sizes, unsigned long long simulated_ns);
 
-/* Counters of the simulated device since process start. */
+/* Counters of one simulated device since process start (CUDA_SHIM_DEVICES=N simulates N devices,
+ * each with its own counters). */
 struct cudaShimStats {
     unsigned long long capacity_bytes;         /* CUDA_SHIM_DEVICE_MEMORY */
     unsigned long long current_device_bytes;   /* device + managed + async, 256 B granules */
@@ -45,13 +46,14 @@ struct cudaShimStats {
     unsigned long long jitter_digest;          /* digest of the random delays drawn so far */
 };
 
-/* Fills `stats` (cudaErrorInvalidValue for NULL). */
+/* Fills `stats` with the counters of the calling thread's current device (device 0 on a thread
+ * without a current context); cudaErrorInvalidValue for NULL. */
 cudaError_t cudaShimGetStats(struct cudaShimStats *stats);
 
 /*
  * Called from inside a kernel body: the simulated device faults with `error` (for instance
  * cudaErrorIllegalAddress or cudaErrorLaunchFailure) once the body returns. As on a real GPU the
- * error is sticky: every later API call of the process returns it.
+ * error is sticky: every later API call on that device's context returns it.
  */
 void cudaShimRaiseDeviceError(cudaError_t error);
 

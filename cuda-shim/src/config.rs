@@ -8,8 +8,11 @@ use std::time::Duration;
 /// Validated settings of the simulated device.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// `CUDA_SHIM_DEVICE_MEMORY`: capacity in bytes (default 8 GiB).
-    pub capacity: u64,
+    /// `CUDA_SHIM_DEVICES`: number of simulated devices (default 1, at most [`MAX_DEVICES`]).
+    pub devices: usize,
+    /// `CUDA_SHIM_DEVICE_MEMORY`: capacity in bytes of each device, one entry per device (default
+    /// 8 GiB each). One size applies to every device; a comma-separated list gives one per device.
+    pub capacities: Vec<u64>,
     /// `CUDA_SHIM_H2D_GBPS`: simulated host-to-device bandwidth in GB/s (None = instant).
     pub h2d_gbps: Option<f64>,
     /// `CUDA_SHIM_D2H_GBPS`: simulated device-to-host bandwidth in GB/s (None = instant).
@@ -23,6 +26,8 @@ pub struct Config {
 }
 
 pub const DEFAULT_CAPACITY: u64 = 8 << 30;
+/// Most devices the shim simulates (`CUDA_SHIM_DEVICES`).
+pub const MAX_DEVICES: usize = 16;
 
 impl Config {
     pub fn from_env() -> Config {
@@ -39,7 +44,6 @@ impl Config {
             }
             parsed
         };
-        let bytes = |s: &str| parse_bytes(s).filter(|&b| b > 0).map(Setting::Int);
         let rate = |s: &str| {
             s.parse::<f64>()
                 .ok()
@@ -49,9 +53,41 @@ impl Config {
         let int = |s: &str| s.parse::<u64>().ok().map(Setting::Int);
         let size_form = "a positive size in bytes with an optional K, M, G or T suffix (e.g. 8G)";
         let rate_form = "a positive number of GB/s (e.g. 12.5)";
+        let count = |s: &str| {
+            s.parse::<u64>()
+                .ok()
+                .filter(|&n| (1..=MAX_DEVICES as u64).contains(&n))
+                .map(Setting::Int)
+        };
+        let devices = read(
+            "CUDA_SHIM_DEVICES",
+            &format!("a whole number of devices from 1 to {MAX_DEVICES}"),
+            &count,
+        )
+        .map_or(1, |s| s.int() as usize);
+        let sizes = |s: &str| {
+            let list: Option<Vec<u64>> = s
+                .split(',')
+                .map(|one| parse_bytes(one.trim()).filter(|&b| b > 0))
+                .collect();
+            list.filter(|l| l.len() == 1 || l.len() == devices)
+                .map(Setting::List)
+        };
+        let capacities_form = if devices == 1 {
+            size_form.to_string()
+        } else {
+            format!(
+                "{size_form}, or a comma-separated list of {devices} such sizes (one per device)"
+            )
+        };
+        let capacities = match read("CUDA_SHIM_DEVICE_MEMORY", &capacities_form, &sizes) {
+            Some(Setting::List(list)) if list.len() == devices => list,
+            Some(Setting::List(list)) => vec![list[0]; devices],
+            _ => vec![DEFAULT_CAPACITY; devices],
+        };
         Config {
-            capacity: read("CUDA_SHIM_DEVICE_MEMORY", size_form, &bytes)
-                .map_or(DEFAULT_CAPACITY, Setting::int),
+            devices,
+            capacities,
             h2d_gbps: read("CUDA_SHIM_H2D_GBPS", rate_form, &rate).map(Setting::float),
             d2h_gbps: read("CUDA_SHIM_D2H_GBPS", rate_form, &rate).map(Setting::float),
             jitter: read(
@@ -69,6 +105,7 @@ impl Config {
 enum Setting {
     Int(u64),
     Float(f64),
+    List(Vec<u64>),
 }
 
 impl Setting {
@@ -76,12 +113,14 @@ impl Setting {
         match self {
             Setting::Int(v) => v,
             Setting::Float(v) => v as u64,
+            Setting::List(v) => v.first().copied().unwrap_or(0),
         }
     }
     fn float(self) -> f64 {
         match self {
             Setting::Int(v) => v as f64,
             Setting::Float(v) => v,
+            Setting::List(v) => v.first().copied().unwrap_or(0) as f64,
         }
     }
 }
@@ -132,15 +171,44 @@ mod tests {
     #[test]
     fn defaults_and_bad_values_keep_defaults() {
         let c = config(&[]);
-        assert_eq!(c.capacity, DEFAULT_CAPACITY);
+        assert_eq!(c.capacities, vec![DEFAULT_CAPACITY]);
+        assert_eq!(c.devices, 1);
         assert_eq!(c.jitter, Duration::ZERO);
         assert!(c.h2d_gbps.is_none());
         let c = config(&[
             ("CUDA_SHIM_DEVICE_MEMORY", "lots"),
             ("CUDA_SHIM_H2D_GBPS", "-3"),
         ]);
-        assert_eq!(c.capacity, DEFAULT_CAPACITY);
+        assert_eq!(c.capacities, vec![DEFAULT_CAPACITY]);
         assert!(c.h2d_gbps.is_none());
+        for bad in ["0", "17", "two", "-1"] {
+            assert_eq!(config(&[("CUDA_SHIM_DEVICES", bad)]).devices, 1, "{bad}");
+        }
+        let c = config(&[
+            ("CUDA_SHIM_DEVICES", "3"),
+            ("CUDA_SHIM_DEVICE_MEMORY", "1G,2G"),
+        ]);
+        assert_eq!(
+            c.capacities,
+            vec![DEFAULT_CAPACITY; 3],
+            "a list of the wrong length"
+        );
+    }
+
+    #[test]
+    fn several_devices_take_one_capacity_or_one_each() {
+        let c = config(&[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_DEVICE_MEMORY", "64M"),
+        ]);
+        assert_eq!((c.devices, c.capacities), (2, vec![64 << 20; 2]));
+        let c = config(&[
+            ("CUDA_SHIM_DEVICES", "3"),
+            ("CUDA_SHIM_DEVICE_MEMORY", "1G, 2G,512M"),
+        ]);
+        assert_eq!(c.capacities, vec![1 << 30, 2 << 30, 512 << 20]);
+        let c = config(&[("CUDA_SHIM_DEVICES", "16")]);
+        assert_eq!(c.capacities.len(), 16);
     }
 
     #[test]
@@ -152,7 +220,7 @@ mod tests {
             ("CUDA_SHIM_SEED", "7"),
             ("CUDA_SHIM_STATS", "/tmp/s.json"),
         ]);
-        assert_eq!(c.capacity, 1 << 30);
+        assert_eq!(c.capacities, vec![1 << 30]);
         assert_eq!(c.d2h_gbps, Some(12.5));
         assert_eq!(c.jitter, Duration::from_micros(50));
         assert_eq!(c.seed, 7);

@@ -1,16 +1,24 @@
-//! The simulated device and its one (primary) context: what every exported driver call acts on.
+//! The simulated devices, each with its one (primary) context: what every exported driver call
+//! acts on.
 //!
-//! The device is created by `cuInit` and lives until the process exits. Calls that need a
-//! context check that the calling thread made the primary context current, as the real driver
-//! does, and once a kernel raised a device fault every such call returns that error (sticky
-//! errors). Work is validated when it is submitted, so errors are reported by the call that
-//! caused them; the stream workers then only carry it out.
+//! The [`Driver`] is created by `cuInit` with `CUDA_SHIM_DEVICES` devices and lives until the
+//! process exits. Each device has its own memory (a disjoint address range: unified addressing
+//! across devices), counters, sticky fault and primary [`Context`], whose streams and legacy
+//! default stream are its own. What is process-wide lives in the driver: page-locked memory
+//! (portable), virtual address reservations, kernels, events (each remembers its context) and the
+//! peer-access table. Each thread has a stack of current contexts (`cuCtxSetCurrent`,
+//! `cuCtxPushCurrent`); calls that need a context use its top, as the real driver does, and once
+//! a kernel raised a device fault every call on that device's context returns that error
+//! (sticky errors). Work is validated when it is submitted, so errors are reported by the call
+//! that caused them; the stream workers then only carry it out.
 //!
 //! Invariant: a device block is freed only after every operation submitted before the free has
-//! completed (`cuMemFree` synchronises the device first, `cuMemFreeAsync` runs in stream order),
-//! so a worker never touches memory that has been returned to the heap by an earlier call.
+//! completed on the calling context and on the block's own device (`cuMemFree` synchronises both
+//! first, `cuMemFreeAsync` runs in stream order), so a worker never touches memory that has been
+//! returned to the heap by an earlier call. Work of a third device that reads the block through
+//! peer access is not waited for, as on CUDA (a use after free of the program).
 
-use crate::config::Config;
+use crate::config::{Config, MAX_DEVICES};
 use crate::kernel::{Functions, Layout};
 use crate::memory::{DeviceKind, DeviceMemory, PinnedMemory};
 use crate::result::*;
@@ -18,7 +26,7 @@ use crate::stats::{Stats, StatsSnapshot, write_json};
 use crate::stream::{Executor, Marker, Streams};
 use crate::vmm::{Capacity, VirtualMemory};
 use parking_lot::Mutex;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::io::Write;
@@ -70,17 +78,19 @@ pub enum Work {
         width: usize,
         height: usize,
     },
-    Free(usize),
+    /// Returns a block of `device` (any device: a stream may free another device's memory).
+    Free {
+        device: &'static Device,
+        addr: usize,
+    },
 }
 
-/// Memory, kernels, counters and the fault state: what stream workers need to run work.
+/// One device's memory, counters and fault state: what its stream workers need to run work.
 pub struct Device {
+    pub ordinal: usize,
     pub config: Config,
     pub memory: DeviceMemory,
-    pub pinned: PinnedMemory,
-    pub vmm: VirtualMemory,
     pub stats: Stats,
-    pub functions: Functions,
     /// Blocks with a `cuMemFreeAsync` queued, so a second free of the same block is refused.
     pending_frees: Mutex<HashSet<usize>>,
     /// First fault raised by a kernel (0 = none). Written once with compare-exchange; read with
@@ -95,8 +105,8 @@ thread_local! {
     static IN_KERNEL: Cell<bool> = const { Cell::new(false) };
     /// Fault raised by the running kernel body.
     static RAISED: Cell<u32> = const { Cell::new(0) };
-    /// Whether this thread made the primary context current.
-    static CURRENT: Cell<bool> = const { Cell::new(false) };
+    /// This thread's stack of current contexts (ordinals), the current one last.
+    static CURRENT: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Executor for Device {
@@ -105,8 +115,8 @@ impl Executor for Device {
     fn execute(&self, work: Work) {
         if self.sticky.load(Ordering::Acquire) != 0 {
             // A faulted context runs nothing more; queued frees still return their memory.
-            if let Work::Free(addr) = work {
-                self.finish_free(addr);
+            if let Work::Free { device, addr } = work {
+                device.finish_free(addr);
             }
             return;
         }
@@ -164,7 +174,7 @@ impl Executor for Device {
                     }
                 }
             }
-            Work::Free(addr) => self.finish_free(addr),
+            Work::Free { device, addr } => device.finish_free(addr),
         }
     }
 
@@ -195,14 +205,17 @@ impl Executor for Device {
     }
 }
 
-/// Physical memory of `cuMemCreate` counts against the device's capacity.
-impl Capacity for Device {
-    fn charge(&self, bytes: usize) -> CuResult<()> {
-        self.memory.charge(bytes, &self.stats)
+/// Physical memory of `cuMemCreate` counts against the capacity of its device.
+impl Capacity for Driver {
+    fn charge(&self, device: usize, bytes: usize) -> CuResult<()> {
+        let device = self.device(device as i32)?;
+        device.memory.charge(bytes, &device.stats)
     }
 
-    fn refund(&self, bytes: usize) {
-        self.memory.refund(bytes, &self.stats)
+    fn refund(&self, device: usize, bytes: usize) {
+        if let Ok(device) = self.device(device as i32) {
+            device.memory.refund(bytes, &device.stats)
+        }
     }
 }
 
@@ -248,13 +261,13 @@ impl Device {
         }
     }
 
-    fn finish_free(&self, addr: usize) {
+    pub(crate) fn finish_free(&self, addr: usize) {
         self.pending_frees.lock().remove(&addr);
         // Validated at submission and guarded by `pending_frees`, so this cannot fail.
         let _ = self.memory.free(addr, &self.stats);
     }
 
-    fn sticky(&self) -> CuResult<()> {
+    pub fn sticky(&self) -> CuResult<()> {
         match self.sticky.load(Ordering::Acquire) {
             0 => Ok(()),
             code => Err(CuError(code)),
@@ -275,9 +288,11 @@ pub fn raise_device_error(code: u32) -> CuResult<()> {
     Ok(())
 }
 
-/// An event: the marker of the operation it was last recorded after, if any.
+/// An event: the context it was created in, and the marker of the operation it was last
+/// recorded after, if any.
 pub struct Event {
     flags: u32,
+    context: usize,
     recorded: Mutex<Option<Arc<Marker>>>,
 }
 
@@ -285,92 +300,138 @@ pub const EVENT_DISABLE_TIMING: u32 = 0x2;
 const EVENT_FLAGS: u32 = 0x7;
 const EVENT_INTERPROCESS: u32 = 0x4;
 
-/// The primary context of device 0, with its streams and events.
+/// The primary context of one device, with its streams.
 pub struct Context {
+    pub ordinal: usize,
     pub device: &'static Device,
     pub streams: Streams<Device>,
-    events: Mutex<HashMap<usize, Arc<Event>>>,
 }
 
-static CONTEXT: OnceLock<Context> = OnceLock::new();
+/// Every device, with what is shared between them.
+pub struct Driver {
+    pub config: Config,
+    /// Primary contexts, by device ordinal. Never resized: a context's address is its handle.
+    pub contexts: Vec<Context>,
+    pub pinned: PinnedMemory,
+    pub vmm: VirtualMemory,
+    pub functions: Functions,
+    events: Mutex<HashMap<usize, Arc<Event>>>,
+    /// Bit `j` of `peers[i]`: context `i` has peer access to device `j`'s memory.
+    peers: Mutex<[u32; MAX_DEVICES]>,
+}
+
+static DRIVER: OnceLock<Driver> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
 
-/// Address whose value is the `CUcontext` handle of the primary context.
-pub static PRIMARY_CONTEXT: u8 = 0;
+/// Addresses whose values are the `CUmemoryPool` handles of each device's default pool.
+pub static DEFAULT_POOLS: [u8; MAX_DEVICES] = [0xD0; MAX_DEVICES];
 
-pub fn primary_context_handle() -> usize {
-    &PRIMARY_CONTEXT as *const u8 as usize
+pub fn default_pool_handle(device: usize) -> usize {
+    &DEFAULT_POOLS[device] as *const u8 as usize
 }
 
-/// Address whose value is the `CUmemoryPool` handle of the device's default pool.
-pub static DEFAULT_POOL: u8 = 0xD0; // a value of its own: never merged with PRIMARY_CONTEXT
-
-pub fn default_pool_handle() -> usize {
-    &DEFAULT_POOL as *const u8 as usize
+/// The device whose default pool `handle` is.
+pub fn pool_device(handle: usize) -> Option<usize> {
+    let base = DEFAULT_POOLS.as_ptr() as usize;
+    let device = handle.checked_sub(base)?;
+    let count = DRIVER.get().map_or(0, |d| d.contexts.len());
+    (device < count).then_some(device)
 }
 
-/// `cuInit`: creates the device on first use.
-pub fn init() -> CuResult<&'static Context> {
-    if let Some(context) = CONTEXT.get() {
-        return Ok(context);
+/// `cuInit`: creates the devices on first use.
+pub fn init() -> CuResult<&'static Driver> {
+    if let Some(driver) = DRIVER.get() {
+        return Ok(driver);
     }
     let _guard = INIT.lock();
-    if let Some(context) = CONTEXT.get() {
-        return Ok(context);
+    if let Some(driver) = DRIVER.get() {
+        return Ok(driver);
     }
-    let context = Context::new(Config::from_env())?;
-    let context = CONTEXT.get_or_init(|| context);
-    if context.device.config.stats_path.is_some() {
+    let driver = Driver::new(Config::from_env())?;
+    let driver = DRIVER.get_or_init(|| driver);
+    if driver.config.stats_path.is_some() {
         // SAFETY: registering a plain `extern "C" fn()` with atexit has no preconditions.
         unsafe { libc::atexit(write_stats_at_exit) };
     }
-    Ok(context)
+    Ok(driver)
 }
 
 extern "C" fn write_stats_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if let Some(context) = CONTEXT.get() {
-            if let Some(path) = &context.device.config.stats_path {
-                write_json(path, &context.device.stats.snapshot());
+        if let Some(driver) = DRIVER.get() {
+            if let Some(path) = &driver.config.stats_path {
+                driver.write_stats(path);
             }
         }
     });
 }
 
-/// The context for calls that only need `cuInit` (device queries).
-pub fn initialized() -> CuResult<&'static Context> {
-    let context = CONTEXT.get().ok_or(NOT_INITIALIZED)?;
-    context.device.sticky()?;
-    Ok(context)
+/// The driver, for calls that only need `cuInit` (device queries). A sticky fault of the
+/// calling thread's current device (device 0 without one) is returned, as before any call.
+pub fn initialized() -> CuResult<&'static Driver> {
+    let driver = DRIVER.get().ok_or(NOT_INITIALIZED)?;
+    driver.current_or_first().device.sticky()?;
+    Ok(driver)
 }
 
-/// The context for calls that need a current context.
+/// The driver once `cuInit` ran, without the sticky check.
+pub fn driver() -> CuResult<&'static Driver> {
+    DRIVER.get().ok_or(NOT_INITIALIZED)
+}
+
+/// The ordinal of the calling thread's current context, if any.
+fn current_ordinal() -> Option<usize> {
+    CURRENT.with(|stack| stack.borrow().last().copied())
+}
+
+/// The calling thread's current context, for calls that need one.
 pub fn current() -> CuResult<&'static Context> {
-    let context = CONTEXT.get().ok_or(NOT_INITIALIZED)?;
-    if !CURRENT.with(|c| c.get()) {
-        return Err(INVALID_CONTEXT);
-    }
+    let driver = DRIVER.get().ok_or(NOT_INITIALIZED)?;
+    let context = current_ordinal()
+        .map(|i| &driver.contexts[i])
+        .ok_or(INVALID_CONTEXT)?;
     context.device.sticky()?;
     Ok(context)
 }
 
+/// `cuCtxSetCurrent`: replaces the top of the thread's stack (pushes onto an empty one); NULL
+/// pops it.
 pub fn set_current(handle: usize) -> CuResult<()> {
-    CONTEXT.get().ok_or(NOT_INITIALIZED)?;
-    match handle {
-        0 => CURRENT.with(|c| c.set(false)),
-        h if h == primary_context_handle() => CURRENT.with(|c| c.set(true)),
-        _ => return Err(INVALID_CONTEXT),
+    let driver = driver()?;
+    if handle == 0 {
+        CURRENT.with(|stack| stack.borrow_mut().pop());
+        return Ok(());
     }
+    let ordinal = driver.ordinal_of_handle(handle).ok_or(INVALID_CONTEXT)?;
+    CURRENT.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        stack.pop();
+        stack.push(ordinal);
+    });
     Ok(())
 }
 
+/// `cuCtxPushCurrent`.
+pub fn push_current(handle: usize) -> CuResult<()> {
+    let driver = driver()?;
+    let ordinal = driver.ordinal_of_handle(handle).ok_or(INVALID_CONTEXT)?;
+    CURRENT.with(|stack| stack.borrow_mut().push(ordinal));
+    Ok(())
+}
+
+/// `cuCtxPopCurrent`: the handle of the context popped (`CUDA_ERROR_INVALID_CONTEXT` if none).
+pub fn pop_current() -> CuResult<usize> {
+    let driver = driver()?;
+    let ordinal = CURRENT
+        .with(|stack| stack.borrow_mut().pop())
+        .ok_or(INVALID_CONTEXT)?;
+    Ok(driver.contexts[ordinal].handle())
+}
+
+/// `cuCtxGetCurrent`: the handle of the current context, or 0.
 pub fn current_handle() -> CuResult<usize> {
-    CONTEXT.get().ok_or(NOT_INITIALIZED)?;
-    Ok(if CURRENT.with(|c| c.get()) {
-        primary_context_handle()
-    } else {
-        0
-    })
+    let driver = driver()?;
+    Ok(current_ordinal().map_or(0, |i| driver.contexts[i].handle()))
 }
 
 /// Row alignment of `cuMemAllocPitch` (`CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT`).
@@ -413,43 +474,340 @@ fn span(pitch: usize, width: usize, height: usize) -> CuResult<usize> {
         .ok_or(INVALID_VALUE)
 }
 
-/// What an address is, for pointer attributes and copies.
+/// What an address is, for pointer attributes and copies; `device` is the ordinal of the device
+/// the memory belongs to (for page-locked memory, the device whose context allocated it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
     Device {
         start: usize,
         size: usize,
         managed: bool,
+        device: usize,
     },
     Pinned {
         start: usize,
         size: usize,
+        device: usize,
     },
     Pageable,
 }
 
-impl Context {
-    pub fn new(config: Config) -> CuResult<Context> {
-        let memory = DeviceMemory::new(config.capacity)?;
-        let stats = Stats::default();
-        Stats::add(&stats.capacity_bytes, config.capacity);
-        let (jitter, seed) = (config.jitter, config.seed);
-        let device: &'static Device = Box::leak(Box::new(Device {
+impl Driver {
+    pub fn new(config: Config) -> CuResult<Driver> {
+        let mut contexts = Vec::with_capacity(config.devices);
+        for ordinal in 0..config.devices {
+            let capacity = config.capacities[ordinal];
+            let memory = DeviceMemory::new(capacity)?;
+            let stats = Stats::default();
+            Stats::add(&stats.capacity_bytes, capacity);
+            // Device 0 keeps the seed as it is, so one-device runs draw the delays they always did.
+            let seed = config
+                .seed
+                .wrapping_add((ordinal as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let jitter = config.jitter;
+            let device: &'static Device = Box::leak(Box::new(Device {
+                ordinal,
+                config: config.clone(),
+                memory,
+                stats,
+                pending_frees: Mutex::new(HashSet::new()),
+                sticky: AtomicU32::new(0),
+                jitter: Mutex::new(HashMap::new()),
+            }));
+            contexts.push(Context {
+                ordinal,
+                device,
+                streams: Streams::new(device, jitter, seed),
+            });
+        }
+        Ok(Driver {
             config,
-            memory,
+            contexts,
             pinned: PinnedMemory::default(),
             vmm: VirtualMemory::default(),
-            stats,
             functions: Functions::default(),
-            pending_frees: Mutex::new(HashSet::new()),
-            sticky: AtomicU32::new(0),
-            jitter: Mutex::new(HashMap::new()),
-        }));
-        Ok(Context {
-            device,
-            streams: Streams::new(device, jitter, seed),
             events: Mutex::new(HashMap::new()),
+            peers: Mutex::new([0; MAX_DEVICES]),
         })
+    }
+
+    pub fn count(&self) -> usize {
+        self.contexts.len()
+    }
+
+    /// The device of ordinal `ordinal` (`CUDA_ERROR_INVALID_DEVICE` if there is none).
+    pub fn device(&self, ordinal: i32) -> CuResult<&'static Device> {
+        Ok(self.context(ordinal)?.device)
+    }
+
+    /// The primary context of device `ordinal`.
+    pub fn context(&self, ordinal: i32) -> CuResult<&Context> {
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|i| self.contexts.get(i))
+            .ok_or(INVALID_DEVICE)
+    }
+
+    /// The ordinal of the context whose handle is `handle`.
+    pub fn ordinal_of_handle(&self, handle: usize) -> Option<usize> {
+        let base = self.contexts.as_ptr() as usize;
+        let offset = handle.checked_sub(base)?;
+        let index = offset / size_of::<Context>();
+        (offset % size_of::<Context>() == 0 && index < self.contexts.len()).then_some(index)
+    }
+
+    /// The context whose handle is `handle` (`CUDA_ERROR_INVALID_CONTEXT` if none).
+    pub fn context_of_handle(&self, handle: usize) -> CuResult<&Context> {
+        self.ordinal_of_handle(handle)
+            .map(|i| &self.contexts[i])
+            .ok_or(INVALID_CONTEXT)
+    }
+
+    /// The calling thread's current context, or device 0's.
+    pub fn current_or_first(&self) -> &Context {
+        &self.contexts[current_ordinal().unwrap_or(0)]
+    }
+
+    /// The counters of the calling thread's current device (device 0 without a context).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.current_or_first().device.stats.snapshot()
+    }
+
+    /// Writes `CUDA_SHIM_STATS`: device 0's counters as the top-level keys (exactly the
+    /// one-device file), and with several devices also `devices`, every device's counters in
+    /// ordinal order.
+    fn write_stats(&self, path: &str) {
+        #[derive(serde::Serialize)]
+        struct Several {
+            #[serde(flatten)]
+            first: StatsSnapshot,
+            devices: Vec<StatsSnapshot>,
+        }
+        let first = self.contexts[0].device.stats.snapshot();
+        if self.contexts.len() == 1 {
+            write_json(path, &first);
+        } else {
+            let devices = self
+                .contexts
+                .iter()
+                .map(|c| c.device.stats.snapshot())
+                .collect();
+            write_json(path, &Several { first, devices });
+        }
+    }
+
+    /// The device whose heap range contains `addr` (live or not).
+    fn heap_owner(&self, addr: usize) -> Option<&'static Device> {
+        self.contexts
+            .iter()
+            .map(|c| c.device)
+            .find(|d| d.memory.in_span(addr))
+    }
+
+    pub fn place(&self, addr: usize) -> Place {
+        if let Some(device) = self.heap_owner(addr) {
+            if let Some(block) = device.memory.find(addr) {
+                return Place::Device {
+                    start: block.start,
+                    size: block.size,
+                    managed: block.kind == DeviceKind::Managed,
+                    device: device.ordinal,
+                };
+            }
+        }
+        if let Some(mapping) = self.vmm.mapping(addr) {
+            // Each cuMemMap is an allocation range of its own, as on CUDA.
+            return Place::Device {
+                start: mapping.start,
+                size: mapping.size,
+                managed: false,
+                device: mapping.device,
+            };
+        }
+        match self.pinned.find_with_device(addr) {
+            Some((start, size, device)) => Place::Pinned {
+                start,
+                size,
+                device,
+            },
+            None => Place::Pageable,
+        }
+    }
+
+    /// Whether `[addr, addr + len)` is device memory (`Ok(Some(device))`), host memory
+    /// (`Ok(None)`), or an invalid device range (outside every live block, or running past its
+    /// end). Any device's memory is device memory here: unified addressing.
+    fn locate(&self, addr: usize, len: usize, access: Access) -> CuResult<Option<&'static Device>> {
+        if addr == 0 {
+            return Err(INVALID_VALUE);
+        }
+        if let Some(device) = self.heap_owner(addr) {
+            device.memory.check_range(addr, len)?;
+            return Ok(Some(device));
+        }
+        if self.vmm.reserved(addr) {
+            // Mapped with the access the operation needs (cuMemSetAccess), possibly across
+            // several adjacent mappings.
+            self.vmm.check_range(addr, len, access == Access::Write)?;
+            let device = self.vmm.mapping(addr).ok_or(INVALID_VALUE)?.device;
+            return Ok(Some(self.contexts[device].device));
+        }
+        Ok(None)
+    }
+
+    /// The context owning stream `handle`: the special handles (0, `CU_STREAM_LEGACY`,
+    /// `CU_STREAM_PER_THREAD`) name streams of the current context, a created stream belongs to
+    /// the context it was created in.
+    pub fn stream_owner(
+        &self,
+        current: Option<&'static Context>,
+        handle: usize,
+    ) -> CuResult<&Context> {
+        match handle {
+            0 | crate::stream::LEGACY | crate::stream::PER_THREAD => current.ok_or(INVALID_CONTEXT),
+            _ => self
+                .contexts
+                .iter()
+                .find(|c| c.streams.owns(handle))
+                .ok_or(INVALID_HANDLE),
+        }
+    }
+
+    /// Waits for all work submitted to every device.
+    pub fn synchronize_all(&self) {
+        for context in &self.contexts {
+            context.wait_all();
+        }
+    }
+
+    // ---- peer access ----
+
+    pub fn peer_enabled(&self, from: usize, to: usize) -> bool {
+        from == to || self.peers.lock()[from] & (1 << to) != 0
+    }
+
+    /// `cuCtxEnablePeerAccess` from context `from` to the memory of device `to` (distinct).
+    pub fn enable_peer(&self, from: usize, to: usize) -> CuResult<()> {
+        let mut peers = self.peers.lock();
+        if peers[from] & (1 << to) != 0 {
+            return Err(PEER_ACCESS_ALREADY_ENABLED);
+        }
+        peers[from] |= 1 << to;
+        Ok(())
+    }
+
+    pub fn disable_peer(&self, from: usize, to: usize) -> CuResult<()> {
+        let mut peers = self.peers.lock();
+        if peers[from] & (1 << to) == 0 {
+            return Err(PEER_ACCESS_NOT_ENABLED);
+        }
+        peers[from] &= !(1 << to);
+        Ok(())
+    }
+
+    // ---- memory not tied to the current device ----
+
+    /// `cuMemFreeHost`: page-locked memory of any device.
+    pub fn free_host(&self, addr: usize) -> CuResult<()> {
+        let (size, device) = self.pinned.free(addr)?;
+        self.contexts[device].device.stats.pinned_freed(size as u64);
+        Ok(())
+    }
+
+    /// `cuMemUnmap`: waits for all submitted work of every device (which may use the range),
+    /// then unmaps.
+    pub fn unmap(&self, ptr: usize, size: usize) -> CuResult<()> {
+        self.synchronize_all();
+        self.vmm.unmap(ptr, size, self)
+    }
+
+    // ---- events ----
+
+    fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
+        self.events
+            .lock()
+            .get(&handle)
+            .cloned()
+            .ok_or(INVALID_HANDLE)
+    }
+
+    pub fn event_destroy(&self, handle: usize) -> CuResult<()> {
+        self.events
+            .lock()
+            .remove(&handle)
+            .map(drop)
+            .ok_or(INVALID_HANDLE)
+    }
+
+    /// `cuEventQuery` of an event of any device.
+    pub fn event_query(&self, handle: usize) -> CuResult<()> {
+        let event = self.event(handle)?;
+        let marker = event.recorded.lock().clone();
+        match marker.map(|m| m.completed_at()) {
+            Some(None) => Err(NOT_READY),
+            _ => self.contexts[event.context].device.sticky(),
+        }
+    }
+
+    /// `cuEventSynchronize` of an event of any device.
+    pub fn event_synchronize(&self, handle: usize) -> CuResult<()> {
+        let event = self.event(handle)?;
+        let marker = event.recorded.lock().clone();
+        if let Some(marker) = marker {
+            marker.wait();
+        }
+        self.contexts[event.context].device.sticky()
+    }
+
+    /// Milliseconds between two completed records of timing-enabled events of one device.
+    pub fn event_elapsed(&self, start: usize, end: usize) -> CuResult<f32> {
+        let (start, end) = (self.event(start)?, self.event(end)?);
+        if (start.flags | end.flags) & EVENT_DISABLE_TIMING != 0 || start.context != end.context {
+            return Err(INVALID_HANDLE);
+        }
+        let (Some(a), Some(b)) = (start.recorded.lock().clone(), end.recorded.lock().clone())
+        else {
+            return Err(INVALID_HANDLE);
+        };
+        let (Some(a), Some(b)) = (a.completed_at(), b.completed_at()) else {
+            return Err(NOT_READY);
+        };
+        let ms = if b >= a {
+            (b - a).as_secs_f64() * 1e3
+        } else {
+            -((a - b).as_secs_f64() * 1e3)
+        };
+        Ok(ms as f32)
+    }
+}
+
+impl Context {
+    /// The `CUcontext` handle of this context: its address.
+    pub fn handle(&self) -> usize {
+        self as *const Context as usize
+    }
+
+    fn driver(&self) -> &'static Driver {
+        // A context exists only inside the driver.
+        DRIVER
+            .get()
+            .expect("cuda-shim: a context outside the driver")
+    }
+
+    /// This context as the `'static` reference the driver holds.
+    fn this(&self) -> &'static Context {
+        &self.driver().contexts[self.ordinal]
+    }
+
+    /// The context owning stream `handle`, with this one as the current context.
+    fn owner(&self, stream: usize) -> CuResult<&'static Context> {
+        self.driver().stream_owner(Some(self.this()), stream)
+    }
+
+    /// Whether `stream` names a stream this context may use (its own special handles, or a
+    /// live stream of any device).
+    pub fn check_stream(&self, stream: usize) -> CuResult<()> {
+        self.owner(stream).map(drop)
     }
 
     pub fn stats(&self) -> StatsSnapshot {
@@ -462,81 +820,50 @@ impl Context {
         self.device.memory.alloc(size, kind, &self.device.stats)
     }
 
-    /// `cuMemFree`: waits for all submitted work (as the real call does), then frees.
+    /// `cuMemAllocHost`/`cuMemHostAlloc`: page-locked memory, counted on this device.
+    pub fn alloc_host(&self, size: usize) -> CuResult<usize> {
+        self.driver()
+            .pinned
+            .alloc(size, self.ordinal, &self.device.stats)
+    }
+
+    /// `cuMemFree` of a block of any device (unified addressing): waits for all work submitted
+    /// to this context and to the block's device (as the real call synchronises), then frees.
     pub fn free(&self, addr: usize) -> CuResult<()> {
-        if self.device.pending_frees.lock().contains(&addr) {
+        let owner = self.driver().heap_owner(addr).ok_or(INVALID_VALUE)?;
+        if owner.pending_frees.lock().contains(&addr) {
             return Err(INVALID_VALUE);
         }
-        self.device
+        owner
             .memory
             .find(addr)
             .filter(|b| b.start == addr)
             .ok_or(INVALID_VALUE)?;
         self.synchronize()?;
-        self.device.memory.free(addr, &self.device.stats).map(drop)
+        if owner.ordinal != self.ordinal {
+            self.driver().contexts[owner.ordinal].wait_all();
+        }
+        owner.memory.free(addr, &owner.stats).map(drop)
     }
 
-    /// `cuMemFreeAsync`: the block returns to the heap when the stream reaches the free.
+    /// `cuMemFreeAsync`: the block (of any device) returns to its heap when the stream reaches
+    /// the free.
     pub fn free_async(&self, addr: usize, stream: usize) -> CuResult<()> {
-        self.streams.check(stream)?;
-        let block = self.device.memory.find(addr).ok_or(INVALID_VALUE)?;
-        if block.start != addr || !self.device.pending_frees.lock().insert(addr) {
+        let target = self.owner(stream)?;
+        let owner = self.driver().heap_owner(addr).ok_or(INVALID_VALUE)?;
+        let block = owner.memory.find(addr).ok_or(INVALID_VALUE)?;
+        if block.start != addr || !owner.pending_frees.lock().insert(addr) {
             return Err(INVALID_VALUE);
         }
-        self.streams
-            .submit(stream, Work::Free(addr), None)
-            .map(drop)
+        let work = Work::Free {
+            device: owner,
+            addr,
+        };
+        target.streams.submit(stream, work, None).map(drop)
     }
 
     pub fn place(&self, addr: usize) -> Place {
-        if let Some(block) = self.device.memory.find(addr) {
-            return Place::Device {
-                start: block.start,
-                size: block.size,
-                managed: block.kind == DeviceKind::Managed,
-            };
-        }
-        if let Some(mapping) = self.device.vmm.mapping(addr) {
-            // Each cuMemMap is an allocation range of its own, as on CUDA.
-            return Place::Device {
-                start: mapping.start,
-                size: mapping.size,
-                managed: false,
-            };
-        }
-        match self.device.pinned.find(addr) {
-            Some((start, size)) => Place::Pinned { start, size },
-            None => Place::Pageable,
-        }
-    }
-
-    /// Whether `[addr, addr + len)` is device memory (`Ok(true)`), host memory (`Ok(false)`), or
-    /// an invalid device range (outside every live block, or running past its end).
-    fn locate(&self, addr: usize, len: usize, access: Access) -> CuResult<bool> {
-        if addr == 0 {
-            return Err(INVALID_VALUE);
-        }
-        if self.device.memory.in_span(addr) {
-            self.device.memory.check_range(addr, len)?;
-            return Ok(true);
-        }
-        if self.device.vmm.reserved(addr) {
-            // Mapped with the access the operation needs (cuMemSetAccess), possibly across
-            // several adjacent mappings.
-            self.device
-                .vmm
-                .check_range(addr, len, access == Access::Write)?;
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    // ---- virtual memory management ----
-
-    /// `cuMemUnmap`: waits for all submitted work (which may use the range), then unmaps.
-    pub fn unmap(&self, ptr: usize, size: usize) -> CuResult<()> {
-        self.synchronize()?;
-        self.device.vmm.unmap(ptr, size, self.device)
+        self.driver().place(addr)
     }
 
     /// Submits a copy of `len` bytes on `stream`; `kind` is a `cudaMemcpyKind` (4 = infer from
@@ -563,7 +890,11 @@ impl Context {
     }
 
     /// Submits a 2D copy (`cuMemcpy2D`): `declared` are the memory types the caller gave for
-    /// the source and the destination, checked against what the addresses are.
+    /// the source and the destination, checked against what the addresses are. Either side may
+    /// be any device's memory (unified addressing), and the stream may belong to another device
+    /// than this context's (CUDA allows copies there). The device-side counter of the copy goes
+    /// to the device owning that side: the destination's for host-to-device and device-to-device
+    /// copies, the source's for device-to-host copies.
     pub fn copy_2d(
         &self,
         rect: Rect,
@@ -580,36 +911,38 @@ impl Context {
             width,
             height,
         } = rect;
+        let target = self.owner(stream)?;
         if width == 0 || height == 0 {
-            return self.streams.check(stream);
+            return Ok(());
         }
         if height > 1
             && (src_pitch < width || dst_pitch < width || src_pitch.max(dst_pitch) > MAX_PITCH)
         {
             return Err(INVALID_VALUE);
         }
+        let driver = self.driver();
         let src_span = span(src_pitch, width, height)?;
         let dst_span = span(dst_pitch, width, height)?;
-        let src_device = self.locate(src, src_span, Access::Read)?;
-        let dst_device = self.locate(dst, dst_span, Access::Write)?;
+        let src_device = driver.locate(src, src_span, Access::Read)?;
+        let dst_device = driver.locate(dst, dst_span, Access::Write)?;
         for (declared, address, device) in [
-            (declared[0], src, src_device),
-            (declared[1], dst, dst_device),
+            (declared[0], src, src_device.is_some()),
+            (declared[1], dst, dst_device.is_some()),
         ] {
             let fits = match declared {
                 MemoryType::Any => true,
                 MemoryType::Host => !device,
-                MemoryType::Device => device || self.place(address) != Place::Pageable,
+                MemoryType::Device => device || driver.place(address) != Place::Pageable,
             };
             if !fits {
                 return Err(INVALID_VALUE);
             }
         }
         let direction = match (src_device, dst_device) {
-            (false, false) => Direction::HostToHost,
-            (false, true) => Direction::HostToDevice,
-            (true, false) => Direction::DeviceToHost,
-            (true, true) => Direction::DeviceToDevice,
+            (None, None) => Direction::HostToHost,
+            (None, Some(_)) => Direction::HostToDevice,
+            (Some(_), None) => Direction::DeviceToHost,
+            (Some(_), Some(_)) => Direction::DeviceToDevice,
         };
         if kind != 4 && kind != direction as u32 {
             return Err(INVALID_VALUE);
@@ -617,7 +950,7 @@ impl Context {
         let pageable_source = !matches!(
             direction,
             Direction::DeviceToHost | Direction::DeviceToDevice
-        ) && self.place(src) == Place::Pageable;
+        ) && driver.place(src) == Place::Pageable;
         let (source, src_pitch) = if pageable_source && !synchronous {
             // Read now, as the real call stages pageable memory; packed rows.
             let mut staged = Vec::with_capacity(width * height);
@@ -633,12 +966,11 @@ impl Context {
             (Source::Address(src), src_pitch)
         };
         let len = (width * height) as u64;
-        let stats = &self.device.stats;
-        match direction {
-            Direction::HostToDevice => Stats::add(&stats.h2d_bytes, len),
-            Direction::DeviceToHost => Stats::add(&stats.d2h_bytes, len),
-            Direction::DeviceToDevice => Stats::add(&stats.d2d_bytes, len),
-            Direction::HostToHost => {}
+        match (direction, src_device, dst_device) {
+            (Direction::HostToDevice, _, Some(d)) => Stats::add(&d.stats.h2d_bytes, len),
+            (Direction::DeviceToHost, Some(d), _) => Stats::add(&d.stats.d2h_bytes, len),
+            (Direction::DeviceToDevice, _, Some(d)) => Stats::add(&d.stats.d2d_bytes, len),
+            _ => {}
         }
         let work = Work::Copy {
             dst,
@@ -652,11 +984,33 @@ impl Context {
         // An asynchronous copy into pageable memory returns once it is done, as on CUDA (the
         // caller may read the destination at once; cudarc relies on it).
         let pageable_destination =
-            direction == Direction::DeviceToHost && self.place(dst) == Place::Pageable;
-        let done = self.streams.submit(stream, work, None)?;
+            direction == Direction::DeviceToHost && driver.place(dst) == Place::Pageable;
+        let done = target.streams.submit(stream, work, None)?;
         if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
             done.wait();
-            self.device.sticky()?;
+            target.device.sticky()?;
+        }
+        Ok(())
+    }
+
+    /// A peer copy (`cuMemcpyPeer`): serialised with all pending and future work of this
+    /// context and of both peers' contexts, by running it between synchronisations of all three
+    /// (so the host also waits, which CUDA does not promise).
+    pub fn copy_peer(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+        peers: [&Context; 2],
+    ) -> CuResult<()> {
+        self.synchronize()?;
+        for peer in peers {
+            peer.wait_all();
+        }
+        self.copy(dst, src, len, 3, 0, false)?;
+        self.synchronize()?;
+        for peer in peers {
+            peer.wait_all();
         }
         Ok(())
     }
@@ -667,8 +1021,9 @@ impl Context {
 
     /// `cuMemsetD2D{8,16,32}`: `height` rows of `width` elements of `element` bytes, `pitch`
     /// bytes apart (the pitch is unused for one row). The address must be aligned to the
-    /// element size, and every row must lie in device memory or in one mapped page-locked
-    /// allocation.
+    /// element size, and every row must lie in device memory (of any device) or in one mapped
+    /// page-locked allocation. Counted on the device owning the memory (the stream's device for
+    /// page-locked memory).
     #[allow(clippy::too_many_arguments)]
     pub fn memset_2d(
         &self,
@@ -680,8 +1035,9 @@ impl Context {
         height: usize,
         stream: usize,
     ) -> CuResult<()> {
+        let target = self.owner(stream)?;
         if width == 0 || height == 0 {
-            return self.streams.check(stream);
+            return Ok(());
         }
         let row = width.checked_mul(element).ok_or(INVALID_VALUE)?;
         let pitch = if height == 1 { row } else { pitch };
@@ -689,15 +1045,20 @@ impl Context {
             return Err(INVALID_VALUE);
         }
         let len = span(pitch, row, height)?;
-        if !self.locate(dst, len, Access::Write)? {
-            // Mapped page-locked memory, written through its device address (unified
-            // addressing): the range must lie in one allocation.
-            let (start, size) = self.device.pinned.find(dst).ok_or(INVALID_VALUE)?;
-            if dst.checked_add(len).is_none_or(|end| end > start + size) {
-                return Err(INVALID_VALUE);
+        let driver = self.driver();
+        let counted = match driver.locate(dst, len, Access::Write)? {
+            Some(device) => device,
+            None => {
+                // Mapped page-locked memory, written through its device address (unified
+                // addressing): the range must lie in one allocation.
+                let (start, size) = driver.pinned.find(dst).ok_or(INVALID_VALUE)?;
+                if dst.checked_add(len).is_none_or(|end| end > start + size) {
+                    return Err(INVALID_VALUE);
+                }
+                target.device
             }
-        }
-        Stats::add(&self.device.stats.memset_bytes, (row * height) as u64);
+        };
+        Stats::add(&counted.stats.memset_bytes, (row * height) as u64);
         let work = Work::Memset {
             dst,
             pitch,
@@ -706,7 +1067,7 @@ impl Context {
             width,
             height,
         };
-        self.streams.submit(stream, work, None).map(drop)
+        target.streams.submit(stream, work, None).map(drop)
     }
 
     /// `cuMemAllocPitch`: rows of `width` bytes padded to the device's texture alignment (as
@@ -730,10 +1091,23 @@ impl Context {
         Ok((self.alloc(size, DeviceKind::Device)?, pitch))
     }
 
+    /// `cuMemAllocAsync`: from the default pool of the stream's device, as CUDA allocates.
+    pub fn alloc_async(&self, size: usize, stream: usize) -> CuResult<usize> {
+        self.owner(stream)?.alloc(size, DeviceKind::Device)
+    }
+
+    /// `cuMemAllocFromPoolAsync`: from the pool's device; the stream may be any device's.
+    pub fn alloc_from_pool(&self, size: usize, device: usize, stream: usize) -> CuResult<usize> {
+        self.owner(stream)?;
+        self.driver().contexts[device].alloc(size, DeviceKind::Device)
+    }
+
     // ---- kernels ----
 
     /// Packs the arguments of `function` and queues the launch. `params[i]` points to the value
-    /// of parameter i (`kernelParams`), or `packed` is an already packed buffer (`extra`).
+    /// of parameter i (`kernelParams`), or `packed` is an already packed buffer (`extra`). The
+    /// stream must belong to this context: a launch on another device's stream is
+    /// `CUDA_ERROR_INVALID_HANDLE`, as on CUDA.
     pub fn launch(
         &self,
         function: usize,
@@ -741,7 +1115,10 @@ impl Context {
         packed: Option<&[u8]>,
         stream: usize,
     ) -> CuResult<()> {
-        let layout = self.device.functions.by_handle(function)?.layout();
+        if self.owner(stream)?.ordinal != self.ordinal {
+            return Err(INVALID_HANDLE);
+        }
+        let layout = self.driver().functions.by_handle(function)?.layout();
         if layout.body.is_none() {
             return Err(NOT_FOUND);
         }
@@ -776,23 +1153,35 @@ impl Context {
 
     // ---- synchronisation ----
 
-    pub fn synchronize(&self) -> CuResult<()> {
+    /// Waits for all work submitted to this context, whatever its sticky state.
+    fn wait_all(&self) {
         for marker in self.streams.all_tails() {
             marker.wait();
         }
+    }
+
+    pub fn synchronize(&self) -> CuResult<()> {
+        self.wait_all();
         self.device.sticky()
     }
 
+    /// `cuStreamSynchronize` of a stream of any device.
     pub fn stream_synchronize(&self, stream: usize) -> CuResult<()> {
-        self.streams.tail(stream)?.wait();
-        self.device.sticky()
+        let target = self.owner(stream)?;
+        target.streams.tail(stream)?.wait();
+        target.device.sticky()
     }
 
     pub fn stream_query(&self, stream: usize) -> CuResult<()> {
-        match self.streams.tail(stream)?.completed_at() {
-            Some(_) => self.device.sticky(),
+        let target = self.owner(stream)?;
+        match target.streams.tail(stream)?.completed_at() {
+            Some(_) => target.device.sticky(),
             None => Err(NOT_READY),
         }
+    }
+
+    pub fn stream_destroy(&self, stream: usize) -> CuResult<()> {
+        self.owner(stream)?.streams.destroy(stream)
     }
 
     // ---- events ----
@@ -805,83 +1194,39 @@ impl Context {
         }
         let event = Arc::new(Event {
             flags,
+            context: self.ordinal,
             recorded: Mutex::new(None),
         });
         let handle = Arc::as_ptr(&event) as usize;
-        self.events.lock().insert(handle, event);
+        self.driver().events.lock().insert(handle, event);
         Ok(handle)
     }
 
-    fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
-        self.events
-            .lock()
-            .get(&handle)
-            .cloned()
-            .ok_or(INVALID_HANDLE)
-    }
-
-    pub fn event_destroy(&self, handle: usize) -> CuResult<()> {
-        self.events
-            .lock()
-            .remove(&handle)
-            .map(drop)
-            .ok_or(INVALID_HANDLE)
-    }
-
+    /// `cuEventRecord`: the stream must belong to the event's context
+    /// (`CUDA_ERROR_INVALID_HANDLE` otherwise, as on CUDA).
     pub fn event_record(&self, handle: usize, stream: usize) -> CuResult<()> {
-        let event = self.event(handle)?;
-        let marker = self.streams.submit(stream, Work::Marker, None)?;
+        let event = self.driver().event(handle)?;
+        let target = self.owner(stream)?;
+        if target.ordinal != event.context {
+            return Err(INVALID_HANDLE);
+        }
+        let marker = target.streams.submit(stream, Work::Marker, None)?;
         *event.recorded.lock() = Some(marker);
         Ok(())
     }
 
     /// `cuStreamWaitEvent`: later work of `stream` waits for the event's last record; an event
-    /// never recorded is no dependency at all.
+    /// never recorded is no dependency at all. Stream and event may belong to different devices
+    /// (how CUDA synchronises devices with each other).
     pub fn stream_wait_event(&self, stream: usize, handle: usize) -> CuResult<()> {
-        let marker = self.event(handle)?.recorded.lock().clone();
+        let marker = self.driver().event(handle)?.recorded.lock().clone();
+        let target = self.owner(stream)?;
         match marker {
-            Some(marker) => self
+            Some(marker) => target
                 .streams
                 .submit(stream, Work::Marker, Some(marker))
                 .map(drop),
-            None => self.streams.check(stream),
+            None => Ok(()),
         }
-    }
-
-    pub fn event_query(&self, handle: usize) -> CuResult<()> {
-        let marker = self.event(handle)?.recorded.lock().clone();
-        match marker.map(|m| m.completed_at()) {
-            Some(None) => Err(NOT_READY),
-            _ => self.device.sticky(),
-        }
-    }
-
-    pub fn event_synchronize(&self, handle: usize) -> CuResult<()> {
-        let marker = self.event(handle)?.recorded.lock().clone();
-        if let Some(marker) = marker {
-            marker.wait();
-        }
-        self.device.sticky()
-    }
-
-    /// Milliseconds between two completed records of timing-enabled events.
-    pub fn event_elapsed(&self, start: usize, end: usize) -> CuResult<f32> {
-        let (start, end) = (self.event(start)?, self.event(end)?);
-        if (start.flags | end.flags) & EVENT_DISABLE_TIMING != 0 {
-            return Err(INVALID_HANDLE);
-        }
-        let (Some(a), Some(b)) = (start.recorded.lock().clone(), end.recorded.lock().clone())
-        else {
-            return Err(INVALID_HANDLE);
-        };
-        let (Some(a), Some(b)) = (a.completed_at(), b.completed_at()) else {
-            return Err(NOT_READY);
-        };
-        let ms = if b >= a {
-            (b - a).as_secs_f64() * 1e3
-        } else {
-            -((a - b).as_secs_f64() * 1e3)
-        };
-        Ok(ms as f32)
     }
 }

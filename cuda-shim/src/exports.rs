@@ -5,9 +5,7 @@
 //! `CUDA_ERROR_UNKNOWN`, never an unwind into C) and lists it for `cuGetProcAddress`.
 //! Bodies only decode C arguments and call the [`Context`]; the semantics live in `device`.
 
-use crate::device::{
-    self, Context, MemoryType, Place, Rect, current, init, initialized, primary_context_handle,
-};
+use crate::device::{self, Context, Driver, MemoryType, Place, Rect, current, init, initialized};
 use crate::kernel::{Layout, pack_offsets};
 use crate::memory::DeviceKind;
 use crate::result::*;
@@ -22,6 +20,16 @@ use std::time::Duration;
 /// CUDA version this driver reports (12.9).
 pub const DRIVER_VERSION: i32 = 12090;
 const DEVICE_NAME: &str = "cuda-shim simulated GPU";
+
+/// The name of device `ordinal`: with several devices each name ends with its ordinal, so
+/// programs that tell devices apart by name can.
+fn device_name(driver: &Driver, ordinal: i32) -> String {
+    if driver.count() == 1 {
+        DEVICE_NAME.to_string()
+    } else {
+        format!("{DEVICE_NAME} {ordinal}")
+    }
+}
 
 /// Runs an export's body; a panic is reported once and becomes `CUDA_ERROR_UNKNOWN`.
 fn guard(name: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
@@ -54,18 +62,12 @@ unsafe fn put<T>(out: *mut T, value: T) -> CuResult<()> {
     Ok(())
 }
 
-fn only_device_zero(device: i32) -> CuResult<()> {
-    if device == 0 {
-        Ok(())
-    } else {
-        Err(INVALID_DEVICE)
-    }
-}
-
-/// `CU_DEVICE_ATTRIBUTE_*` values of the simulated device (an A100-class part); attributes
-/// CUDA 12.9 defines but the shim does not model are 0.
-fn attribute(attr: i32) -> CuResult<i32> {
+/// `CU_DEVICE_ATTRIBUTE_*` values of simulated device `ordinal` (an A100-class part, every
+/// device alike but for its PCI bus id); attributes CUDA 12.9 defines but the shim does not
+/// model are 0.
+fn attribute(attr: i32, ordinal: i32) -> CuResult<i32> {
     Ok(match attr {
+        33 => 1 + ordinal,
         1..=3 => 1024,
         4 => 64,
         5 => i32::MAX,
@@ -79,7 +81,6 @@ fn attribute(attr: i32) -> CuResult<i32> {
         14 | 30 => 512,
         15 | 19 | 31 | 41 | 78 | 79 | 80 | 83 | 89 | 90 | 95 | 96 | 99 | 115 => 1,
         16 => 108,
-        33 => 1,
         36 => 1_215_000,
         37 => 5120,
         38 => 40 << 20,
@@ -139,58 +140,107 @@ driver_api! {
     }
 
     fn cuDeviceGet(device: *mut i32, ordinal: i32) {
-        initialized()?;
-        only_device_zero(ordinal)?;
+        initialized()?.device(ordinal)?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(device, 0) }
+        unsafe { put(device, ordinal) }
     }
 
     fn cuDeviceGetCount(count: *mut i32) {
-        initialized()?;
+        let driver = initialized()?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(count, 1) }
+        unsafe { put(count, driver.count() as i32) }
     }
 
     fn cuDeviceGetName(name: *mut c_char, len: i32, device: i32) {
-        initialized()?;
-        only_device_zero(device)?;
+        let driver = initialized()?;
+        driver.device(device)?;
         if name.is_null() || len <= 0 {
             return Err(INVALID_VALUE);
         }
-        let n = DEVICE_NAME.len().min(len as usize - 1);
+        let text = device_name(driver, device);
+        let n = text.len().min(len as usize - 1);
         // SAFETY: the caller provides `len` writable bytes at `name`; n + 1 <= len.
         unsafe {
-            std::ptr::copy_nonoverlapping(DEVICE_NAME.as_ptr() as *const c_char, name, n);
+            std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, name, n);
             name.add(n).write(0);
         }
         Ok(())
     }
 
     fn cuDeviceTotalMem_v2(bytes: *mut usize, device: i32) {
-        let context = initialized()?;
-        only_device_zero(device)?;
+        let device = initialized()?.device(device)?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(bytes, context.device.memory.capacity()) }
+        unsafe { put(bytes, device.memory.capacity()) }
     }
 
     fn cuDeviceGetAttribute(value: *mut i32, attr: i32, device: i32) {
-        initialized()?;
-        only_device_zero(device)?;
-        let v = attribute(attr)?;
+        initialized()?.device(device)?;
+        let v = attribute(attr, device)?;
         // SAFETY: out-parameter contract of `put`.
         unsafe { put(value, v) }
     }
 
+    /// Every device's primary context exists from `cuInit` on; retaining hands out its handle.
     fn cuDevicePrimaryCtxRetain(context: *mut usize, device: i32) {
-        initialized()?;
-        only_device_zero(device)?;
+        let handle = initialized()?.context(device)?.handle();
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(context, primary_context_handle()) }
+        unsafe { put(context, handle) }
     }
 
+    /// Primary contexts are never destroyed on the shim: releasing only checks the device.
     fn cuDevicePrimaryCtxRelease_v2(device: i32) {
-        initialized()?;
-        only_device_zero(device)
+        initialized()?.device(device).map(drop)
+    }
+
+    /// 1 between two distinct devices of the shim, 0 for a device and itself (as CUDA answers).
+    fn cuDeviceCanAccessPeer(can_access: *mut i32, device: i32, peer: i32) {
+        let driver = initialized()?;
+        driver.device(device)?;
+        driver.device(peer)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(can_access, i32::from(device != peer)) }
+    }
+
+    /// Performance rank 0, access and native atomics supported, no arrays (the shim has none).
+    fn cuDeviceGetP2PAttribute(value: *mut i32, attr: u32, src: i32, dst: i32) {
+        let driver = initialized()?;
+        driver.device(src)?;
+        driver.device(dst)?;
+        if src == dst {
+            return Err(INVALID_DEVICE);
+        }
+        let v = match attr {
+            1 => 0,
+            2 | 3 => 1,
+            4 => 0,
+            _ => return Err(INVALID_VALUE),
+        };
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(value, v) }
+    }
+
+    /// Access from the current context to the memory of `peer`'s device, one way.
+    fn cuCtxEnablePeerAccess(peer: usize, flags: u32) {
+        let context = current()?;
+        let driver = initialized()?;
+        let peer = driver.context_of_handle(peer)?;
+        if peer.ordinal == context.ordinal {
+            return Err(INVALID_CONTEXT);
+        }
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        driver.enable_peer(context.ordinal, peer.ordinal)
+    }
+
+    fn cuCtxDisablePeerAccess(peer: usize) {
+        let context = current()?;
+        let driver = initialized()?;
+        let peer = driver.context_of_handle(peer)?;
+        if peer.ordinal == context.ordinal {
+            return Err(PEER_ACCESS_NOT_ENABLED);
+        }
+        driver.disable_peer(context.ordinal, peer.ordinal)
     }
 
     fn cuCtxGetCurrent(context: *mut usize) {
@@ -201,6 +251,26 @@ driver_api! {
 
     fn cuCtxSetCurrent(context: usize) {
         device::set_current(context)
+    }
+
+    fn cuCtxPushCurrent_v2(context: usize) {
+        device::push_current(context)
+    }
+
+    /// `pctx` may be NULL: the context is popped all the same.
+    fn cuCtxPopCurrent_v2(context: *mut usize) {
+        let popped = device::pop_current()?;
+        if !context.is_null() {
+            // SAFETY: non-null out-parameter of the caller.
+            unsafe { context.write(popped) };
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetDevice(device: *mut i32) {
+        let context = current()?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(device, context.ordinal as i32) }
     }
 
     fn cuCtxSynchronize() {
@@ -277,23 +347,20 @@ driver_api! {
     }
 
     fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: u32) {
-        let context = current()?;
+        current()?;
         if pdptr.is_null() || flags != 0 {
             return Err(INVALID_VALUE);
         }
-        // Unified addressing: page-locked memory is mapped at its host address.
-        context
-            .device
-            .pinned
-            .find(p as usize)
-            .ok_or(INVALID_VALUE)?;
+        // Unified addressing: page-locked memory (of any device: it is portable) is mapped at
+        // its host address.
+        initialized()?.pinned.find(p as usize).ok_or(INVALID_VALUE)?;
         // SAFETY: checked non-null; the caller's out-parameter.
         unsafe { put(pdptr, p as u64) }
     }
 
     fn cuMemFreeHost(p: *mut c_void) {
-        let context = current()?;
-        context.device.pinned.free(p as usize, &context.device.stats)
+        current()?;
+        initialized()?.free_host(p as usize)
     }
 
     fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: u32) {
@@ -306,13 +373,14 @@ driver_api! {
         unsafe { put(dptr, addr as u64) }
     }
 
+    /// From the default pool of the stream's device.
     fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: usize) {
         let context = current()?;
-        context.streams.check(stream)?;
+        context.check_stream(stream)?;
         if dptr.is_null() {
             return Err(INVALID_VALUE);
         }
-        let addr = context.alloc(size, DeviceKind::Device)?;
+        let addr = context.alloc_async(size, stream)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(dptr, addr as u64) }
     }
@@ -377,21 +445,22 @@ driver_api! {
         }
     }
 
-    /// The only pool of the shim: the one stream-ordered allocations come from.
+    /// The only pool of each device: the one its stream-ordered allocations come from.
     fn cuDeviceGetDefaultMemPool(pool: *mut usize, device: i32) {
-        initialized()?;
-        only_device_zero(device)?;
+        initialized()?.device(device)?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(pool, device::default_pool_handle()) }
+        unsafe { put(pool, device::default_pool_handle(device as usize)) }
     }
 
+    /// From the pool's device, on a stream of any device.
     fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: usize, stream: usize) {
         let context = current()?;
-        context.streams.check(stream)?;
-        if dptr.is_null() || pool != device::default_pool_handle() {
+        context.check_stream(stream)?;
+        let device = device::pool_device(pool);
+        let (false, Some(device)) = (dptr.is_null(), device) else {
             return Err(INVALID_VALUE);
-        }
-        let addr = context.alloc(size, DeviceKind::Device)?;
+        };
+        let addr = context.alloc_from_pool(size, device, stream)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(dptr, addr as u64) }
     }
@@ -408,14 +477,13 @@ driver_api! {
         current()?.copy(dst as usize, src as usize, count, 3, stream, false)
     }
 
-    /// One device: both contexts must be the primary context. CUDA serialises the copy with all
-    /// pending and future work of the context; the shim does so by running it between two
-    /// device-wide synchronisations (so the host also waits, which CUDA does not promise).
+    /// Between any two contexts (peer access need not be enabled). CUDA serialises the copy
+    /// with all pending and future work of the current context and of both peers; the shim does
+    /// so by running it between synchronisations of all three (so the host also waits, which
+    /// CUDA does not promise). Without a current context the copy runs on the destination's.
     fn cuMemcpyPeer(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) {
-        let context = peer(dst_context, src_context)?;
-        context.synchronize()?;
-        context.copy(dst as usize, src as usize, count, 3, 0, false)?;
-        context.synchronize()
+        let (context, peers) = peer(dst_context, src_context)?;
+        context.copy_peer(dst as usize, src as usize, count, peers)
     }
 
     fn cuMemcpyPeerAsync(
@@ -426,7 +494,8 @@ driver_api! {
         count: usize,
         stream: usize,
     ) {
-        peer(dst_context, src_context)?.copy(dst as usize, src as usize, count, 3, stream, false)
+        let (context, _) = peer(dst_context, src_context)?;
+        context.copy(dst as usize, src as usize, count, 3, stream, false)
     }
 
     fn cuMemcpy2D_v2(copy: *const Memcpy2d) {
@@ -487,9 +556,9 @@ driver_api! {
 
     /// 2 MiB, minimum and recommended.
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const AllocationProp, option: u32) {
-        initialized()?;
+        let driver = initialized()?;
         // SAFETY: `prop` is null (rejected) or points to a CUmemAllocationProp.
-        unsafe { check_prop(prop) }?;
+        unsafe { check_prop(driver, prop) }?;
         if option > 1 {
             return Err(INVALID_VALUE);
         }
@@ -498,63 +567,63 @@ driver_api! {
     }
 
     fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64) {
-        let context = initialized()?;
+        let driver = initialized()?;
         if ptr.is_null() || flags != 0 {
             return Err(INVALID_VALUE);
         }
-        let start = context.device.vmm.reserve(size, alignment, addr as usize)?;
+        let start = driver.vmm.reserve(size, alignment, addr as usize)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(ptr, start as u64) }
     }
 
     fn cuMemAddressFree(ptr: u64, size: usize) {
-        initialized()?.device.vmm.free_reservation(ptr as usize, size)
+        initialized()?.vmm.free_reservation(ptr as usize, size)
     }
 
-    /// Physical memory (a memfd) charged to the device's capacity. Only
+    /// Physical memory (a memfd) on the device of the location, charged to its capacity. Only
     /// `CU_MEM_HANDLE_TYPE_NONE` is supported (no export of handles).
     fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocationProp, flags: u64) {
-        let context = initialized()?;
+        let driver = initialized()?;
         // SAFETY: `prop` is null (rejected) or points to a CUmemAllocationProp.
-        unsafe { check_prop(prop) }?;
+        let device = unsafe { check_prop(driver, prop) }?;
         if handle.is_null() || flags != 0 {
             return Err(INVALID_VALUE);
         }
-        let created = context.device.vmm.create(size, context.device)?;
+        let created = driver.vmm.create(size, device, driver)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(handle, created) }
     }
 
     fn cuMemRelease(handle: u64) {
-        let context = initialized()?;
-        context.device.vmm.release(handle, context.device)
+        let driver = initialized()?;
+        driver.vmm.release(handle, driver)
     }
 
     fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) {
-        let context = initialized()?;
+        let driver = initialized()?;
         if flags != 0 {
             return Err(INVALID_VALUE);
         }
-        context.device.vmm.map(ptr as usize, size, offset, handle)
+        driver.vmm.map(ptr as usize, size, offset, handle)
     }
 
-    /// Waits for all submitted work first, as the memory may still be in use.
+    /// Waits for all work submitted to every device first, as the memory may still be in use.
     fn cuMemUnmap(ptr: u64, size: usize) {
         initialized()?.unmap(ptr as usize, size)
     }
 
-    /// Only the device's own access can be set (the shim has no peers and no host access to
-    /// device mappings); the range is a run of whole mappings.
+    /// Access of devices only (no host access to device mappings); the range is a run of whole
+    /// mappings. Copies check the most permissive access any device was given.
     fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) {
-        let context = initialized()?;
+        let driver = initialized()?;
         if desc.is_null() || count == 0 {
             return Err(INVALID_VALUE);
         }
         // SAFETY: `desc` holds `count` descriptors (the caller's contract).
         let descs = unsafe { std::slice::from_raw_parts(desc, count) };
         for d in descs {
-            check_location(d.location_type, d.location_id)?;
-            context.device.vmm.set_access(ptr as usize, size, d.flags)?;
+            let device = check_location(driver, d.location_type, d.location_id)?;
+            driver.vmm.set_access(ptr as usize, size, device, d.flags)?;
         }
         Ok(())
     }
@@ -576,7 +645,7 @@ driver_api! {
     }
 
     fn cuStreamDestroy_v2(stream: usize) {
-        current()?.streams.destroy(stream)
+        current()?.stream_destroy(stream)
     }
 
     fn cuStreamSynchronize(stream: usize) {
@@ -608,20 +677,25 @@ driver_api! {
         current()?.event_record(event, stream)
     }
 
+    /// An event of any device.
     fn cuEventSynchronize(event: usize) {
-        current()?.event_synchronize(event)
+        current()?;
+        initialized()?.event_synchronize(event)
     }
 
+    /// An event of any device.
     fn cuEventQuery(event: usize) {
-        current()?.event_query(event)
+        current()?;
+        initialized()?.event_query(event)
     }
 
+    /// Both events of one device (`CUDA_ERROR_INVALID_HANDLE` otherwise).
     fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) {
-        let context = current()?;
+        current()?;
         if ms.is_null() {
             return Err(INVALID_VALUE);
         }
-        let elapsed = context.event_elapsed(start, end)?;
+        let elapsed = initialized()?.event_elapsed(start, end)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(ms, elapsed) }
     }
@@ -633,7 +707,8 @@ driver_api! {
     }
 
     fn cuEventDestroy_v2(event: usize) {
-        current()?.event_destroy(event)
+        current()?;
+        initialized()?.event_destroy(event)
     }
 
     fn cuLaunchKernel(
@@ -709,8 +784,8 @@ driver_api! {
     }
 
     fn cuFuncGetParamInfo(function: usize, index: usize, offset: *mut usize, size: *mut usize) {
-        let context = initialized()?;
-        let layout = context.device.functions.by_handle(function)?.layout();
+        let driver = initialized()?;
+        let layout = driver.functions.by_handle(function)?.layout();
         let param = layout.params.get(index).ok_or(INVALID_VALUE)?;
         // SAFETY: out-parameter contract of `put`, for both.
         unsafe {
@@ -720,8 +795,8 @@ driver_api! {
     }
 
     fn cuFuncGetName(name: *mut *const c_char, function: usize) {
-        let context = initialized()?;
-        let function = context.device.functions.by_handle(function)?;
+        let driver = initialized()?;
+        let function = driver.functions.by_handle(function)?;
         // SAFETY: out-parameter contract of `put`; the name lives as long as the function,
         // which is never freed.
         unsafe { put(name, function.name().as_ptr()) }
@@ -735,7 +810,7 @@ driver_api! {
         sizes: *const usize,
         simulated_ns: u64,
     ) {
-        let context = init()?;
+        let driver = init()?;
         if host.is_null() || name.is_null() || nparams < 0 || (nparams > 0 && sizes.is_null()) {
             return Err(INVALID_VALUE);
         }
@@ -757,35 +832,36 @@ driver_api! {
             params: pack_offsets(sizes)?,
             simulated: Duration::from_nanos(simulated_ns),
         };
-        context.device.functions.register(host as usize, layout);
+        driver.functions.register(host as usize, layout);
         Ok(())
     }
 
     /// Shim-only: records the device name of a host stub (`__cudaRegisterFunction`).
     fn cuShimRegisterFunctionName(host: *const c_void, name: *const c_char) {
-        let context = init()?;
+        let driver = init()?;
         if host.is_null() || name.is_null() {
             return Err(INVALID_VALUE);
         }
         // SAFETY: `name` is NUL-terminated.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-        context.device.functions.name(host as usize, name);
+        driver.functions.name(host as usize, name);
         Ok(())
     }
 
     /// Shim-only: the `CUfunction` of a registered host function (`CUDA_ERROR_NOT_FOUND` if none).
     fn cuShimFunctionFromHost(host: *const c_void, function: *mut usize) {
-        let context = initialized()?;
-        let found = context.device.functions.by_host(host as usize).ok_or(NOT_FOUND)?;
+        let driver = initialized()?;
+        let found = driver.functions.by_host(host as usize).ok_or(NOT_FOUND)?;
         // SAFETY: out-parameter contract of `put`.
         unsafe { put(function, found as *const crate::kernel::Function as usize) }
     }
 
-    /// Shim-only: the device counters.
+    /// Shim-only: the counters of the calling thread's current device (device 0 without a
+    /// current context).
     fn cuShimGetStats(stats: *mut StatsSnapshot) {
-        let context = init()?;
+        let driver = init()?;
         // SAFETY: out-parameter contract of `put`; the struct matches `struct cudaShimStats`.
-        unsafe { put(stats, context.stats()) }
+        unsafe { put(stats, driver.stats()) }
     }
 
     /// Shim-only: makes the running kernel fault with `error` (a sticky error code).
@@ -793,7 +869,8 @@ driver_api! {
         device::raise_device_error(error)
     }
 
-    /// Shim-only: the sticky error of the context, or success.
+    /// Shim-only: the sticky error of the calling thread's current device (device 0 without a
+    /// current context), or success.
     fn cuShimGetStickyError() {
         initialized().map(drop).or_else(|e| if e == NOT_INITIALIZED { Ok(()) } else { Err(e) })
     }
@@ -838,6 +915,13 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
     ("cuCtxSetCurrent", 4000, "cuCtxSetCurrent"),
     ("cuCtxSynchronize", 2000, "cuCtxSynchronize"),
+    ("cuCtxGetDevice", 2000, "cuCtxGetDevice"),
+    ("cuCtxPushCurrent", 4000, "cuCtxPushCurrent_v2"),
+    ("cuCtxPopCurrent", 4000, "cuCtxPopCurrent_v2"),
+    ("cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer"),
+    ("cuCtxEnablePeerAccess", 4000, "cuCtxEnablePeerAccess"),
+    ("cuCtxDisablePeerAccess", 4000, "cuCtxDisablePeerAccess"),
+    ("cuDeviceGetP2PAttribute", 8000, "cuDeviceGetP2PAttribute"),
     ("cuGetErrorName", 6000, "cuGetErrorName"),
     ("cuGetErrorString", 6000, "cuGetErrorString"),
     ("cuGetProcAddress", 11030, "cuGetProcAddress"),
@@ -1043,18 +1127,18 @@ unsafe fn launch_kernel(
     if blocks == 0 || threads == 0 || threads > 1024 {
         return Err(INVALID_VALUE);
     }
-    let nparams = context
-        .device
+    let nparams = initialized()?
         .functions
         .by_handle(function)?
         .layout()
         .params
         .len();
     if launch.cooperative {
-        let warp = attribute(10)? as u64;
-        let per_sm =
-            (attribute(106)? as u64).min(attribute(39)? as u64 / threads.next_multiple_of(warp));
-        if blocks > per_sm * attribute(16)? as u64 {
+        let device = context.ordinal as i32;
+        let warp = attribute(10, device)? as u64;
+        let per_sm = (attribute(106, device)? as u64)
+            .min(attribute(39, device)? as u64 / threads.next_multiple_of(warp));
+        if blocks > per_sm * attribute(16, device)? as u64 {
             return Err(COOPERATIVE_LAUNCH_TOO_LARGE);
         }
     }
@@ -1075,13 +1159,24 @@ unsafe fn launch_kernel(
     }
 }
 
-/// The context of a peer copy: on one device both contexts are the primary one.
-fn peer(dst_context: usize, src_context: usize) -> CuResult<&'static Context> {
-    let context = initialized()?;
-    if dst_context != primary_context_handle() || src_context != primary_context_handle() {
-        return Err(INVALID_CONTEXT);
-    }
-    Ok(context)
+/// The context a peer copy runs on (the current one, else the destination's) and the two
+/// peers' contexts.
+fn peer(
+    dst_context: usize,
+    src_context: usize,
+) -> CuResult<(&'static Context, [&'static Context; 2])> {
+    let driver = initialized()?;
+    let dst = driver.context_of_handle(dst_context)?;
+    let src = driver.context_of_handle(src_context)?;
+    let context = match current() {
+        Ok(context) => context,
+        Err(INVALID_CONTEXT) => {
+            dst.device.sticky()?;
+            dst
+        }
+        Err(err) => return Err(err),
+    };
+    Ok((context, [dst, src]))
 }
 
 /// `CUDA_MEMCPY2D` (128 bytes).
@@ -1195,31 +1290,31 @@ pub struct AccessDesc {
 
 const _: () = assert!(size_of::<AccessDesc>() == 12);
 
-/// A `CUmemLocation` must be device 0.
-fn check_location(location_type: u32, id: i32) -> CuResult<()> {
+/// A `CUmemLocation` must be a device of the shim: its ordinal.
+fn check_location(driver: &Driver, location_type: u32, id: i32) -> CuResult<usize> {
     const LOCATION_DEVICE: u32 = 1;
     if location_type != LOCATION_DEVICE {
         return Err(INVALID_VALUE);
     }
-    only_device_zero(id)
+    driver.device(id).map(|d| d.ordinal)
 }
 
-/// Pinned memory on device 0, exportable by no handle type.
+/// Pinned memory on a device of the shim, exportable by no handle type: the device's ordinal.
 ///
 /// # Safety
 /// `prop` is null or points to a `CUmemAllocationProp`.
-unsafe fn check_prop(prop: *const AllocationProp) -> CuResult<()> {
+unsafe fn check_prop(driver: &Driver, prop: *const AllocationProp) -> CuResult<usize> {
     const ALLOCATION_PINNED: u32 = 1;
     // SAFETY: null (rejected) or a CUmemAllocationProp (the caller's contract).
     let prop = unsafe { prop.as_ref() }.ok_or(INVALID_VALUE)?;
     if prop.kind != ALLOCATION_PINNED {
         return Err(INVALID_VALUE);
     }
-    check_location(prop.location_type, prop.location_id)?;
+    let device = check_location(driver, prop.location_type, prop.location_id)?;
     if prop.requested_handle_types != 0 {
         return Err(NOT_SUPPORTED);
     }
-    Ok(())
+    Ok(device)
 }
 
 /// # Safety
@@ -1229,7 +1324,7 @@ unsafe fn host_alloc(pp: *mut *mut c_void, size: usize) -> CuResult<()> {
     if pp.is_null() {
         return Err(INVALID_VALUE);
     }
-    let addr = context.device.pinned.alloc(size, &context.device.stats)?;
+    let addr = context.alloc_host(size)?;
     // SAFETY: checked non-null by the line above; the caller's out-parameter.
     unsafe { put(pp, addr as *mut c_void) }
 }
@@ -1287,24 +1382,34 @@ unsafe fn pointer_attribute(
     const MAPPED: i32 = 13;
     const MEMORYTYPE_HOST: u32 = 1;
     const MEMORYTYPE_DEVICE: u32 = 2;
-    let (start, size, memory_type, managed, host_visible) = match context.place(ptr) {
+    let driver = initialized()?;
+    let (start, size, memory_type, managed, host_visible, device) = match context.place(ptr) {
         Place::Device {
             start,
             size,
             managed,
-        } => (start, size, MEMORYTYPE_DEVICE, managed, managed),
-        Place::Pinned { start, size } => (start, size, MEMORYTYPE_HOST, false, true),
+            device,
+        } => (start, size, MEMORYTYPE_DEVICE, managed, managed, device),
+        Place::Pinned {
+            start,
+            size,
+            device,
+        } => (start, size, MEMORYTYPE_HOST, false, true, device),
         Place::Pageable => return Err(INVALID_VALUE),
     };
+    // Kernels of the current context reach another device's memory only through peer access
+    // (managed and page-locked memory are reachable from every device).
+    let reachable =
+        memory_type == MEMORYTYPE_HOST || managed || driver.peer_enabled(context.ordinal, device);
     // SAFETY (all arms): `data` is valid for the type the attribute documents (caller contract).
     unsafe {
         match attr {
-            CONTEXT => put(data as *mut usize, primary_context_handle()),
+            CONTEXT => put(data as *mut usize, driver.contexts[device].handle()),
             MEMORY_TYPE => put(data as *mut u32, memory_type),
-            DEVICE_POINTER => put(data as *mut u64, ptr as u64),
+            DEVICE_POINTER if reachable => put(data as *mut u64, ptr as u64),
             HOST_POINTER if host_visible => put(data as *mut *mut c_void, ptr as *mut c_void),
             IS_MANAGED => put(data as *mut u32, managed as u32),
-            DEVICE_ORDINAL => put(data as *mut i32, 0),
+            DEVICE_ORDINAL => put(data as *mut i32, device as i32),
             RANGE_START => put(data as *mut u64, start as u64),
             RANGE_SIZE => put(data as *mut usize, size),
             MAPPED => put(data as *mut u32, 1),

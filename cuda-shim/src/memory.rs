@@ -211,14 +211,17 @@ impl Drop for DeviceMemory {
 }
 
 /// Page-locked host allocations (`cuMemAllocHost`, `cuMemHostAlloc`): ordinary host memory on the
-/// shim, tracked so copies can tell pinned from pageable memory and frees can be checked.
+/// shim, tracked so copies can tell pinned from pageable memory and frees can be checked. One
+/// registry serves every device (page-locked memory is portable); each allocation remembers the
+/// device whose context made it (what pointer attributes report, and whose counters it is in).
 #[derive(Default)]
 pub struct PinnedMemory {
-    live: Mutex<BTreeMap<usize, usize>>,
+    /// start → (size, device ordinal).
+    live: Mutex<BTreeMap<usize, (usize, usize)>>,
 }
 
 impl PinnedMemory {
-    pub fn alloc(&self, size: usize, stats: &Stats) -> CuResult<usize> {
+    pub fn alloc(&self, size: usize, device: usize, stats: &Stats) -> CuResult<usize> {
         if size == 0 {
             return Err(INVALID_VALUE);
         }
@@ -227,25 +230,32 @@ impl PinnedMemory {
         if unsafe { libc::posix_memalign(&mut ptr, 4096, size) } != 0 {
             return Err(OUT_OF_MEMORY);
         }
-        self.live.lock().insert(ptr as usize, size);
+        self.live.lock().insert(ptr as usize, (size, device));
         stats.pinned_allocated(size as u64);
         Ok(ptr as usize)
     }
 
-    pub fn free(&self, addr: usize, stats: &Stats) -> CuResult<()> {
-        let size = self.live.lock().remove(&addr).ok_or(INVALID_VALUE)?;
+    /// Frees the allocation starting at `addr`; returns its size and device, whose counters the
+    /// caller updates.
+    pub fn free(&self, addr: usize) -> CuResult<(usize, usize)> {
+        let (size, device) = self.live.lock().remove(&addr).ok_or(INVALID_VALUE)?;
         // SAFETY: `addr` came from posix_memalign in `alloc` and was just removed from `live`, so
         // it is freed exactly once.
         unsafe { libc::free(addr as *mut libc::c_void) };
-        stats.pinned_freed(size as u64);
-        Ok(())
+        Ok((size, device))
     }
 
     /// The pinned allocation containing `addr`: (start, size).
     pub fn find(&self, addr: usize) -> Option<(usize, usize)> {
+        self.find_with_device(addr)
+            .map(|(start, size, _)| (start, size))
+    }
+
+    /// The pinned allocation containing `addr`: (start, size, device ordinal).
+    pub fn find_with_device(&self, addr: usize) -> Option<(usize, usize, usize)> {
         let live = self.live.lock();
-        let (&start, &size) = live.range(..=addr).next_back()?;
-        (addr < start + size).then_some((start, size))
+        let (&start, &(size, device)) = live.range(..=addr).next_back()?;
+        (addr < start + size).then_some((start, size, device))
     }
 }
 
@@ -321,11 +331,13 @@ mod tests {
     fn pinned_memory_is_tracked() {
         let stats = Stats::default();
         let pinned = PinnedMemory::default();
-        let p = pinned.alloc(10_000, &stats).unwrap();
+        let p = pinned.alloc(10_000, 1, &stats).unwrap();
         assert_eq!(pinned.find(p + 9_999), Some((p, 10_000)));
+        assert_eq!(pinned.find_with_device(p), Some((p, 10_000, 1)));
         assert_eq!(stats.snapshot().current_pinned_bytes, 10_000);
-        pinned.free(p, &stats).unwrap();
-        assert_eq!(pinned.free(p, &stats), Err(INVALID_VALUE));
+        assert_eq!(pinned.free(p), Ok((10_000, 1)));
+        stats.pinned_freed(10_000);
+        assert_eq!(pinned.free(p), Err(INVALID_VALUE));
         assert_eq!(stats.snapshot().peak_pinned_bytes, 10_000);
     }
 }

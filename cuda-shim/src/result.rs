@@ -18,9 +18,12 @@ pub const OUT_OF_MEMORY: CuError = CuError(2);
 pub const NOT_INITIALIZED: CuError = CuError(3);
 pub const INVALID_DEVICE: CuError = CuError(101);
 pub const INVALID_CONTEXT: CuError = CuError(201);
+pub const PEER_ACCESS_UNSUPPORTED: CuError = CuError(217);
 pub const INVALID_HANDLE: CuError = CuError(400);
 pub const NOT_FOUND: CuError = CuError(500);
 pub const NOT_READY: CuError = CuError(600);
+pub const PEER_ACCESS_ALREADY_ENABLED: CuError = CuError(704);
+pub const PEER_ACCESS_NOT_ENABLED: CuError = CuError(705);
 pub const LAUNCH_FAILED: CuError = CuError(719);
 pub const COOPERATIVE_LAUNCH_TOO_LARGE: CuError = CuError(720);
 pub const NOT_SUPPORTED: CuError = CuError(801);
@@ -47,12 +50,24 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
         ),
         101 => ("CUDA_ERROR_INVALID_DEVICE\0", "invalid device ordinal\0"),
         201 => ("CUDA_ERROR_INVALID_CONTEXT\0", "invalid device context\0"),
+        217 => (
+            "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED\0",
+            "peer access is not supported between these two devices\0",
+        ),
         400 => ("CUDA_ERROR_INVALID_HANDLE\0", "invalid resource handle\0"),
         500 => ("CUDA_ERROR_NOT_FOUND\0", "named symbol not found\0"),
         600 => ("CUDA_ERROR_NOT_READY\0", "device not ready\0"),
         700 => (
             "CUDA_ERROR_ILLEGAL_ADDRESS\0",
             "an illegal memory access was encountered\0",
+        ),
+        704 => (
+            "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED\0",
+            "peer access is already enabled\0",
+        ),
+        705 => (
+            "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED\0",
+            "peer access has not been enabled\0",
         ),
         710 => ("CUDA_ERROR_ASSERT\0", "device-side assert triggered\0"),
         714 => (

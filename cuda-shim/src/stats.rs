@@ -1,5 +1,5 @@
-//! Counters of the simulated device, readable through `cuShimGetStats` and written as JSON to
-//! `CUDA_SHIM_STATS` at process exit.
+//! Counters of one simulated device, readable through `cuShimGetStats` (the calling thread's
+//! current device) and written as JSON to `CUDA_SHIM_STATS` at process exit.
 //!
 //! Counters are plain `Relaxed` atomics: each is an independent tally, nothing is published
 //! through them. `current_device_bytes` is only changed under the heap lock, so the peak derived
@@ -93,9 +93,9 @@ impl Stats {
     }
 }
 
-/// Writes the snapshot as pretty JSON; failures are reported, never fatal.
-pub fn write_json(path: &str, snapshot: &StatsSnapshot) {
-    let result = serde_json::to_string_pretty(snapshot)
+/// Writes the statistics as pretty JSON; failures are reported, never fatal.
+pub fn write_json(path: &str, value: &impl Serialize) {
+    let result = serde_json::to_string_pretty(value)
         .map_err(std::io::Error::other)
         .and_then(|text| std::fs::write(path, text + "\n"));
     if let Err(err) = result {

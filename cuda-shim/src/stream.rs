@@ -146,6 +146,11 @@ impl<E: Executor> Streams<E> {
             .ok_or(INVALID_HANDLE)
     }
 
+    /// Whether `handle` is a live stream created in this registry (not a special handle).
+    pub fn owns(&self, handle: usize) -> bool {
+        self.registry.lock().created.contains_key(&handle)
+    }
+
     /// Whether `handle` names a stream (0, the two special handles, or a live created stream).
     pub fn check(&self, handle: usize) -> CuResult<()> {
         match handle {

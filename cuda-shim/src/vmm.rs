@@ -10,9 +10,18 @@
 //! they need (`check_range`); a kernel touching a range without access faults (SIGSEGV on the
 //! shim, an illegal address on a GPU).
 //!
-//! Invariant: a mapping is removed only after all submitted work has completed (the context
-//! synchronises before `cuMemUnmap`), so a stream worker never touches an unmapped range.
+//! Reservations are address space of the process, shared by every device (unified addressing);
+//! a physical allocation belongs to the device of its `CUmemAllocationProp` location and is
+//! charged to that device's capacity; a mapping reports that device as its owner. Access is set
+//! per device (`cuMemSetAccess` descriptors), and the host protection of a mapping is the most
+//! permissive access any device has: copies check that union, not the access of the device
+//! running them (a simplification).
+//!
+//! Invariant: a mapping is removed only after all submitted work has completed (the driver
+//! synchronises every context before `cuMemUnmap`), so a stream worker never touches an unmapped
+//! range.
 
+use crate::config::MAX_DEVICES;
 use crate::result::{CuResult, INVALID_VALUE, OUT_OF_MEMORY};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +39,7 @@ pub const PROT_READWRITE: u32 = 3;
 struct Physical {
     fd: OwnedFd,
     size: usize,
+    device: usize,
     mappings: usize,
     released: bool,
 }
@@ -39,8 +49,13 @@ struct Physical {
 pub struct Mapping {
     pub start: usize,
     pub size: usize,
+    /// The device the physical memory belongs to.
+    pub device: usize,
     handle: u64,
+    /// The most permissive access of any device (what the host protection is).
     access: u32,
+    /// Access of each device, by ordinal.
+    per_device: [u32; MAX_DEVICES],
 }
 
 #[derive(Default)]
@@ -81,10 +96,10 @@ impl State {
     }
 }
 
-/// What the capacity of the device is charged through.
+/// What the capacity of each device is charged through.
 pub trait Capacity {
-    fn charge(&self, bytes: usize) -> CuResult<()>;
-    fn refund(&self, bytes: usize);
+    fn charge(&self, device: usize, bytes: usize) -> CuResult<()>;
+    fn refund(&self, device: usize, bytes: usize);
 }
 
 #[derive(Default)]
@@ -191,8 +206,8 @@ impl VirtualMemory {
         Ok(())
     }
 
-    /// `cuMemCreate`: `size` bytes of physical memory, charged to the device's capacity.
-    pub fn create(&self, size: usize, capacity: &impl Capacity) -> CuResult<u64> {
+    /// `cuMemCreate`: `size` bytes of physical memory on `device`, charged to its capacity.
+    pub fn create(&self, size: usize, device: usize, capacity: &impl Capacity) -> CuResult<u64> {
         if size == 0 || !aligned(size) {
             return Err(INVALID_VALUE);
         }
@@ -207,13 +222,14 @@ impl VirtualMemory {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
             return Err(OUT_OF_MEMORY);
         }
-        capacity.charge(size)?;
+        capacity.charge(device, size)?;
         let mut state = self.state.lock();
         state.next_handle += 1;
         let handle = 0x5000_0000 + state.next_handle;
         let physical = Physical {
             fd,
             size,
+            device,
             mappings: 0,
             released: false,
         };
@@ -231,9 +247,9 @@ impl VirtualMemory {
             .ok_or(INVALID_VALUE)?;
         physical.released = true;
         if physical.mappings == 0 {
-            let size = physical.size;
+            let (size, device) = (physical.size, physical.device);
             state.physical.remove(&handle);
-            capacity.refund(size);
+            capacity.refund(device, size);
         }
         Ok(())
     }
@@ -276,8 +292,10 @@ impl VirtualMemory {
         let mapping = Mapping {
             start: ptr,
             size,
+            device: physical.device,
             handle,
             access: PROT_NONE,
+            per_device: [PROT_NONE; MAX_DEVICES],
         };
         state.mappings.insert(ptr, mapping);
         Ok(())
@@ -296,32 +314,39 @@ impl VirtualMemory {
             if let Some(physical) = state.physical.get_mut(&tile.handle) {
                 physical.mappings -= 1;
                 if physical.released && physical.mappings == 0 {
-                    let size = physical.size;
+                    let (size, device) = (physical.size, physical.device);
                     state.physical.remove(&tile.handle);
-                    capacity.refund(size);
+                    capacity.refund(device, size);
                 }
             }
         }
         Ok(())
     }
 
-    /// `cuMemSetAccess` for the device: `[ptr, ptr + size)` is exactly a run of whole mappings.
-    pub fn set_access(&self, ptr: usize, size: usize, access: u32) -> CuResult<()> {
-        let prot = match access {
-            PROT_NONE => libc::PROT_NONE,
-            PROT_READ => libc::PROT_READ,
-            PROT_READWRITE => libc::PROT_READ | libc::PROT_WRITE,
-            _ => return Err(INVALID_VALUE),
-        };
-        let mut state = self.state.lock();
-        let tiles = state.tiling(ptr, size)?;
-        // SAFETY: the range is a run of this module's mappings; only their protection changes.
-        if unsafe { libc::mprotect(ptr as *mut libc::c_void, size, prot) } != 0 {
+    /// `cuMemSetAccess` for `device`: `[ptr, ptr + size)` is exactly a run of whole mappings.
+    /// The host protection of each mapping becomes the most permissive access of any device.
+    pub fn set_access(&self, ptr: usize, size: usize, device: usize, access: u32) -> CuResult<()> {
+        if !matches!(access, PROT_NONE | PROT_READ | PROT_READWRITE) || device >= MAX_DEVICES {
             return Err(INVALID_VALUE);
         }
+        let mut state = self.state.lock();
+        let tiles = state.tiling(ptr, size)?;
         for tile in tiles {
+            let mut per_device = tile.per_device;
+            per_device[device] = access;
+            let union = per_device.iter().fold(PROT_NONE, |a, &b| a | b);
+            let prot = match union {
+                PROT_NONE => libc::PROT_NONE,
+                PROT_READ => libc::PROT_READ,
+                _ => libc::PROT_READ | libc::PROT_WRITE,
+            };
+            // SAFETY: the tile is one of this module's mappings; only its protection changes.
+            if unsafe { libc::mprotect(tile.start as *mut libc::c_void, tile.size, prot) } != 0 {
+                return Err(INVALID_VALUE);
+            }
             if let Some(mapping) = state.mappings.get_mut(&tile.start) {
-                mapping.access = access;
+                mapping.per_device = per_device;
+                mapping.access = union;
             }
         }
         Ok(())
@@ -368,14 +393,14 @@ mod tests {
     struct Counted(Cell<usize>);
 
     impl Capacity for Counted {
-        fn charge(&self, bytes: usize) -> CuResult<()> {
+        fn charge(&self, _device: usize, bytes: usize) -> CuResult<()> {
             if self.0.get() + bytes > 8 * GRANULARITY {
                 return Err(OUT_OF_MEMORY);
             }
             self.0.set(self.0.get() + bytes);
             Ok(())
         }
-        fn refund(&self, bytes: usize) {
+        fn refund(&self, _device: usize, bytes: usize) {
             self.0.set(self.0.get() - bytes);
         }
     }
@@ -385,7 +410,7 @@ mod tests {
         let (vmm, used) = (VirtualMemory::default(), Counted::default());
         let va = vmm.reserve(4 * GRANULARITY, 0, 0).unwrap();
         assert_eq!(va % GRANULARITY, 0);
-        let handle = vmm.create(GRANULARITY, &used).unwrap();
+        let handle = vmm.create(GRANULARITY, 0, &used).unwrap();
         assert_eq!(used.0.get(), GRANULARITY);
         vmm.map(va, GRANULARITY, 0, handle).unwrap();
         vmm.map(va + GRANULARITY, GRANULARITY, 0, handle).unwrap(); // the same memory twice
@@ -394,7 +419,8 @@ mod tests {
             Err(INVALID_VALUE),
             "no access yet"
         );
-        vmm.set_access(va, 2 * GRANULARITY, PROT_READWRITE).unwrap();
+        vmm.set_access(va, 2 * GRANULARITY, 0, PROT_READWRITE)
+            .unwrap();
         vmm.check_range(va, 2 * GRANULARITY, true).unwrap();
         assert_eq!(
             vmm.check_range(va, 2 * GRANULARITY + 1, false),
@@ -423,11 +449,11 @@ mod tests {
     fn invalid_requests_are_refused() {
         let (vmm, used) = (VirtualMemory::default(), Counted::default());
         assert_eq!(vmm.reserve(4096, 0, 0), Err(INVALID_VALUE));
-        assert_eq!(vmm.create(GRANULARITY + 1, &used), Err(INVALID_VALUE));
-        assert_eq!(vmm.create(16 * GRANULARITY, &used), Err(OUT_OF_MEMORY));
+        assert_eq!(vmm.create(GRANULARITY + 1, 0, &used), Err(INVALID_VALUE));
+        assert_eq!(vmm.create(16 * GRANULARITY, 0, &used), Err(OUT_OF_MEMORY));
         let va = vmm.reserve(GRANULARITY, 4 * GRANULARITY, 0).unwrap();
         assert_eq!(va % (4 * GRANULARITY), 0);
-        let handle = vmm.create(GRANULARITY, &used).unwrap();
+        let handle = vmm.create(GRANULARITY, 0, &used).unwrap();
         assert_eq!(vmm.map(va, 2 * GRANULARITY, 0, handle), Err(INVALID_VALUE));
         assert_eq!(
             vmm.map(va, GRANULARITY, GRANULARITY, handle),
@@ -440,7 +466,7 @@ mod tests {
             Err(INVALID_VALUE),
             "overlap"
         );
-        assert_eq!(vmm.set_access(va, GRANULARITY, 2), Err(INVALID_VALUE));
+        assert_eq!(vmm.set_access(va, GRANULARITY, 0, 2), Err(INVALID_VALUE));
         vmm.unmap(va, GRANULARITY, &used).unwrap();
         vmm.release(handle, &used).unwrap();
         vmm.free_reservation(va, GRANULARITY).unwrap();

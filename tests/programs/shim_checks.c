@@ -1003,6 +1003,447 @@ static void virtual_memory(void) {
     printf("virtual_memory ok\n");
 }
 
+/* ---- several devices (run with CUDA_SHIM_DEVICES=2 CUDA_SHIM_DEVICE_MEMORY=64M,32M) ---- */
+
+#define MIB (1ull << 20)
+
+/* What a second host thread sees: it starts on device 0, and its cudaSetDevice changes only its
+ * own current device. */
+struct thread_check {
+    int device_at_start, device_after_set;
+    void *allocated;
+};
+
+static void *other_thread(void *arg) {
+    struct thread_check *check = arg;
+    OK(cudaGetDevice(&check->device_at_start));
+    OK(cudaSetDevice(1));
+    OK(cudaGetDevice(&check->device_after_set));
+    OK(cudaMalloc(&check->allocated, 1000));
+    return NULL;
+}
+
+/* Devices, names, capacities, and the current device of each host thread. */
+static void multi_device_queries(void) {
+    struct cudaDeviceProp p0, p1;
+    struct cudaShimStats st;
+    struct thread_check check;
+    struct cudaPointerAttributes attr;
+    pthread_t thread;
+    char name0[64], name1[64];
+    size_t total, free_bytes;
+    int count, device, bus0, bus1;
+    CUdevice dev;
+    CUcontext ctx0, ctx1, popped;
+
+    OK(cudaGetDeviceCount(&count));
+    EXPECT(count == 2);
+    OK(cuDeviceGetCount(&count));
+    EXPECT(count == 2);
+    OK(cuDeviceGet(&dev, 1));
+    EXPECT(dev == 1);
+    EXPECT_CODE(cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+    EXPECT_CODE(cuDeviceGet(&dev, -1), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuDeviceGetName(name0, sizeof name0, 0));
+    OK(cuDeviceGetName(name1, sizeof name1, 1));
+    EXPECT(strcmp(name0, name1) != 0);
+    EXPECT_CODE(cuDeviceGetName(name1, sizeof name1, 2), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuDeviceTotalMem(&total, 0));
+    EXPECT(total == 64 * MIB);
+    OK(cuDeviceTotalMem(&total, 1));
+    EXPECT(total == 32 * MIB);
+    EXPECT_CODE(cuDeviceTotalMem(&total, 2), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuDeviceGetAttribute(&bus0, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0));
+    OK(cuDeviceGetAttribute(&bus1, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 1));
+    EXPECT(bus0 != bus1);
+    EXPECT_CODE(cuDeviceGetAttribute(&bus1, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 2), CUDA_ERROR_INVALID_DEVICE);
+    OK(cudaGetDeviceProperties(&p0, 0));
+    OK(cudaGetDeviceProperties(&p1, 1));
+    EXPECT(p0.totalGlobalMem == 64 * MIB && p1.totalGlobalMem == 32 * MIB);
+    EXPECT(strcmp(p0.name, name0) == 0 && strcmp(p1.name, name1) == 0);
+    EXPECT(p0.pciBusID == bus0 && p1.pciBusID == bus1);
+    EXPECT(p1.unifiedAddressing == 1);
+    EXPECT_CODE(cudaGetDeviceProperties(&p1, 2), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 2), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, -1), cudaErrorInvalidDevice);
+    OK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 1));
+    EXPECT(count == p1.multiProcessorCount);
+
+    /* the current device: 0 first; cudaSetDevice, the driver's context stack */
+    OK(cudaGetDevice(&device));
+    EXPECT(device == 0);
+    OK(cudaMemGetInfo(&free_bytes, &total));
+    EXPECT(total == 64 * MIB);
+    EXPECT_CODE(cudaSetDevice(2), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaSetDevice(-1), cudaErrorInvalidDevice);
+    OK(cudaGetDevice(&device));
+    EXPECT(device == 0);
+    OK(cudaSetDevice(1));
+    OK(cudaGetDevice(&device));
+    EXPECT(device == 1);
+    OK(cuCtxGetDevice(&dev));
+    EXPECT(dev == 1);
+    OK(cudaMemGetInfo(&free_bytes, &total));
+    EXPECT(total == 32 * MIB && free_bytes == 32 * MIB);
+    OK(cuMemGetInfo(&free_bytes, &total));
+    EXPECT(total == 32 * MIB);
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.capacity_bytes == 32 * MIB);
+    OK(cuDevicePrimaryCtxRetain(&ctx0, 0));
+    OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+    EXPECT(ctx0 != ctx1);
+    EXPECT_CODE(cuDevicePrimaryCtxRetain(&ctx1, 2), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuCtxGetCurrent(&popped));
+    EXPECT(popped == ctx1);
+    OK(cuCtxPushCurrent(ctx0));
+    OK(cuCtxGetDevice(&dev));
+    EXPECT(dev == 0);
+    OK(cudaGetDevice(&device)); /* the runtime follows the driver's current context */
+    EXPECT(device == 0);
+    OK(cuCtxPopCurrent(&popped));
+    EXPECT(popped == ctx0);
+    OK(cuCtxGetDevice(&dev));
+    EXPECT(dev == 1);
+    OK(cuCtxPopCurrent(&popped));
+    EXPECT(popped == ctx1);
+    EXPECT_CODE(cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_CODE(cuCtxGetDevice(&dev), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_CODE(cuCtxPushCurrent((CUcontext)0x10), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cudaGetDevice(&device)); /* no context: the runtime binds the thread's device again */
+    EXPECT(device == 1);
+
+    /* a second host thread starts on device 0; its cudaSetDevice is its own */
+    OK(cudaSetDevice(0));
+    OK(pthread_create(&thread, NULL, other_thread, &check) == 0 ? cudaSuccess : cudaErrorUnknown);
+    pthread_join(thread, NULL);
+    EXPECT(check.device_at_start == 0 && check.device_after_set == 1);
+    OK(cudaGetDevice(&device));
+    EXPECT(device == 0);
+    OK(cudaPointerGetAttributes(&attr, check.allocated));
+    EXPECT(attr.type == cudaMemoryTypeDevice && attr.device == 1);
+    OK(cudaFree(check.allocated)); /* another device's memory, freed from device 0 */
+    OK(cudaSetDevice(1));
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.current_device_bytes == 0 && st.device_alloc_calls == 1 && st.device_free_calls == 1);
+    OK(cudaSetDevice(0));
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.capacity_bytes == 64 * MIB && st.device_alloc_calls == 0);
+    printf("multi_device_queries ok\n");
+}
+
+/* Each device has its own capacity and address range; pointers tell their device. */
+static void multi_device_memory(void) {
+    struct cudaPointerAttributes attr;
+    struct cudaShimStats st;
+    void *a0, *a1, *big0, *extra, *pinned, *async1;
+    CUdeviceptr start;
+    CUcontext ctx, ctx1;
+    CUmemoryPool pool0, pool1;
+    cudaStream_t s1;
+    size_t size;
+    int ordinal;
+
+    OK(cudaSetDevice(1));
+    OK(cudaMalloc(&a1, 32 * MIB)); /* all of device 1 */
+    EXPECT_CODE(cudaMalloc(&extra, 256), cudaErrorMemoryAllocation);
+    OK(cudaSetDevice(0));
+    OK(cudaMalloc(&a0, 1000));
+    OK(cudaMalloc(&big0, 40 * MIB)); /* device 0 is not full */
+    EXPECT((uintptr_t)a0 + 1000 <= (uintptr_t)a1 || (uintptr_t)a1 + 32 * MIB <= (uintptr_t)a0);
+    OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)a1 + 5));
+    EXPECT(ordinal == 1);
+    OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)a0));
+    EXPECT(ordinal == 0);
+    OK(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)a1));
+    OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+    EXPECT(ctx == ctx1);
+    OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)a1 + 100));
+    OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)a1 + 100));
+    EXPECT(start == (CUdeviceptr)a1 && size == 32 * MIB);
+    OK(cudaPointerGetAttributes(&attr, a1));
+    /* no peer access from device 0: no device pointer for it there */
+    EXPECT(attr.type == cudaMemoryTypeDevice && attr.device == 1 && attr.devicePointer == NULL);
+    OK(cudaPointerGetAttributes(&attr, a0));
+    EXPECT(attr.device == 0 && attr.devicePointer == a0);
+    OK(cudaPointerGetAttributes(&attr, &attr));
+    EXPECT(attr.type == cudaMemoryTypeUnregistered && attr.device == cudaInvalidDeviceId);
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.current_device_bytes == 1024 + 40 * MIB && st.peak_device_bytes == 1024 + 40 * MIB);
+
+    /* stream-ordered allocation: from the stream's device; each device has its own pool */
+    OK(cudaSetDevice(1));
+    OK(cudaFree(a1)); /* device 1's own memory again */
+    OK(cudaStreamCreate(&s1));
+    OK(cudaSetDevice(0));
+    OK(cudaMallocAsync(&async1, 4096, s1));
+    OK(cudaPointerGetAttributes(&attr, async1));
+    EXPECT(attr.device == 1);
+    OK(cudaFreeAsync(async1, s1));
+    OK(cudaStreamSynchronize(s1));
+    OK(cuDeviceGetDefaultMemPool(&pool0, 0));
+    OK(cuDeviceGetDefaultMemPool(&pool1, 1));
+    EXPECT(pool0 != pool1);
+    EXPECT_CODE(cuDeviceGetDefaultMemPool(&pool1, 2), CUDA_ERROR_INVALID_DEVICE);
+    OK(cuMemAllocFromPoolAsync((CUdeviceptr *)&async1, 4096, pool1, 0));
+    OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)async1));
+    EXPECT(ordinal == 1);
+    OK(cuMemFreeAsync((CUdeviceptr)async1, 0));
+    OK(cudaDeviceSynchronize());
+
+    /* page-locked memory: the device current at allocation, freed from any device */
+    OK(cudaSetDevice(1));
+    OK(cudaMallocHost(&pinned, 3000));
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.current_pinned_bytes == 3000);
+    OK(cudaSetDevice(0));
+    OK(cudaPointerGetAttributes(&attr, pinned));
+    EXPECT(attr.type == cudaMemoryTypeHost && attr.device == 1 && attr.hostPointer == pinned);
+    OK(cudaFreeHost(pinned));
+    OK(cudaSetDevice(1));
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.current_pinned_bytes == 0 && st.peak_pinned_bytes == 3000);
+    OK(cudaStreamDestroy(s1));
+    OK(cudaSetDevice(0));
+    OK(cudaFree(a0));
+    OK(cudaFree(big0));
+    printf("multi_device_memory ok\n");
+}
+
+/* Peer access rules and errors; peer copies both ways, with and without peer access. */
+static void peer_access(void) {
+    enum { N = 1000 };
+    struct cudaPointerAttributes attr;
+    struct cudaShimStats st;
+    float host[N], back[N];
+    float *d0, *d1;
+    int can, value;
+    CUcontext ctx0, ctx1;
+    cudaStream_t s1;
+    for (int i = 0; i < N; i++) host[i] = (float)i * 0.5f;
+
+    OK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    EXPECT(can == 1);
+    OK(cudaDeviceCanAccessPeer(&can, 1, 0));
+    EXPECT(can == 1);
+    OK(cudaDeviceCanAccessPeer(&can, 0, 0));
+    EXPECT(can == 0);
+    EXPECT_CODE(cudaDeviceCanAccessPeer(&can, 0, 2), cudaErrorInvalidDevice);
+    OK(cuDeviceCanAccessPeer(&can, 1, 0));
+    EXPECT(can == 1);
+    EXPECT_CODE(cuDeviceCanAccessPeer(&can, 2, 0), CUDA_ERROR_INVALID_DEVICE);
+    OK(cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrAccessSupported, 0, 1));
+    EXPECT(value == 1);
+    EXPECT_CODE(cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrAccessSupported, 1, 1), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaDeviceGetP2PAttribute(&value, (enum cudaDeviceP2PAttr)9, 0, 1), cudaErrorInvalidValue);
+    OK(cuDeviceGetP2PAttribute(&value, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, 1, 0));
+    EXPECT_CODE(cuDeviceGetP2PAttribute(&value, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 0, 0), CUDA_ERROR_INVALID_DEVICE);
+
+    /* runtime: enabling is one way, twice is an error, the device itself is not its peer */
+    OK(cudaSetDevice(0));
+    EXPECT_CODE(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaDeviceEnablePeerAccess(2, 0), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaDeviceEnablePeerAccess(1, 1), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
+    OK(cudaMalloc((void **)&d0, N * sizeof(float)));
+    OK(cudaSetDevice(1));
+    OK(cudaMalloc((void **)&d1, N * sizeof(float)));
+    OK(cudaSetDevice(0));
+    OK(cudaPointerGetAttributes(&attr, d1));
+    EXPECT(attr.devicePointer == NULL);
+    OK(cudaDeviceEnablePeerAccess(1, 0));
+    EXPECT_CODE(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+    OK(cudaPointerGetAttributes(&attr, d1));
+    EXPECT(attr.devicePointer == d1 && attr.device == 1);
+    OK(cudaSetDevice(1));
+    OK(cudaPointerGetAttributes(&attr, d0));
+    EXPECT(attr.devicePointer == NULL); /* access was enabled from device 0 only */
+    EXPECT_CODE(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled);
+    OK(cudaSetDevice(0));
+    OK(cudaDeviceDisablePeerAccess(1));
+    EXPECT_CODE(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
+
+    /* driver: the same rules through contexts */
+    OK(cuDevicePrimaryCtxRetain(&ctx0, 0));
+    OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+    EXPECT_CODE(cuCtxEnablePeerAccess(ctx0, 0), CUDA_ERROR_INVALID_CONTEXT); /* the current one */
+    EXPECT_CODE(cuCtxEnablePeerAccess((CUcontext)0x10, 0), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_CODE(cuCtxEnablePeerAccess(ctx1, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuCtxEnablePeerAccess(ctx1, 0));
+    EXPECT_CODE(cuCtxEnablePeerAccess(ctx1, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+    OK(cuCtxDisablePeerAccess(ctx1));
+    EXPECT_CODE(cuCtxDisablePeerAccess(ctx1), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+
+    /* peer copies need no peer access: device 0 -> 1 -> 0, synchronous and asynchronous */
+    OK(cudaMemcpy(d0, host, sizeof host, cudaMemcpyHostToDevice));
+    OK(cudaMemcpyPeer(d1, 1, d0, 0, sizeof host));
+    OK(cudaMemset(d0, 0, sizeof host));
+    OK(cudaMemcpy(back, d1, sizeof back, cudaMemcpyDeviceToHost)); /* device 1's memory from device 0 */
+    EXPECT(memcmp(back, host, sizeof back) == 0);
+    OK(cudaSetDevice(1));
+    OK(cudaStreamCreate(&s1));
+    OK(cudaMemcpyPeerAsync(d0, 0, d1, 1, sizeof host, s1));
+    OK(cudaStreamSynchronize(s1));
+    OK(cudaMemcpy(back, d0, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(memcmp(back, host, sizeof back) == 0);
+    EXPECT_CODE(cudaMemcpyPeer(d0, 2, d1, 1, sizeof host), cudaErrorInvalidDevice);
+    EXPECT_CODE(cudaMemcpyPeer(d0, 0, d1, 1, sizeof host + 1), cudaErrorInvalidValue);
+    /* cudaMemcpyDefault and cudaMemcpyDeviceToDevice between two devices (unified addressing) */
+    OK(cudaMemset(d1, 0, sizeof host));
+    OK(cudaMemcpy(d1, d0, sizeof host, cudaMemcpyDefault));
+    OK(cudaMemcpy(back, d1, sizeof back, cudaMemcpyDefault));
+    EXPECT(memcmp(back, host, sizeof back) == 0);
+    OK(cudaSetDevice(0));
+    OK(cudaMemset(d0, 0, sizeof host));
+    OK(cudaMemcpy(d0, d1, sizeof host, cudaMemcpyDeviceToDevice));
+    OK(cudaMemcpy(back, d0, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(memcmp(back, host, sizeof back) == 0);
+    /* driver peer copies, both ways */
+    OK(cuMemsetD8((CUdeviceptr)d1, 0, sizeof host));
+    OK(cuMemcpyPeer((CUdeviceptr)d1, ctx1, (CUdeviceptr)d0, ctx0, sizeof host));
+    OK(cuMemcpyPeerAsync((CUdeviceptr)d0, ctx0, (CUdeviceptr)d1, ctx1, sizeof host, (CUstream)s1));
+    OK(cuStreamSynchronize((CUstream)s1));
+    OK(cuMemcpyDtoH(back, (CUdeviceptr)d1, sizeof back));
+    EXPECT(memcmp(back, host, sizeof back) == 0);
+    EXPECT_CODE(cuMemcpyPeer((CUdeviceptr)d1, (CUcontext)0x10, (CUdeviceptr)d0, ctx0, 4), CUDA_ERROR_INVALID_CONTEXT);
+    /* device-to-device bytes count on the destination's device */
+    OK(cudaShimGetStats(&st));
+    EXPECT(st.d2d_bytes == 3 * sizeof host); /* into d0: the async peer copy, DeviceToDevice, cuMemcpyPeerAsync */
+    OK(cudaStreamDestroy(s1));
+    OK(cudaFree(d0));
+    OK(cudaFree(d1));
+    printf("peer_access ok\n");
+}
+
+/* Streams and events belong to their device: a launch or an event record on another device's
+ * stream fails, copies there and waits across devices work, and each device has its own legacy
+ * default stream. */
+static void multi_device_streams(void) {
+    float *value0, *value1;
+    cudaStream_t s0, s1;
+    cudaEvent_t e0, e1;
+    float ms;
+
+    OK(cudaSetDevice(1));
+    OK(cudaStreamCreate(&s1));
+    OK(cudaEventCreate(&e1));
+    OK(cudaMalloc((void **)&value1, sizeof(float)));
+    OK(cudaSetDevice(0));
+    OK(cudaStreamCreate(&s0));
+    OK(cudaEventCreate(&e0));
+    OK(cudaMalloc((void **)&value0, sizeof(float)));
+    OK(cudaMemset(value0, 0, sizeof(float)));
+    OK(cudaDeviceSynchronize());
+
+    /* device 0 current: kernels and event records on device 1's stream are refused */
+    EXPECT_CODE(cudaLaunchKernel((const void *)k_nothing, one, one, NULL, 0, s1), cudaErrorInvalidResourceHandle);
+    EXPECT_CODE(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+    EXPECT_CODE(cudaEventRecord(e1, s0), cudaErrorInvalidResourceHandle);
+    EXPECT_CODE(cudaEventRecord(e1, 0), cudaErrorInvalidResourceHandle); /* device 0's default stream */
+    EXPECT_CODE(cudaEventRecord(e0, s1), cudaErrorInvalidResourceHandle);
+    /* ... copies and memsets there are not */
+    OK(cudaMemsetAsync(value1, 0, sizeof(float), s1));
+    OK(cudaMemcpyAsync(value1, value0, sizeof(float), cudaMemcpyDefault, s1));
+    OK(cudaStreamSynchronize(s1));
+
+    /* device 1 holds a gate, records e1; device 0 waits for e1, then stores */
+    OK(cudaSetDevice(1));
+    launch_gate(s1);
+    launch_store(value1, 1.0f, s1);
+    OK(cudaEventRecord(e1, s1));
+    OK(cudaSetDevice(0));
+    /* device 0's legacy stream does not wait for device 1's blocking streams */
+    launch_store(value0, 0.0f, 0);
+    expect_finishes(0);
+    OK(cudaStreamWaitEvent(s0, e1, 0));
+    launch_copy(value0, value1, 1, s0);
+    EXPECT_CODE(cudaStreamQuery(s0), cudaErrorNotReady);
+    EXPECT_CODE(cudaEventQuery(e1), cudaErrorNotReady); /* another device's event */
+    open_gate();
+    OK(cudaEventSynchronize(e1));
+    OK(cudaStreamSynchronize(s0));
+    EXPECT(read_float(value0) == 1.0f);
+    OK(cudaEventRecord(e0, s0));
+    OK(cudaEventSynchronize(e0));
+    EXPECT_CODE(cudaEventElapsedTime(&ms, e0, e1), cudaErrorInvalidResourceHandle);
+    OK(cudaStreamSynchronize(s1)); /* another device's stream */
+
+    /* destroying another device's stream and event works */
+    OK(cudaStreamDestroy(s1));
+    OK(cudaEventDestroy(e1));
+    OK(cudaStreamDestroy(s0));
+    OK(cudaEventDestroy(e0));
+    OK(cudaFree(value0));
+    OK(cudaFree(value1));
+    printf("multi_device_streams ok\n");
+}
+
+/* A device fault is sticky on its device only. */
+static void multi_device_sticky(void) {
+    void *p;
+    int code = cudaErrorIllegalAddress;
+    void *args[] = {&code};
+    OK(cudaSetDevice(1));
+    OK(cudaLaunchKernel((const void *)k_fault, one, one, args, 0, 0));
+    EXPECT_CODE(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    EXPECT_CODE(cudaMalloc(&p, 16), cudaErrorIllegalAddress);
+    EXPECT_CODE(cudaGetLastError(), cudaErrorIllegalAddress);
+    OK(cudaSetDevice(0));
+    OK(cudaMalloc(&p, 16));
+    OK(cudaDeviceSynchronize());
+    OK(cudaFree(p));
+    printf("multi_device_sticky ok\n");
+}
+
+/* Virtual memory management on device 1: physical memory charged to it, access per device. */
+static void multi_device_vmm(void) {
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr va;
+    struct cudaShimStats st0, st1;
+    float values[4] = {1.0f, 2.0f, 3.0f, 4.0f}, back[4];
+    size_t gran = 2 << 20;
+    int ordinal;
+    OK(cudaSetDevice(0));
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 2;
+    EXPECT_CODE(cuMemCreate(&handle, gran, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
+    prop.location.id = 1;
+    OK(cuMemCreate(&handle, gran, &prop, 0));
+    OK(cudaShimGetStats(&st0));
+    EXPECT(st0.current_device_bytes == 0);
+    OK(cudaSetDevice(1));
+    OK(cudaShimGetStats(&st1));
+    EXPECT(st1.current_device_bytes == gran);
+    OK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+    OK(cuMemMap(va, gran, 0, handle, 0));
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    OK(cuMemSetAccess(va, gran, &access, 1));
+    OK(cuMemcpyHtoD(va, values, sizeof values));
+    OK(cuMemcpyDtoH(back, va, sizeof back));
+    EXPECT(memcmp(back, values, sizeof back) == 0);
+    OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 8));
+    EXPECT(ordinal == 1);
+    OK(cuMemUnmap(va, gran));
+    OK(cuMemRelease(handle));
+    OK(cuMemAddressFree(va, gran));
+    OK(cudaShimGetStats(&st1));
+    EXPECT(st1.current_device_bytes == 0 && st1.peak_device_bytes >= gran);
+    printf("multi_device_vmm ok\n");
+}
+
+/* All the multi-device cases in one process (for the statistics file). */
+static void multi_device(void) {
+    multi_device_queries();
+    multi_device_memory();
+    peer_access();
+    multi_device_streams();
+    multi_device_vmm();
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -1030,6 +1471,8 @@ static const struct {
     {"copies_2d", copies_2d},
     {"launch_variants", launch_variants},
     {"virtual_memory", virtual_memory},
+    {"multi_device", multi_device},
+    {"multi_device_sticky", multi_device_sticky},
 };
 
 int main(int argc, char **argv) {

@@ -18,6 +18,28 @@ unsafe extern "C" {
     pub fn cuDeviceGetAttribute(value: *mut i32, attr: i32, device: i32) -> u32;
     pub fn cuDevicePrimaryCtxRetain(context: *mut usize, device: i32) -> u32;
     pub fn cuCtxSetCurrent(context: usize) -> u32;
+    pub fn cuCtxGetCurrent(context: *mut usize) -> u32;
+    pub fn cuCtxGetDevice(device: *mut i32) -> u32;
+    pub fn cuDeviceGetCount(count: *mut i32) -> u32;
+    pub fn cuDeviceCanAccessPeer(can_access: *mut i32, device: i32, peer: i32) -> u32;
+    pub fn cuDeviceGetP2PAttribute(value: *mut i32, attr: u32, src: i32, dst: i32) -> u32;
+    pub fn cuCtxEnablePeerAccess(peer: usize, flags: u32) -> u32;
+    pub fn cuCtxDisablePeerAccess(peer: usize) -> u32;
+    pub fn cuMemcpyPeer(
+        dst: u64,
+        dst_context: usize,
+        src: u64,
+        src_context: usize,
+        count: usize,
+    ) -> u32;
+    pub fn cuMemcpyPeerAsync(
+        dst: u64,
+        dst_context: usize,
+        src: u64,
+        src_context: usize,
+        count: usize,
+        stream: usize,
+    ) -> u32;
     pub fn cuCtxSynchronize() -> u32;
     pub fn cuGetProcAddress_v2(
         symbol: *const c_char,

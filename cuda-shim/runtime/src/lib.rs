@@ -2,7 +2,8 @@
 //! as NVIDIA's runtime is built on `libcuda.so.1`.
 //!
 //! What the runtime adds to the driver: implicit initialisation (the first call initialises the
-//! driver and makes the primary context current on each calling thread), the per-thread "last
+//! driver; on a thread with no current context, a call makes the primary context of the thread's
+//! device current: device 0 until the thread calls `cudaSetDevice`), the per-thread "last
 //! error" (`cudaGetLastError` returns and clears it; a sticky device fault is returned and never
 //! cleared), runtime-level argument rules (`cudaMalloc` of 0 bytes, `cudaFree(NULL)`, launch
 //! configuration checks, copy directions) and the registration entry points of nvcc-generated
@@ -48,7 +49,8 @@ fn check(code: u32) -> RtResult {
 
 thread_local! {
     static LAST_ERROR: Cell<u32> = const { Cell::new(SUCCESS) };
-    static CONTEXT_BOUND: Cell<bool> = const { Cell::new(false) };
+    /// The device `cudaSetDevice` chose on this thread (0 until then, as on CUDA).
+    static DEVICE: Cell<i32> = const { Cell::new(0) };
     /// Launch configurations pushed by nvcc-generated stubs (`<<<…>>>`), innermost last.
     static CALL_CONFIGURATIONS: RefCell<Vec<(Dim3, Dim3, usize, usize)>> = const { RefCell::new(Vec::new()) };
 }
@@ -77,25 +79,61 @@ fn call(name: &str, body: impl FnOnce() -> RtResult) -> u32 {
     code
 }
 
-/// Initialises the driver once per process and binds the primary context once per thread.
-fn context() -> RtResult {
-    static PRIMARY: OnceLock<Result<usize, u32>> = OnceLock::new();
-    let primary = *PRIMARY.get_or_init(|| {
-        // SAFETY: plain driver calls; `handle` is a valid out-parameter.
+/// Initialises the driver once per process: the primary context of every device, by ordinal.
+fn primaries() -> Result<&'static [usize], u32> {
+    static PRIMARIES: OnceLock<Result<Vec<usize>, u32>> = OnceLock::new();
+    let primaries = PRIMARIES.get_or_init(|| {
+        // SAFETY: plain driver calls; `count` and `handle` are valid out-parameters.
         unsafe {
             check(cuInit(0))?;
-            let mut handle = 0usize;
-            check(cuDevicePrimaryCtxRetain(&mut handle, 0))?;
-            Ok(handle)
+            let mut count = 0;
+            check(cuDeviceGetCount(&mut count))?;
+            (0..count)
+                .map(|device| {
+                    let mut handle = 0usize;
+                    check(cuDevicePrimaryCtxRetain(&mut handle, device))?;
+                    Ok(handle)
+                })
+                .collect()
         }
     });
-    let primary = primary.map_err(|_| INITIALIZATION_ERROR)?;
-    if !CONTEXT_BOUND.with(|bound| bound.get()) {
-        // SAFETY: `primary` is the handle the driver returned.
-        check(unsafe { cuCtxSetCurrent(primary) })?;
-        CONTEXT_BOUND.with(|bound| bound.set(true));
+    primaries
+        .as_ref()
+        .map(Vec::as_slice)
+        .map_err(|_| INITIALIZATION_ERROR)
+}
+
+/// The primary context of `device` (`cudaErrorInvalidDevice` if there is no such device).
+fn primary(device: i32) -> Result<usize, u32> {
+    let primaries = primaries()?;
+    usize::try_from(device)
+        .ok()
+        .and_then(|d| primaries.get(d).copied())
+        .ok_or(INVALID_DEVICE)
+}
+
+/// Initialises the driver once per process and, on a thread with no current context, makes the
+/// primary context of the thread's device current (as NVIDIA's runtime does: a context made
+/// current through the driver API is used as it is).
+fn context() -> RtResult {
+    primaries()?;
+    let mut current = 0usize;
+    // SAFETY: `current` is a valid out-parameter.
+    check(unsafe { cuCtxGetCurrent(&mut current) })?;
+    if current == 0 {
+        let device = DEVICE.try_with(Cell::get).unwrap_or(0);
+        // SAFETY: the handle is one the driver returned.
+        check(unsafe { cuCtxSetCurrent(primary(device)?) })?;
     }
     Ok(())
+}
+
+/// The device of the current context (after `context()`).
+fn current_device() -> Result<i32, u32> {
+    let mut device = 0;
+    // SAFETY: `device` is a valid out-parameter.
+    check(unsafe { cuCtxGetDevice(&mut device) })?;
+    Ok(device)
 }
 
 /// Writes `value` through an out-parameter.
@@ -240,10 +278,10 @@ fn function_of(func: *const c_void) -> Result<usize, u32> {
     }
 }
 
-fn attribute(attr: i32) -> Result<i32, u32> {
+fn attribute(attr: i32, device: i32) -> Result<i32, u32> {
     let mut value = 0;
     // SAFETY: `value` is a valid out-parameter.
-    check(unsafe { cuDeviceGetAttribute(&mut value, attr, 0) })?;
+    check(unsafe { cuDeviceGetAttribute(&mut value, attr, device) })?;
     Ok(value)
 }
 
@@ -358,25 +396,34 @@ runtime_api! {
         check(unsafe { cuMemGetInfo_v2(free, total) })
     }
 
-    /// Memory the runtime does not know is reported as `cudaMemoryTypeUnregistered`.
+    /// Memory the runtime does not know is reported as `cudaMemoryTypeUnregistered` on
+    /// `cudaInvalidDeviceId` (-2). `device` is the device the memory belongs to (for page-locked
+    /// memory, the device current at its allocation); `devicePointer` is NULL for another
+    /// device's memory the current device has no peer access to.
     fn cudaPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) {
         context()?;
+        const DEVICE_POINTER: i32 = 3;
         const MEMORY_TYPE: i32 = 2;
         const IS_MANAGED: i32 = 8;
-        let (mut memory_type, mut managed) = (0u32, 0u32);
-        // SAFETY: both attributes are written as unsigned int.
-        let known = unsafe {
-            cuPointerGetAttribute(&mut memory_type as *mut u32 as *mut c_void, MEMORY_TYPE, ptr as u64)
-                == SUCCESS
-                && cuPointerGetAttribute(&mut managed as *mut u32 as *mut c_void, IS_MANAGED, ptr as u64)
-                    == SUCCESS
+        const DEVICE_ORDINAL: i32 = 9;
+        const INVALID_DEVICE_ID: i32 = -2;
+        let (mut memory_type, mut managed, mut device, mut device_pointer) = (0u32, 0u32, 0i32, 0u64);
+        // SAFETY: each attribute is written with the type it documents.
+        let (known, reachable) = unsafe {
+            let attr = |data: *mut c_void, attribute| cuPointerGetAttribute(data, attribute, ptr as u64) == SUCCESS;
+            let known = attr(&mut memory_type as *mut u32 as *mut c_void, MEMORY_TYPE)
+                && attr(&mut managed as *mut u32 as *mut c_void, IS_MANAGED)
+                && attr(&mut device as *mut i32 as *mut c_void, DEVICE_ORDINAL);
+            let reachable = known && attr(&mut device_pointer as *mut u64 as *mut c_void, DEVICE_POINTER);
+            (known, reachable)
         };
         let ptr = ptr as *mut c_void;
+        let on_device = if reachable { ptr } else { std::ptr::null_mut() };
         let value = match (known, managed != 0, memory_type) {
             (false, _, _) => (0, std::ptr::null_mut(), std::ptr::null_mut()),
-            (true, true, _) => (3, ptr, ptr),
-            (true, false, 2) => (2, ptr, std::ptr::null_mut()),
-            (true, false, _) => (1, ptr, ptr),
+            (true, true, _) => (3, on_device, ptr),
+            (true, false, 2) => (2, on_device, std::ptr::null_mut()),
+            (true, false, _) => (1, on_device, ptr),
         };
         // SAFETY: out-parameter contract of `put`.
         unsafe {
@@ -384,7 +431,7 @@ runtime_api! {
                 attributes,
                 PointerAttributes {
                     memory_type: value.0,
-                    device: 0,
+                    device: if known { device } else { INVALID_DEVICE_ID },
                     device_pointer: value.1,
                     host_pointer: value.2,
                 },
@@ -476,23 +523,27 @@ runtime_api! {
         check(unsafe { cuCtxSynchronize() })
     }
 
+    /// The device of the calling thread's current context.
     fn cudaGetDevice(device: *mut i32) {
         context()?;
+        let current = current_device()?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(device, 0) }
+        unsafe { put(device, current) }
     }
 
+    /// Makes `device` the calling thread's device: its primary context becomes current.
     fn cudaSetDevice(device: i32) {
-        if device != 0 {
-            return Err(INVALID_DEVICE);
-        }
-        context()
+        let handle = primary(device)?;
+        let _ = DEVICE.try_with(|d| d.set(device));
+        // SAFETY: the handle is one the driver returned.
+        check(unsafe { cuCtxSetCurrent(handle) })
     }
 
     fn cudaGetDeviceCount(count: *mut i32) {
         context()?;
+        let devices = primaries()?.len() as i32;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(count, 1) }
+        unsafe { put(count, devices) }
     }
 
     fn cudaGetDeviceProperties_v2(prop: *mut DeviceProp, device: i32) {
@@ -500,15 +551,14 @@ runtime_api! {
         if prop.is_null() {
             return Err(INVALID_VALUE);
         }
-        if device != 0 {
-            return Err(INVALID_DEVICE);
-        }
+        primary(device)?;
+        let attribute = |attr| attribute(attr, device);
         // SAFETY: all-zero bytes are a valid DeviceProp (integers and arrays of them).
         let mut p: DeviceProp = unsafe { std::mem::zeroed() };
         // SAFETY: the name buffer holds 256 bytes; the memory size is a valid out-parameter.
         unsafe {
-            check(cuDeviceGetName(p.name.as_mut_ptr() as *mut c_char, 256, 0))?;
-            check(cuDeviceTotalMem_v2(&mut p.total_global_mem, 0))?;
+            check(cuDeviceGetName(p.name.as_mut_ptr() as *mut c_char, 256, device))?;
+            check(cuDeviceTotalMem_v2(&mut p.total_global_mem, device))?;
         }
         p.shared_mem_per_block = attribute(8)? as usize;
         p.regs_per_block = attribute(12)?;
@@ -549,11 +599,69 @@ runtime_api! {
 
     fn cudaDeviceGetAttribute(value: *mut i32, attr: i32, device: i32) {
         context()?;
-        if device != 0 {
-            return Err(INVALID_DEVICE);
-        }
+        primary(device)?;
         // SAFETY: the driver checks the out-parameter and the attribute.
         check(unsafe { cuDeviceGetAttribute(value, attr, device) })
+    }
+
+    /// 1 between two distinct devices, 0 for a device and itself.
+    fn cudaDeviceCanAccessPeer(can_access: *mut i32, device: i32, peer: i32) {
+        context()?;
+        primary(device)?;
+        primary(peer)?;
+        // SAFETY: the driver checks the out-parameter.
+        check(unsafe { cuDeviceCanAccessPeer(can_access, device, peer) })
+    }
+
+    /// From the current device to `peer`'s memory: `cudaErrorInvalidDevice` for the current
+    /// device itself (it cannot be its own peer), `cudaErrorPeerAccessAlreadyEnabled` twice.
+    fn cudaDeviceEnablePeerAccess(peer: i32, flags: u32) {
+        context()?;
+        let handle = primary(peer)?;
+        if peer == current_device()? {
+            return Err(INVALID_DEVICE);
+        }
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: the handle is one the driver returned.
+        check(unsafe { cuCtxEnablePeerAccess(handle, 0) })
+    }
+
+    /// `cudaErrorPeerAccessNotEnabled` unless enabled from the current device to `peer`.
+    fn cudaDeviceDisablePeerAccess(peer: i32) {
+        context()?;
+        let handle = primary(peer)?;
+        // SAFETY: the handle is one the driver returned.
+        check(unsafe { cuCtxDisablePeerAccess(handle) })
+    }
+
+    fn cudaDeviceGetP2PAttribute(value: *mut i32, attr: u32, src: i32, dst: i32) {
+        context()?;
+        // SAFETY: the driver checks the devices, the attribute and the out-parameter.
+        check(unsafe { cuDeviceGetP2PAttribute(value, attr, src, dst) })
+    }
+
+    /// Serialised with the work of the current device and of both peers (see cuMemcpyPeer).
+    fn cudaMemcpyPeer(dst: *mut c_void, dst_device: i32, src: *const c_void, src_device: i32, count: usize) {
+        context()?;
+        let (dst_context, src_context) = (primary(dst_device)?, primary(src_device)?);
+        // SAFETY: the driver validates both device ranges.
+        check(unsafe { cuMemcpyPeer(dst as u64, dst_context, src as u64, src_context, count) })
+    }
+
+    fn cudaMemcpyPeerAsync(
+        dst: *mut c_void,
+        dst_device: i32,
+        src: *const c_void,
+        src_device: i32,
+        count: usize,
+        stream: usize,
+    ) {
+        context()?;
+        let (dst_context, src_context) = (primary(dst_device)?, primary(src_device)?);
+        // SAFETY: the driver validates both device ranges and the stream.
+        check(unsafe { cuMemcpyPeerAsync(dst as u64, dst_context, src as u64, src_context, count, stream) })
     }
 
     fn cudaRuntimeGetVersion(version: *mut i32) {
@@ -677,6 +785,8 @@ runtime_api! {
     fn cudaFuncGetAttributes(attributes: *mut FuncAttributes, func: *const c_void) {
         context()?;
         function_of(func)?;
+        let device = current_device()?;
+        let attribute = |attr| attribute(attr, device);
         let value = FuncAttributes {
             shared_size_bytes: 0,
             const_size_bytes: 0,
