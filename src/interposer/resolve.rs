@@ -26,6 +26,7 @@ use super::hooks::hook_named;
 use super::real::{RealFn, object_base, real_dlsym, real_dlsym_address};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
 type GetProcAddress = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64) -> u32;
 type GetProcAddressV2 =
@@ -54,9 +55,23 @@ fn resolver_named(name: &[u8]) -> Option<(*mut c_void, &'static RealFn)> {
     })
 }
 
+/// Whether this copy of itermem is the interposer: its hooks are the ones the global scope
+/// finds. The `itermem` executable links the same code (the replayer runs in it), and its own
+/// calls to `dlsym` reach its own copy of the export; that copy must hand out nothing, or the
+/// replayer would call hooks of a second, private recorder.
+fn is_interposer() -> bool {
+    static INTERPOSER: OnceLock<bool> = OnceLock::new();
+    *INTERPOSER.get_or_init(|| {
+        // SAFETY: NUL-terminated name; the global scope is searched, itermem's export excluded
+        // by nothing (that is the point).
+        let global = unsafe { real_dlsym(libc::RTLD_DEFAULT, c"cudaGetDriverEntryPoint".as_ptr()) };
+        global == cudaGetDriverEntryPoint as *mut c_void
+    })
+}
+
 /// What to hand out for `found`, a function a lookup answered (see the module doc).
 fn substitute(found: *mut c_void) -> *mut c_void {
-    if found.is_null() {
+    if found.is_null() || !is_interposer() {
         return found;
     }
     // SAFETY: all-zero is a valid Dl_info; dladdr only reads `found` as an address.
