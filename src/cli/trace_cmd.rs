@@ -5,6 +5,7 @@
 //! output is written (exit code 2, the message names the byte offset). The `--json` output of
 //! `info` is a stable interface: fields are only ever added.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use serde::Serialize;
 
 use itermem::analysis::{self, Analysis, EventCounts, HostCounts, KernelStat};
 use itermem::detect::DetectorConfig;
-use itermem::event::Event;
+use itermem::event::{Event, EventKind};
 use itermem::export::{self, human_bytes};
 use itermem::import;
 use itermem::trace::{EndRecord, Events, TraceError, TraceFile, TraceHeader};
@@ -143,6 +144,8 @@ fn open(path: &Path, input: &InputArgs) -> anyhow::Result<(TraceFile, Option<Str
 /// A checked trace: the file and the analysis of all its events.
 struct Loaded {
     file: TraceFile,
+    /// Each device's own summary, by ordinal (one entry for a single-device program).
+    devices: Vec<DeviceInfoJson>,
     /// The size of the file on disk (for an imported file, not of its conversion).
     file_bytes: u64,
     /// The format an imported file was converted from; None for an itermem trace.
@@ -153,23 +156,52 @@ struct Loaded {
     cut_at: Option<u64>,
 }
 
+/// Reads the trace once, analysing each device's events apart (each device runs its own
+/// iteration; kernel names are every device's). With several devices, a second pass analyses
+/// all events together for the totals.
 fn load(path: &Path, detect: &DetectArgs, input: &InputArgs) -> anyhow::Result<Loaded> {
     let (file, converted_from) = open(path, input)?;
     let file_bytes = std::fs::metadata(path).map_or(file.len_bytes(), |meta| meta.len());
-    let mut analyzer = analysis::Analyzer::new();
+    let mut analyzers: BTreeMap<u32, analysis::Analyzer> = BTreeMap::new();
+    let mut names = Vec::new();
     let mut events = file.events();
     let mut cut_at = None;
     for event in events.by_ref() {
         match event {
-            Ok(event) => analyzer.push(&event),
+            Ok(event) if matches!(event.kind, EventKind::KernelName { .. }) => {
+                analyzers.values_mut().for_each(|a| a.push(&event));
+                names.push(event);
+            }
+            Ok(event) => analyzers
+                .entry(event.device)
+                .or_insert_with(|| {
+                    let mut analyzer = analysis::Analyzer::new();
+                    names.iter().for_each(|name| analyzer.push(name));
+                    analyzer
+                })
+                .push(&event),
             Err(err) if err.is_cut() => cut_at = Some(err.offset()),
             Err(err) => return Err(err.into()),
         }
     }
     let end = events.end_record();
-    let analysis = analyzer.finish(&detect.config())?;
+    let config = detect.config();
+    let mut analyses = analyzers
+        .into_iter()
+        .map(|(device, analyzer)| Ok((device, analyzer.finish(&config)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let devices = analyses
+        .iter()
+        .map(|(device, a)| DeviceInfoJson::new(*device, a))
+        .collect();
+    let analysis = match analyses.len() {
+        0 => analysis::Analyzer::new().finish(&config)?,
+        1 => analyses.pop().expect("one analysis").1,
+        _ => with_events(&file, |events| Ok(analysis::analyze(events, &config)))??,
+    };
     Ok(Loaded {
         file,
+        devices,
         file_bytes,
         converted_from,
         analysis,
@@ -269,6 +301,44 @@ struct InfoJson<'a> {
     iteration_start_event: Option<u64>,
     detected_at_event: Option<u64>,
     top_kernels: &'a [KernelStat],
+    /// Each device's own events, peak and iteration (one entry for a single-device program;
+    /// with several, the fields above are of all devices together).
+    devices: &'a [DeviceInfoJson],
+}
+
+/// One device's part of `trace info --json`; its event indices are the device's own.
+#[derive(Serialize)]
+struct DeviceInfoJson {
+    device: u32,
+    access_events: u64,
+    events: EventCounts,
+    peak_live_bytes: u64,
+    peak_event: Option<u64>,
+    live_bytes_at_end: u64,
+    period_events: Option<u64>,
+    boundary_event: Option<u64>,
+    iterations: u64,
+    iteration_start_event: Option<u64>,
+    detected_at_event: Option<u64>,
+}
+
+impl DeviceInfoJson {
+    fn new(device: u32, a: &Analysis) -> DeviceInfoJson {
+        let it = a.iteration.as_ref();
+        DeviceInfoJson {
+            device,
+            access_events: a.events,
+            events: a.counts,
+            peak_live_bytes: a.peak_live_bytes,
+            peak_event: a.peak_event,
+            live_bytes_at_end: a.live_at_end(),
+            period_events: it.map(|i| i.period_events),
+            boundary_event: it.map(|i| i.boundary_event),
+            iterations: it.map_or(0, |i| i.iterations_seen),
+            iteration_start_event: it.map(|i| i.start_event),
+            detected_at_event: it.map(|i| i.detected_at_event),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -314,6 +384,7 @@ impl<'a> InfoJson<'a> {
             iteration_start_event: it.map(|i| i.start_event),
             detected_at_event: it.map(|i| i.detected_at_event),
             top_kernels: &a.kernels[..a.kernels.len().min(top)],
+            devices: &loaded.devices,
         }
     }
 }
@@ -424,6 +495,23 @@ fn print_info(out: &mut impl Write, loaded: &Loaded, top: usize) -> io::Result<(
             it.detected_at_event
         )?,
         None => writeln!(out, "iteration   none detected")?,
+    }
+    if loaded.devices.len() > 1 {
+        writeln!(out, "per device (each its own event numbering):")?;
+        for d in &loaded.devices {
+            let iteration = match d.period_events {
+                Some(events) => format!("iteration {events} events, {} seen", d.iterations),
+                None => "no iteration".to_string(),
+            };
+            writeln!(
+                out,
+                "  device {}: {} events, peak {} ({} B), {iteration}",
+                d.device,
+                d.access_events,
+                human_bytes(d.peak_live_bytes),
+                d.peak_live_bytes
+            )?;
+        }
     }
     if !a.kernels.is_empty() {
         writeln!(out, "top kernels (launches):")?;

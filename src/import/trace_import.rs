@@ -6,9 +6,11 @@
 //! (`cudaMallocHost`/`cudaHostAlloc`) are not, and neither they nor their frees are events of the
 //! recording. A free of an id the trace never allocated is dropped and counted, like a free of a
 //! block allocated before a recording started. Launches, copies and kernel names are counted as
-//! ignored records. A trace is one process on one device: the recording's device is 0.
+//! ignored records. A trace is one process; each event names its device (version 2), and the
+//! recording is one device's, the requested one or the one with the most allocs and frees
+//! (each device runs its own iteration).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::error::{ImportError, Location, Problem};
 use super::recording::{AllocEvent, DeviceSummary, ImportStats};
@@ -27,7 +29,7 @@ pub(crate) fn import(
         Content::Bytes(bytes) => TraceFile::from_bytes(&path, bytes)
             .map_err(|err| ImportError::new(&path, Location::File, Problem::Trace(err)))?,
     };
-    let mut events = Vec::new();
+    let mut by_device: BTreeMap<u32, Vec<AllocEvent>> = BTreeMap::new();
     let mut stats = ImportStats::default();
     // Live device allocations: id → size; pinned host allocations; every id allocated.
     let mut live: HashMap<u64, u64> = HashMap::new();
@@ -41,6 +43,7 @@ pub(crate) fn import(
             Err(err) => return Err(ImportError::new(&path, Location::File, Problem::Trace(err))),
         };
         let time_us = Some(event.time_ns / 1000);
+        let events = by_device.entry(event.device).or_default();
         match event.kind {
             EventKind::Malloc {
                 id,
@@ -81,18 +84,21 @@ pub(crate) fn import(
             _ => stats.ignored_records += 1,
         }
     }
-    let allocs = events.iter().filter(|e| e.is_alloc()).count() as u64;
-    let devices = vec![DeviceSummary {
-        device: 0,
-        allocs,
-        frees: events.len() as u64 - allocs,
-    }];
-    // A trace has one device; asking for another is an error like for any format.
-    if options.device.is_some_and(|d| d != 0) {
-        choose_device(&path, &devices, options)?;
-    }
+    let devices: Vec<DeviceSummary> = by_device
+        .iter()
+        .map(|(&device, events)| {
+            let allocs = events.iter().filter(|e| e.is_alloc()).count() as u64;
+            DeviceSummary {
+                device,
+                allocs,
+                frees: events.len() as u64 - allocs,
+            }
+        })
+        .collect();
+    let device = choose_device(&path, &devices, options)?.unwrap_or(0);
+    let events = by_device.remove(&device).unwrap_or_default();
     let recording = Recording::new(source, events).map_err(|err| {
         ImportError::new(&path, Location::File, Problem::Structure(err.to_string()))
     })?;
-    Ok(recording.with_devices(0, devices).with_stats(stats))
+    Ok(recording.with_devices(device, devices).with_stats(stats))
 }

@@ -49,6 +49,7 @@ pub fn run_on_shim(program_path: &Path, args: &[&str], env: &[(&str, &str)]) -> 
     let mut command = Command::new(program_path);
     command.args(args).env("LD_LIBRARY_PATH", shim_lib_dir());
     for var in [
+        "CUDA_SHIM_DEVICES",
         "CUDA_SHIM_DEVICE_MEMORY",
         "CUDA_SHIM_H2D_GBPS",
         "CUDA_SHIM_D2H_GBPS",
@@ -120,6 +121,7 @@ pub fn run_under_itermem(extra: &[&str], program_args: &[&str], env: &[(&str, &s
         .arg("--")
         .args(program_args);
     for var in [
+        "CUDA_SHIM_DEVICES",
         "CUDA_SHIM_DEVICE_MEMORY",
         "CUDA_SHIM_H2D_GBPS",
         "CUDA_SHIM_D2H_GBPS",
