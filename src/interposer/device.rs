@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Devices itermem tells apart; a larger ordinal is counted as the last one (reported once).
 pub const MAX_DEVICES: usize = 64;
@@ -140,12 +140,16 @@ impl DeviceState {
 /// The devices seen so far, by ordinal.
 pub(super) struct Devices {
     slots: [OnceLock<DeviceState>; MAX_DEVICES],
+    /// One more than the highest ordinal seen: what [`Devices::seen`] looks through (every
+    /// free and launch does, so one device costs one slot, not all of them).
+    end: AtomicUsize,
 }
 
 impl Devices {
     pub fn new() -> Devices {
         Devices {
             slots: [const { OnceLock::new() }; MAX_DEVICES],
+            end: AtomicUsize::new(0),
         }
     }
 
@@ -160,20 +164,30 @@ impl Devices {
                 ));
             }
         }
-        self.slots[slot].get_or_init(|| DeviceState::new(slot as u32, config, batch))
+        self.slots[slot].get_or_init(|| {
+            let state = DeviceState::new(slot as u32, config, batch);
+            self.end.fetch_max(slot + 1, Relaxed);
+            state
+        })
     }
 
     /// The devices that have had events, by ordinal.
     pub fn seen(&self) -> impl Iterator<Item = &DeviceState> {
-        self.slots.iter().filter_map(OnceLock::get)
+        self.slots[..self.end.load(Relaxed)]
+            .iter()
+            .filter_map(OnceLock::get)
     }
 }
 
 /// The device of the calling thread's current context, which its CUDA calls act on; 0 when no
-/// context is current (the runtime then makes device 0's current at the call). One driver call
-/// (`cuCtxGetCurrent`) per event; the context's device is remembered per thread.
+/// context is current (the runtime then makes device 0's current at the call). On a machine
+/// with one device, nothing to ask once that is known; otherwise one driver call
+/// (`cuCtxGetCurrent`) per event, the context's device remembered per thread.
 pub fn current_device() -> u32 {
     thread_local!(static LAST: Cell<(usize, u32)> = const { Cell::new((0, 0)) });
+    if single_device() {
+        return 0;
+    }
     let context = cuda::current_context();
     if context == 0 {
         return 0;
@@ -187,4 +201,28 @@ pub fn current_device() -> u32 {
         last.set((context, device));
         device
     })
+}
+
+/// Whether the machine has exactly one device (known once the driver is initialised and says
+/// so; until then, not assumed).
+fn single_device() -> bool {
+    const UNKNOWN: u8 = 0;
+    const ONE: u8 = 1;
+    const SEVERAL: u8 = 2;
+    static DEVICES: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match DEVICES.load(Relaxed) {
+        ONE => true,
+        SEVERAL => false,
+        _ => match cuda::device_count() {
+            Some(1) => {
+                DEVICES.store(ONE, Relaxed);
+                true
+            }
+            Some(_) => {
+                DEVICES.store(SEVERAL, Relaxed);
+                false
+            }
+            None => false,
+        },
+    }
 }

@@ -29,6 +29,7 @@ type CtxGetCurrent = unsafe extern "C" fn(*mut usize) -> u32;
 type PrimaryCtxRetain = unsafe extern "C" fn(*mut usize, i32) -> u32;
 type CtxSetCurrent = unsafe extern "C" fn(usize) -> u32;
 type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
+type DeviceGetCount = unsafe extern "C" fn(*mut i32) -> u32;
 
 struct Driver {
     mem_alloc: Option<MemAlloc>,
@@ -53,6 +54,7 @@ struct Driver {
     primary_ctx_retain: Option<PrimaryCtxRetain>,
     ctx_set_current: Option<CtxSetCurrent>,
     ctx_get_device: Option<CtxGetDevice>,
+    device_get_count: Option<DeviceGetCount>,
 }
 
 fn driver() -> &'static Driver {
@@ -62,7 +64,7 @@ fn driver() -> &'static Driver {
     // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
     // cuEventDestroy_v2, cuStreamCreate, cuStreamWaitEvent, cuMemcpyAsync, cuMemsetD8Async,
     // cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent, cuDevicePrimaryCtxRetain,
-    // cuCtxSetCurrent, cuCtxGetDevice).
+    // cuCtxSetCurrent, cuCtxGetDevice, cuDeviceGetCount).
     DRIVER.get_or_init(|| unsafe {
         Driver {
             mem_alloc: driver_function(c"cuMemAlloc_v2"),
@@ -87,6 +89,7 @@ fn driver() -> &'static Driver {
             primary_ctx_retain: driver_function(c"cuDevicePrimaryCtxRetain"),
             ctx_set_current: driver_function(c"cuCtxSetCurrent"),
             ctx_get_device: driver_function(c"cuCtxGetDevice"),
+            device_get_count: driver_function(c"cuDeviceGetCount"),
         }
     })
 }
@@ -141,6 +144,16 @@ pub fn current_context() -> usize {
         }
     }
     context
+}
+
+/// How many devices the driver has (None before it is initialised).
+pub fn device_count() -> Option<u32> {
+    let count = driver().device_get_count?;
+    let mut devices = 0i32;
+    // SAFETY: valid out-parameter; before cuInit the driver answers an error, not a count.
+    (unsafe { count(&mut devices) } == SUCCESS)
+        .then_some(devices)
+        .and_then(|d| u32::try_from(d).ok())
 }
 
 /// The device of the calling thread's current context.

@@ -481,42 +481,51 @@ impl Recorder {
     /// parameter, or a packed buffer of `len` readable bytes.
     pub unsafe fn launch_accesses(&self, kernel: KernelRef, args: LaunchArgs) -> LaunchAccesses {
         let kernel = self.kernel(kernel);
-        let mut touched = Touched::new();
-        let read_word = |word: &PointerWord| match args {
-            // SAFETY: `param` < the kernel's parameter count, so args[param] exists and points
-            // to that parameter's value, which is at least `within` + 8 bytes long.
-            LaunchArgs::Pointers(args) if !args.is_null() => Some(unsafe {
-                ((*args.add(word.param)) as *const u8)
-                    .add(word.within)
-                    .cast::<u64>()
-                    .read_unaligned()
-            }),
-            LaunchArgs::Packed { buffer, len } if !buffer.is_null() && word.packed + 8 <= len => {
-                // SAFETY: the word lies inside the caller's buffer of `len` bytes.
-                Some(unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
+        let touched = match (&kernel.pointer_words, args) {
+            (Some(words), LaunchArgs::Pointers(args)) if !args.is_null() => {
+                self.scan(words, |word| {
+                    // SAFETY: `param` < the kernel's parameter count, so args[param] exists and
+                    // points to that parameter's value, at least `within` + 8 bytes long.
+                    Some(unsafe {
+                        ((*args.add(word.param)) as *const u8)
+                            .add(word.within)
+                            .cast::<u64>()
+                            .read_unaligned()
+                    })
+                })
             }
-            _ => None,
-        };
-        match (&kernel.pointer_words, args) {
-            (Some(words), LaunchArgs::Pointers(_) | LaunchArgs::Packed { .. }) => {
-                let live = self.live.read();
-                for word in words.iter().filter_map(read_word) {
-                    if let Some(block) = live.find(word, |a| self.base_of(a))
-                        && !touched.contains(&block.id)
-                    {
-                        touched.push(block.id);
-                    }
-                }
-                self.counters
-                    .pointer_words_scanned
-                    .fetch_add(words.len() as u64, Relaxed);
+            (Some(words), LaunchArgs::Packed { buffer, len }) if !buffer.is_null() => {
+                self.scan(words, |word| {
+                    // SAFETY: the word lies inside the caller's buffer of `len` bytes.
+                    (word.packed + 8 <= len)
+                        .then(|| unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
+                })
             }
-            (Some(_), LaunchArgs::Absent) => {}
+            (Some(_), _) => Touched::new(),
             (None, _) => {
                 self.counters.launches_without_layout.fetch_add(1, Relaxed);
+                Touched::new()
+            }
+        };
+        LaunchAccesses { kernel, touched }
+    }
+
+    /// The live allocations the pointer words `read` finds point into (a reader per way of
+    /// passing arguments, so the loop has no branch on it).
+    fn scan(&self, words: &[PointerWord], read: impl Fn(&PointerWord) -> Option<u64>) -> Touched {
+        let mut touched = Touched::new();
+        let live = self.live.read();
+        for word in words.iter().filter_map(read) {
+            if let Some(block) = live.find(word, |a| self.base_of(a))
+                && !touched.contains(&block.id)
+            {
+                touched.push(block.id);
             }
         }
-        LaunchAccesses { kernel, touched }
+        self.counters
+            .pointer_words_scanned
+            .fetch_add(words.len() as u64, Relaxed);
+        touched
     }
 
     /// Records a launch that succeeded; returns its event index.
