@@ -11,9 +11,10 @@ use super::cnmem::CnmemState;
 use super::driver as cuda;
 use super::pool::PoolState;
 use super::swap::{Capture, SwapConfig};
+use crate::analysis::{EventCounts, HostCounts};
 use crate::config::{Config, Mode};
 use crate::detect::{Detector, DetectorConfig, Period};
-use crate::event::{AllocId, Event};
+use crate::event::{AllocId, Event, EventKind};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -32,6 +33,11 @@ pub(super) struct Sequencer {
     pub detector: Detector,
     /// How many times a period was found (more than once: the pattern changed).
     pub changes: u64,
+    /// The device's events by kind, counted under the sequencer (an atomic per event would
+    /// cost every hook a locked instruction more).
+    pub counts: EventCounts,
+    pub host: HostCounts,
+    pub pointer_words_scanned: u64,
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pub pending: Vec<Event>,
     pub pending_since_ns: u64,
@@ -53,12 +59,32 @@ impl Sequencer {
             detector: Detector::new(DetectorConfig::for_cuda_events())
                 .expect("the detector configuration for CUDA events is valid"),
             changes: 0,
+            counts: EventCounts::default(),
+            host: HostCounts::default(),
+            pointer_words_scanned: 0,
             pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
             dominant: None,
             swap_live: swapping.then(FxHashMap::default),
             capture: None,
         }
+    }
+
+    /// Counts an event of `kind`; `pinned`: a malloc or free of page-locked host memory;
+    /// `words`: the pointer words a launch's arguments were scanned for.
+    pub fn count(&mut self, kind: &EventKind, pinned: bool, words: u64) {
+        let counter = match (kind, pinned) {
+            (EventKind::Malloc { .. }, false) => &mut self.counts.malloc,
+            (EventKind::Malloc { .. }, true) => &mut self.host.malloc,
+            (EventKind::Free { .. }, false) => &mut self.counts.free,
+            (EventKind::Free { .. }, true) => &mut self.host.free,
+            (EventKind::Launch { .. }, _) => &mut self.counts.launch,
+            (EventKind::Memcpy { .. }, _) => &mut self.counts.memcpy,
+            (EventKind::Memset { .. }, _) => &mut self.counts.memset,
+            (EventKind::KernelName { .. }, _) => return,
+        };
+        *counter += 1;
+        self.pointer_words_scanned += words;
     }
 
     /// Accounts for `period` having held over `[period.start, end)`.
@@ -155,6 +181,14 @@ impl Devices {
 
     /// The state of device `ordinal`, created now if this is its first event.
     pub fn get(&self, ordinal: u32, config: &Config, batch: usize) -> &DeviceState {
+        if let Some(state) = self.slots.get(ordinal as usize).and_then(OnceLock::get) {
+            return state;
+        }
+        self.create(ordinal, config, batch)
+    }
+
+    #[cold]
+    fn create(&self, ordinal: u32, config: &Config, batch: usize) -> &DeviceState {
         let slot = (ordinal as usize).min(MAX_DEVICES - 1);
         if slot != ordinal as usize {
             static REPORTED: AtomicBool = AtomicBool::new(false);

@@ -45,6 +45,8 @@ const TRACE_BATCHES_IN_FLIGHT: usize = 64;
 pub struct LaunchAccesses {
     kernel: &'static Kernel,
     pub touched: Touched,
+    /// Pointer words read from the arguments (for the statistics).
+    words_scanned: u64,
 }
 
 /// What the recorder knows about one kernel.
@@ -87,18 +89,11 @@ pub enum LaunchArgs {
 
 /// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
 #[derive(Default)]
+/// (Events are counted per device, under its sequencer: see `device::Sequencer::count`.)
 pub struct Counters {
     /// Hooked calls observed (each ran itermem's observer).
     pub calls: AtomicU64,
-    pub malloc: AtomicU64,
-    pub free: AtomicU64,
-    pub host_malloc: AtomicU64,
-    pub host_free: AtomicU64,
-    pub launch: AtomicU64,
-    pub memcpy: AtomicU64,
-    pub memset: AtomicU64,
     pub launches_without_layout: AtomicU64,
-    pub pointer_words_scanned: AtomicU64,
 }
 
 pub struct Recorder {
@@ -343,6 +338,7 @@ impl Recorder {
             },
             None,
             if kind.is_device() { size as i64 } else { 0 },
+            (!kind.is_device(), 0),
         );
         let block = Block {
             id,
@@ -356,12 +352,6 @@ impl Recorder {
             pool.lock().history.malloc(id, index, size);
         }
         self.period_changed(dev, change);
-        let counter = if kind.is_device() {
-            &self.counters.malloc
-        } else {
-            &self.counters.host_malloc
-        };
-        counter.fetch_add(1, Relaxed);
     }
 
     /// Before the real free: takes the block out of the live index (see the module doc).
@@ -394,17 +384,12 @@ impl Recorder {
             },
             Some(block.event_index),
             -freed,
+            (!block.kind.is_device(), 0),
         );
         if let Some(pool) = &dev.pool {
             pool.lock().history.free(block.id, index);
         }
         self.period_changed(dev, change);
-        let counter = if block.kind.is_device() {
-            &self.counters.free
-        } else {
-            &self.counters.host_free
-        };
-        counter.fetch_add(1, Relaxed);
     }
 
     /// The allocation containing `addr` (None for memory itermem does not track).
@@ -446,9 +431,8 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0);
+        let (index, change) = self.emit(dev, event, None, 0, (false, 0));
         self.period_changed(dev, change);
-        self.counters.memcpy.fetch_add(1, Relaxed);
         index
     }
 
@@ -467,9 +451,8 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0);
+        let (index, change) = self.emit(dev, event, None, 0, (false, 0));
         self.period_changed(dev, change);
-        self.counters.memset.fetch_add(1, Relaxed);
         index
     }
 
@@ -481,8 +464,10 @@ impl Recorder {
     /// parameter, or a packed buffer of `len` readable bytes.
     pub unsafe fn launch_accesses(&self, kernel: KernelRef, args: LaunchArgs) -> LaunchAccesses {
         let kernel = self.kernel(kernel);
+        let mut words_scanned = 0;
         let touched = match (&kernel.pointer_words, args) {
             (Some(words), LaunchArgs::Pointers(args)) if !args.is_null() => {
+                words_scanned = words.len() as u64;
                 self.scan(words, |word| {
                     // SAFETY: `param` < the kernel's parameter count, so args[param] exists and
                     // points to that parameter's value, at least `within` + 8 bytes long.
@@ -495,6 +480,7 @@ impl Recorder {
                 })
             }
             (Some(words), LaunchArgs::Packed { buffer, len }) if !buffer.is_null() => {
+                words_scanned = words.len() as u64;
                 self.scan(words, |word| {
                     // SAFETY: the word lies inside the caller's buffer of `len` bytes.
                     (word.packed + 8 <= len)
@@ -507,7 +493,11 @@ impl Recorder {
                 Touched::new()
             }
         };
-        LaunchAccesses { kernel, touched }
+        LaunchAccesses {
+            kernel,
+            touched,
+            words_scanned,
+        }
     }
 
     /// The live allocations the pointer words `read` finds point into (a reader per way of
@@ -522,9 +512,6 @@ impl Recorder {
                 touched.push(block.id);
             }
         }
-        self.counters
-            .pointer_words_scanned
-            .fetch_add(words.len() as u64, Relaxed);
         touched
     }
 
@@ -537,9 +524,9 @@ impl Recorder {
             touched: accesses.touched,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0);
+        let words = accesses.words_scanned;
+        let (index, change) = self.emit(dev, event, None, 0, (false, words));
         self.period_changed(dev, change);
-        self.counters.launch.fetch_add(1, Relaxed);
         index
     }
 
@@ -595,14 +582,17 @@ impl Recorder {
     /// Assigns the event its index and time, updates live bytes, feeds the detector (with the
     /// same tokens `itermem trace info` computes offline) and the trace; returns the index.
     /// `malloc_index` is the index of the Malloc event of a Free's block.
+    /// `(pinned, words)`: what [`Sequencer::count`] counts the event as.
     fn emit(
         &self,
         dev: &DeviceState,
         kind: EventKind,
         malloc_index: Option<u64>,
         live_delta: i64,
+        (pinned, words): (bool, u64),
     ) -> (u64, Change) {
         let mut seq = dev.sequencer.lock();
+        seq.count(&kind, pinned, words);
         let index = seq.next_index;
         let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
         seq.next_index += 1;
@@ -768,24 +758,29 @@ impl Recorder {
     /// The numbers of the statistics file.
     pub fn summary(&self) -> Summary {
         let c = &self.counters;
+        let (mut events, mut host_events, mut words) =
+            (EventCounts::default(), HostCounts::default(), 0);
+        for dev in self.devices.seen() {
+            let seq = dev.sequencer.lock();
+            let (n, h) = (seq.counts, seq.host);
+            events.malloc += n.malloc;
+            events.free += n.free;
+            events.launch += n.launch;
+            events.memcpy += n.memcpy;
+            events.memset += n.memset;
+            host_events.malloc += h.malloc;
+            host_events.free += h.free;
+            words += seq.pointer_words_scanned;
+        }
         let devices: Vec<DeviceSummary> = self.devices.seen().map(device_summary).collect();
         Summary {
-            events: EventCounts {
-                malloc: c.malloc.load(Relaxed),
-                free: c.free.load(Relaxed),
-                launch: c.launch.load(Relaxed),
-                memcpy: c.memcpy.load(Relaxed),
-                memset: c.memset.load(Relaxed),
-            },
-            host_events: HostCounts {
-                malloc: c.host_malloc.load(Relaxed),
-                free: c.host_free.load(Relaxed),
-            },
+            events,
+            host_events,
             first_device: devices.first().cloned().unwrap_or_default(),
             kernels: self.kernel_count.load(Relaxed),
             hooked_calls: c.calls.load(Relaxed),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
-            pointer_words_scanned: c.pointer_words_scanned.load(Relaxed),
+            pointer_words_scanned: words,
             devices,
         }
     }
