@@ -295,11 +295,8 @@ struct InfoJson<'a> {
     peak_event: Option<u64>,
     peak_time_ns: Option<u64>,
     live_bytes_at_end: u64,
-    period_events: Option<u64>,
-    boundary_event: Option<u64>,
-    iterations: u64,
-    iteration_start_event: Option<u64>,
-    detected_at_event: Option<u64>,
+    #[serde(flatten)]
+    iteration: IterationJson,
     top_kernels: &'a [KernelStat],
     /// Each device's own events, peak and iteration (one entry for a single-device program;
     /// with several, the fields above are of all devices together).
@@ -315,6 +312,13 @@ struct DeviceInfoJson {
     peak_live_bytes: u64,
     peak_event: Option<u64>,
     live_bytes_at_end: u64,
+    #[serde(flatten)]
+    iteration: IterationJson,
+}
+
+/// The detected iteration's part of `trace info --json` (the file's and each device's).
+#[derive(Serialize)]
+struct IterationJson {
     period_events: Option<u64>,
     boundary_event: Option<u64>,
     iterations: u64,
@@ -322,9 +326,21 @@ struct DeviceInfoJson {
     detected_at_event: Option<u64>,
 }
 
+impl IterationJson {
+    fn new(a: &Analysis) -> IterationJson {
+        let it = a.iteration.as_ref();
+        IterationJson {
+            period_events: it.map(|i| i.period_events),
+            boundary_event: it.map(|i| i.boundary_event),
+            iterations: it.map_or(0, |i| i.iterations_seen),
+            iteration_start_event: it.map(|i| i.start_event),
+            detected_at_event: it.map(|i| i.detected_at_event),
+        }
+    }
+}
+
 impl DeviceInfoJson {
     fn new(device: u32, a: &Analysis) -> DeviceInfoJson {
-        let it = a.iteration.as_ref();
         DeviceInfoJson {
             device,
             access_events: a.events,
@@ -332,11 +348,7 @@ impl DeviceInfoJson {
             peak_live_bytes: a.peak_live_bytes,
             peak_event: a.peak_event,
             live_bytes_at_end: a.live_at_end(),
-            period_events: it.map(|i| i.period_events),
-            boundary_event: it.map(|i| i.boundary_event),
-            iterations: it.map_or(0, |i| i.iterations_seen),
-            iteration_start_event: it.map(|i| i.start_event),
-            detected_at_event: it.map(|i| i.detected_at_event),
+            iteration: IterationJson::new(a),
         }
     }
 }
@@ -351,7 +363,6 @@ impl<'a> InfoJson<'a> {
     fn new(loaded: &'a Loaded, top: usize) -> InfoJson<'a> {
         let a = &loaded.analysis;
         let h = loaded.file.header();
-        let it = a.iteration.as_ref();
         InfoJson {
             file: loaded.file.path().display().to_string(),
             converted_from: loaded.converted_from.as_deref(),
@@ -378,11 +389,7 @@ impl<'a> InfoJson<'a> {
             peak_event: a.peak_event,
             peak_time_ns: a.peak_time_ns,
             live_bytes_at_end: a.live_at_end(),
-            period_events: it.map(|i| i.period_events),
-            boundary_event: it.map(|i| i.boundary_event),
-            iterations: it.map_or(0, |i| i.iterations_seen),
-            iteration_start_event: it.map(|i| i.start_event),
-            detected_at_event: it.map(|i| i.detected_at_event),
+            iteration: IterationJson::new(a),
             top_kernels: &a.kernels[..a.kernels.len().min(top)],
             devices: &loaded.devices,
         }
@@ -499,8 +506,10 @@ fn print_info(out: &mut impl Write, loaded: &Loaded, top: usize) -> io::Result<(
     if loaded.devices.len() > 1 {
         writeln!(out, "per device (each its own event numbering):")?;
         for d in &loaded.devices {
-            let iteration = match d.period_events {
-                Some(events) => format!("iteration {events} events, {} seen", d.iterations),
+            let iteration = match d.iteration.period_events {
+                Some(events) => {
+                    format!("iteration {events} events, {} seen", d.iteration.iterations)
+                }
                 None => "no iteration".to_string(),
             };
             writeln!(
