@@ -121,20 +121,38 @@ impl<F: FnMut() -> u32> Call<F> {
     }
 }
 
-/// Runs one hooked call: `real` exactly once, `observe` around it when recording.
+/// Runs one hooked call: `real` exactly once, `observe` around it when recording. Inlined
+/// into every hook, so a call made while a hook runs (a runtime call reaching the driver's
+/// hook) costs one thread-local check; the rest is [`observed`].
+#[inline(always)]
 pub fn intercept<F: FnMut() -> u32>(
     name: &'static str,
     mut real: F,
     observe: impl FnOnce(&'static Recorder, &mut Call<F>) -> u32,
 ) -> u32 {
-    let entered = IN_HOOK
-        .try_with(|flag| !flag.replace(true))
-        .unwrap_or(false);
-    let recorder = if entered { recorder() } else { None };
-    let Some(recorder) = recorder else {
-        if entered {
-            IN_HOOK.with(|flag| flag.set(false));
-        }
+    // The flag is looked up once (a thread-local access costs a call in a shared library).
+    let Ok(in_hook) = IN_HOOK.try_with(|flag| flag as *const Cell<bool>) else {
+        return real(); // the thread is exiting: its locals are gone
+    };
+    // SAFETY: the thread's own thread-local, alive until this thread ends; this function runs
+    // on the thread and returns before it ends.
+    let in_hook = unsafe { &*in_hook };
+    if in_hook.replace(true) {
+        return real(); // a call made while a hook runs on this thread
+    }
+    observed(name, in_hook, real, observe)
+}
+
+/// [`intercept`] of a call made outside itermem's code (`in_hook` just set).
+#[inline(never)]
+fn observed<F: FnMut() -> u32>(
+    name: &'static str,
+    in_hook: &Cell<bool>,
+    mut real: F,
+    observe: impl FnOnce(&'static Recorder, &mut Call<F>) -> u32,
+) -> u32 {
+    let Some(recorder) = recorder() else {
+        in_hook.set(false);
         return real();
     };
     recorder.counters.calls.fetch_add(1, Ordering::Relaxed);
@@ -153,7 +171,7 @@ pub fn intercept<F: FnMut() -> u32>(
         }
         result
     }));
-    IN_HOOK.with(|flag| flag.set(false));
+    in_hook.set(false);
     match outcome {
         Ok(result) => result,
         Err(_) => {
