@@ -247,3 +247,15 @@ fn bad_configuration_is_reported_and_the_default_kept() {
         "no clear message: {stderr}"
     );
 }
+
+/// What PyTorch binds at `import torch` and uses before its first allocation: stream
+/// priorities, capture queries (nothing captures: exact error codes), host functions in stream
+/// order, event record flags, PCI bus ids, function attributes and occupancy, the default
+/// pool's attributes, module variables, page-locked registration, interprocess handles, 2D
+/// copies; primary context state with two devices (see the `pytorch_*` cases).
+#[test]
+fn functions_pytorch_binds_at_import_answer_as_cuda_does() {
+    check("pytorch_streams", &[("CUDA_SHIM_JITTER_US", "100")]);
+    check("pytorch_memory", &[("CUDA_SHIM_JITTER_US", "100")]);
+    check("pytorch_primary_state", &[("CUDA_SHIM_DEVICES", "2")]);
+}

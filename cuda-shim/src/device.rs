@@ -83,6 +83,56 @@ pub enum Work {
         device: &'static Device,
         addr: usize,
     },
+    /// A host function run on the stream's thread in stream order (`cuLaunchHostFunc`,
+    /// `cuStreamAddCallback`).
+    Host(HostCall),
+}
+
+/// A host function queued on a stream.
+#[derive(Clone, Copy)]
+pub enum HostCall {
+    /// `cuLaunchHostFunc`: `fn(userData)`, not run once the context has faulted.
+    Function {
+        func: unsafe extern "C" fn(*mut c_void),
+        data: usize,
+    },
+    /// `cuStreamAddCallback`: `fn(stream, status, userData)`, run with the context's error
+    /// status even after a fault, as CUDA does.
+    Callback {
+        func: unsafe extern "C" fn(usize, u32, *mut c_void),
+        stream: usize,
+        data: usize,
+    },
+}
+
+impl HostCall {
+    fn run(self, status: u32) {
+        match self {
+            // SAFETY: the program queued `func` with `data` as CUDA documents: it is called
+            // once, on the stream's thread, with the user data it gave.
+            HostCall::Function { func, data } => unsafe { func(data as *mut c_void) },
+            // SAFETY: as above, with the stream handle and the status CUDA passes.
+            HostCall::Callback { func, stream, data } => unsafe {
+                func(stream, status, data as *mut c_void)
+            },
+        }
+    }
+}
+
+/// The state of a device's default memory pool (`CUmemPool_attribute`): blocks it served that
+/// are live, what they use, and the settable attributes. The shim returns freed memory to the
+/// device at once, so the pool reserves exactly what is in use.
+#[derive(Default)]
+pub struct Pool {
+    blocks: HashMap<usize, usize>,
+    used: u64,
+    used_high: u64,
+    reserved_high: u64,
+    /// ReuseFollowEventDependencies, ReuseAllowOpportunistic, ReuseAllowInternalDependencies.
+    reuse: [i32; 3],
+    release_threshold: u64,
+    /// Bit `j`: device `j` (another device) has read-write access to the pool's memory.
+    peers: u32,
 }
 
 /// One device's memory, counters and fault state: what its stream workers need to run work.
@@ -98,6 +148,8 @@ pub struct Device {
     sticky: AtomicU32,
     /// Running digest of the delays drawn by each stream (ordinal → digest).
     jitter: Mutex<HashMap<u64, u64>>,
+    /// The default memory pool's state.
+    pub pool: Mutex<Pool>,
 }
 
 thread_local! {
@@ -113,10 +165,14 @@ impl Executor for Device {
     type Work = Work;
 
     fn execute(&self, work: Work) {
-        if self.sticky.load(Ordering::Acquire) != 0 {
-            // A faulted context runs nothing more; queued frees still return their memory.
-            if let Work::Free { device, addr } = work {
-                device.finish_free(addr);
+        let sticky = self.sticky.load(Ordering::Acquire);
+        if sticky != 0 {
+            // A faulted context runs nothing more; queued frees still return their memory, and
+            // stream callbacks are called with the error.
+            match work {
+                Work::Free { device, addr } => device.finish_free(addr),
+                Work::Host(call @ HostCall::Callback { .. }) => call.run(sticky),
+                _ => {}
             }
             return;
         }
@@ -175,6 +231,7 @@ impl Executor for Device {
                 }
             }
             Work::Free { device, addr } => device.finish_free(addr),
+            Work::Host(call) => call.run(0),
         }
     }
 
@@ -263,8 +320,88 @@ impl Device {
 
     pub(crate) fn finish_free(&self, addr: usize) {
         self.pending_frees.lock().remove(&addr);
+        self.pool_release(addr);
         // Validated at submission and guarded by `pending_frees`, so this cannot fail.
         let _ = self.memory.free(addr, &self.stats);
+    }
+
+    /// Records a block the default pool served.
+    fn pool_serve(&self, addr: usize, size: usize) {
+        let reserved = size.next_multiple_of(crate::memory::GRANULE);
+        let mut pool = self.pool.lock();
+        pool.blocks.insert(addr, reserved);
+        pool.used += reserved as u64;
+        pool.used_high = pool.used_high.max(pool.used);
+        pool.reserved_high = pool.reserved_high.max(pool.used);
+    }
+
+    /// Forgets a freed block if the pool served it.
+    fn pool_release(&self, addr: usize) {
+        let mut pool = self.pool.lock();
+        if let Some(reserved) = pool.blocks.remove(&addr) {
+            pool.used -= reserved as u64;
+        }
+    }
+
+    /// Whether the default pool served the live block at `addr`.
+    pub fn pool_owns(&self, addr: usize) -> bool {
+        self.pool.lock().blocks.contains_key(&addr)
+    }
+
+    /// `cuMemPoolGetAttribute`: (value, whether it is a 64-bit one).
+    pub fn pool_attribute(&self, attr: u32) -> CuResult<(u64, bool)> {
+        let pool = self.pool.lock();
+        Ok(match attr {
+            1..=3 => (pool.reuse[attr as usize - 1] as u64, false),
+            4 => (pool.release_threshold, true),
+            5 | 7 => (pool.used, true),
+            6 => (pool.reserved_high, true),
+            8 => (pool.used_high, true),
+            _ => return Err(INVALID_VALUE),
+        })
+    }
+
+    /// `cuMemPoolSetAttribute`: the reuse flags (0 or 1 as given: any int), the release
+    /// threshold, and the high watermarks, which can only be reset to 0 (to the current value).
+    pub fn set_pool_attribute(&self, attr: u32, value: u64) -> CuResult<()> {
+        let mut pool = self.pool.lock();
+        match attr {
+            1..=3 => pool.reuse[attr as usize - 1] = value as i32,
+            4 => pool.release_threshold = value,
+            6 | 8 if value != 0 => return Err(INVALID_VALUE),
+            6 | 8 => {
+                let used = pool.used;
+                if attr == 6 {
+                    pool.reserved_high = used;
+                } else {
+                    pool.used_high = used;
+                }
+            }
+            _ => return Err(INVALID_VALUE),
+        }
+        Ok(())
+    }
+
+    /// `cuMemPoolSetAccess` for one descriptor: the pool's own device always has read-write
+    /// access (anything else is `CUDA_ERROR_INVALID_VALUE`); another device gets none or
+    /// read-write (read-only is not supported for pools).
+    pub fn set_pool_access(&self, device: usize, flags: u32) -> CuResult<()> {
+        const NONE: u32 = 0;
+        const READ_WRITE: u32 = 3;
+        if device == self.ordinal {
+            return if flags == READ_WRITE {
+                Ok(())
+            } else {
+                Err(INVALID_VALUE)
+            };
+        }
+        let mut pool = self.pool.lock();
+        match flags {
+            NONE => pool.peers &= !(1 << device),
+            READ_WRITE => pool.peers |= 1 << device,
+            _ => return Err(INVALID_VALUE),
+        }
+        Ok(())
     }
 
     pub fn sticky(&self) -> CuResult<()> {
@@ -293,7 +430,8 @@ pub fn raise_device_error(code: u32) -> CuResult<()> {
 pub struct Event {
     flags: u32,
     context: usize,
-    recorded: Mutex<Option<Arc<Marker>>>,
+    /// Shared by an event and the events opened from its IPC handle.
+    recorded: Arc<Mutex<Option<Arc<Marker>>>>,
 }
 
 pub const EVENT_DISABLE_TIMING: u32 = 0x2;
@@ -318,6 +456,11 @@ pub struct Driver {
     events: Mutex<HashMap<usize, Arc<Event>>>,
     /// Bit `j` of `peers[i]`: context `i` has peer access to device `j`'s memory.
     peers: Mutex<[u32; MAX_DEVICES]>,
+    /// Retain counts of the primary contexts (`cuDevicePrimaryCtxRetain`/`Release`): a primary
+    /// context is active while retained.
+    retains: Mutex<[u32; MAX_DEVICES]>,
+    /// `cuFuncSetAttribute` values by function handle: max dynamic shared memory, carveout.
+    function_attributes: Mutex<HashMap<usize, [i32; 2]>>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -513,6 +656,10 @@ impl Driver {
                 pending_frees: Mutex::new(HashSet::new()),
                 sticky: AtomicU32::new(0),
                 jitter: Mutex::new(HashMap::new()),
+                pool: Mutex::new(Pool {
+                    reuse: [1; 3],
+                    ..Pool::default()
+                }),
             }));
             contexts.push(Context {
                 ordinal,
@@ -528,6 +675,8 @@ impl Driver {
             functions: Functions::default(),
             events: Mutex::new(HashMap::new()),
             peers: Mutex::new([0; MAX_DEVICES]),
+            retains: Mutex::new([0; MAX_DEVICES]),
+            function_attributes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -721,6 +870,97 @@ impl Driver {
         self.vmm.unmap(ptr, size, self)
     }
 
+    // ---- primary contexts ----
+
+    /// `cuDevicePrimaryCtxRetain`: the context becomes (or stays) active.
+    pub fn retain_primary(&self, device: usize) {
+        self.retains.lock()[device] += 1;
+    }
+
+    /// `cuDevicePrimaryCtxRelease`: `CUDA_ERROR_INVALID_CONTEXT` when it is not retained. The
+    /// context's state (memory, streams) outlives its last release on the shim.
+    pub fn release_primary(&self, device: usize) -> CuResult<()> {
+        let mut retains = self.retains.lock();
+        if retains[device] == 0 {
+            return Err(INVALID_CONTEXT);
+        }
+        retains[device] -= 1;
+        Ok(())
+    }
+
+    pub fn primary_active(&self, device: usize) -> bool {
+        self.retains.lock()[device] > 0
+    }
+
+    // ---- function attributes ----
+
+    /// Max dynamic shared memory (default 48 KiB) and preferred carveout (default -1).
+    pub fn function_attributes(&self, function: usize) -> [i32; 2] {
+        self.function_attributes
+            .lock()
+            .get(&function)
+            .copied()
+            .unwrap_or([48 << 10, -1])
+    }
+
+    pub fn set_function_attribute(&self, function: usize, index: usize, value: i32) {
+        let mut attributes = self.function_attributes(function);
+        attributes[index] = value;
+        self.function_attributes.lock().insert(function, attributes);
+    }
+
+    // ---- host memory registration ----
+
+    /// `cuMemHostRegister`: page-locks `[addr, addr + size)` for the current device.
+    pub fn register_host(&self, addr: usize, size: usize, device: usize) -> CuResult<()> {
+        let stats = &self.contexts[device].device.stats;
+        self.pinned.register(addr, size, device, stats)
+    }
+
+    /// `cuMemHostUnregister`.
+    pub fn unregister_host(&self, addr: usize) -> CuResult<()> {
+        let (size, device) = self.pinned.unregister(addr)?;
+        self.contexts[device].device.stats.pinned_freed(size as u64);
+        Ok(())
+    }
+
+    // ---- interprocess handles ----
+
+    /// The device block `addr` starts (or lies in) that `cuIpcGetMemHandle` can export: memory
+    /// of `cuMemAlloc`, not managed memory, virtual memory mappings or pool allocations.
+    pub fn ipc_block(&self, addr: usize) -> CuResult<(usize, usize, usize)> {
+        let device = self.heap_owner(addr).ok_or(INVALID_VALUE)?;
+        let block = device.memory.find(addr).ok_or(INVALID_VALUE)?;
+        if block.kind != DeviceKind::Device || device.pool_owns(block.start) {
+            return Err(INVALID_VALUE);
+        }
+        Ok((block.start, block.size, device.ordinal))
+    }
+
+    /// The event an IPC handle names, for `cuIpcOpenEventHandle`: a new event of the current
+    /// context sharing the original's records.
+    pub fn open_event(&self, handle: usize, context: usize) -> CuResult<usize> {
+        let original = self.event(handle).map_err(|_| INVALID_VALUE)?;
+        let event = Arc::new(Event {
+            flags: original.flags,
+            context,
+            recorded: original.recorded.clone(),
+        });
+        let handle = Arc::as_ptr(&event) as usize;
+        self.events.lock().insert(handle, event);
+        Ok(handle)
+    }
+
+    /// Whether `handle` is a live interprocess event (`CUDA_ERROR_INVALID_HANDLE` if it is no
+    /// event, or one created without `CU_EVENT_INTERPROCESS`).
+    pub fn ipc_event(&self, handle: usize) -> CuResult<()> {
+        let event = self.event(handle)?;
+        if event.flags & EVENT_INTERPROCESS == 0 {
+            return Err(INVALID_HANDLE);
+        }
+        Ok(())
+    }
+
     // ---- events ----
 
     fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
@@ -843,6 +1083,7 @@ impl Context {
         if owner.ordinal != self.ordinal {
             self.driver().contexts[owner.ordinal].wait_all();
         }
+        owner.pool_release(addr);
         owner.memory.free(addr, &owner.stats).map(drop)
     }
 
@@ -1093,13 +1334,23 @@ impl Context {
 
     /// `cuMemAllocAsync`: from the default pool of the stream's device, as CUDA allocates.
     pub fn alloc_async(&self, size: usize, stream: usize) -> CuResult<usize> {
-        self.owner(stream)?.alloc(size, DeviceKind::Device)
+        let device = self.owner(stream)?.device;
+        let addr = device
+            .memory
+            .alloc(size, DeviceKind::Device, &device.stats)?;
+        device.pool_serve(addr, size);
+        Ok(addr)
     }
 
     /// `cuMemAllocFromPoolAsync`: from the pool's device; the stream may be any device's.
     pub fn alloc_from_pool(&self, size: usize, device: usize, stream: usize) -> CuResult<usize> {
         self.owner(stream)?;
-        self.driver().contexts[device].alloc(size, DeviceKind::Device)
+        let device = self.driver().contexts[device].device;
+        let addr = device
+            .memory
+            .alloc(size, DeviceKind::Device, &device.stats)?;
+        device.pool_serve(addr, size);
+        Ok(addr)
     }
 
     // ---- kernels ----
@@ -1195,11 +1446,20 @@ impl Context {
         let event = Arc::new(Event {
             flags,
             context: self.ordinal,
-            recorded: Mutex::new(None),
+            recorded: Arc::new(Mutex::new(None)),
         });
         let handle = Arc::as_ptr(&event) as usize;
         self.driver().events.lock().insert(handle, event);
         Ok(handle)
+    }
+
+    /// `cuLaunchHostFunc`/`cuStreamAddCallback`: `call` runs on the stream's thread after the
+    /// work submitted before it.
+    pub fn launch_host(&self, stream: usize, call: HostCall) -> CuResult<()> {
+        self.owner(stream)?
+            .streams
+            .submit(stream, Work::Host(call), None)
+            .map(drop)
     }
 
     /// `cuEventRecord`: the stream must belong to the event's context

@@ -79,7 +79,7 @@ fn attribute(attr: i32, ordinal: i32) -> CuResult<i32> {
         12 | 82 => 65536,
         13 => 1_410_000,
         14 | 30 => 512,
-        15 | 19 | 31 | 41 | 78 | 79 | 80 | 83 | 89 | 90 | 95 | 96 | 99 | 115 => 1,
+        15 | 19 | 31 | 41 | 78 | 79 | 80 | 83 | 89 | 90 | 91 | 95 | 96 | 99 | 115 => 1,
         16 => 108,
         36 => 1_215_000,
         37 => 5120,
@@ -180,16 +180,75 @@ driver_api! {
         unsafe { put(value, v) }
     }
 
-    /// Every device's primary context exists from `cuInit` on; retaining hands out its handle.
+    /// Every device's primary context exists from `cuInit` on; retaining hands out its handle
+    /// and makes it active (`cuDevicePrimaryCtxGetState`) until released as often.
     fn cuDevicePrimaryCtxRetain(context: *mut usize, device: i32) {
-        let handle = initialized()?.context(device)?.handle();
+        // Not `initialized()`: a fault of the current context does not concern another one.
+        let driver = device::driver()?;
+        let handle = driver.context(device)?.handle();
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(context, handle) }
+        unsafe { put(context, handle) }?;
+        driver.retain_primary(device as usize);
+        Ok(())
     }
 
-    /// Primary contexts are never destroyed on the shim: releasing only checks the device.
+    /// Primary contexts are never destroyed on the shim: the last release makes the context
+    /// inactive; a release without a retain is `CUDA_ERROR_INVALID_CONTEXT`.
     fn cuDevicePrimaryCtxRelease_v2(device: i32) {
-        initialized()?.device(device).map(drop)
+        let driver = device::driver()?;
+        driver.device(device)?;
+        driver.release_primary(device as usize)
+    }
+
+    /// Flags 0 (`CU_CTX_SCHED_AUTO`); active while retained (the runtime retains the primary
+    /// context of a device when it first makes it current).
+    fn cuDevicePrimaryCtxGetState(device: i32, flags: *mut u32, active: *mut i32) {
+        let driver = device::driver()?;
+        driver.device(device)?;
+        if flags.is_null() || active.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; out-parameters of the caller.
+        unsafe {
+            put(flags, 0)?;
+            put(active, i32::from(driver.primary_active(device as usize)))
+        }
+    }
+
+    /// `domain:bus:device.function` in hexadecimal, from the PCI attributes (13 characters).
+    fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: i32, device: i32) {
+        initialized()?.device(device)?;
+        if bus_id.is_null() || len <= 0 {
+            return Err(INVALID_VALUE);
+        }
+        let text = format!(
+            "{:04x}:{:02x}:{:02x}.0",
+            attribute(50, device)?,
+            attribute(33, device)?,
+            attribute(34, device)?
+        );
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: the caller provides `len` writable bytes; n + 1 <= len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, bus_id, n);
+            bus_id.add(n).write(0);
+        }
+        Ok(())
+    }
+
+    /// [least, greatest] = [0, -5], as on recent GPUs; either pointer may be NULL.
+    fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) {
+        current()?;
+        // SAFETY: each is NULL (skipped) or the caller's out-parameter.
+        unsafe {
+            if let Some(least) = least.as_mut() {
+                *least = LEAST_PRIORITY;
+            }
+            if let Some(greatest) = greatest.as_mut() {
+                *greatest = GREATEST_PRIORITY;
+            }
+        }
+        Ok(())
     }
 
     /// 1 between two distinct devices of the shim, 0 for a device and itself (as CUDA answers).
@@ -465,6 +524,73 @@ driver_api! {
         unsafe { put(dptr, addr as u64) }
     }
 
+    /// Attributes of a device's default pool (see `device::Pool`): 32-bit `int` values for the
+    /// reuse flags, 64-bit ones otherwise.
+    fn cuMemPoolGetAttribute(pool: usize, attr: u32, value: *mut c_void) {
+        let device = pool_of(pool)?;
+        let (v, wide) = device.pool_attribute(attr)?;
+        // SAFETY: `value` points to the attribute's documented type (the caller's contract).
+        unsafe {
+            if wide {
+                put(value as *mut u64, v)
+            } else {
+                put(value as *mut i32, v as i32)
+            }
+        }
+    }
+
+    fn cuMemPoolSetAttribute(pool: usize, attr: u32, value: *mut c_void) {
+        let device = pool_of(pool)?;
+        if value.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: non-null, pointing to the attribute's documented type.
+        let v = unsafe {
+            match attr {
+                1..=3 => *(value as *const i32) as u64,
+                _ => *(value as *const u64),
+            }
+        };
+        device.set_pool_attribute(attr, v)
+    }
+
+    fn cuMemPoolSetAccess(pool: usize, map: *const AccessDesc, count: usize) {
+        let device = pool_of(pool)?;
+        let driver = initialized()?;
+        if map.is_null() && count > 0 {
+            return Err(INVALID_VALUE);
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: `map` holds `count` descriptors (the caller's contract).
+        let descs = unsafe { std::slice::from_raw_parts(map, count) };
+        for d in descs {
+            let other = check_location(driver, d.location_type, d.location_id)?;
+            device.set_pool_access(other, d.flags)?;
+        }
+        Ok(())
+    }
+
+    /// The shim returns freed pool memory to the device at once: nothing is left to trim.
+    fn cuMemPoolTrimTo(pool: usize, min_bytes_to_keep: usize) {
+        pool_of(pool)?;
+        let _ = min_bytes_to_keep;
+        Ok(())
+    }
+
+    /// Shim-only: device memory for a module global (`__cudaRegisterVar`) on the current
+    /// device, outside the program's allocations (`cuMemAlloc` is not called, as on CUDA).
+    fn cuShimAllocModuleMemory(dptr: *mut u64, size: usize) {
+        let context = current()?;
+        if dptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = context.alloc(size.max(1), DeviceKind::Device)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(dptr, addr as u64) }
+    }
+
     fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, count: usize, stream: usize) {
         current()?.copy(dst as usize, src as usize, count, 1, stream, false)
     }
@@ -644,6 +770,57 @@ driver_api! {
         unsafe { put(stream, handle) }
     }
 
+    /// The priority is clamped to [greatest, least] = [-5, 0], as CUDA does; the stream keeps
+    /// it, though the shim schedules every stream alike (each has a thread of its own).
+    fn cuStreamCreateWithPriority(stream: *mut usize, flags: u32, priority: i32) {
+        let context = current()?;
+        if stream.is_null() || flags & !0x1 != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+        let handle = context.streams.create_with_priority(flags & 0x1 != 0, priority);
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(stream, handle) }
+    }
+
+    /// 0 for the default streams.
+    fn cuStreamGetPriority(stream: usize, priority: *mut i32) {
+        let (_, value) = stream_properties(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(priority, value) }
+    }
+
+    /// `CU_STREAM_NON_BLOCKING` or 0 (the default streams are blocking).
+    fn cuStreamGetFlags(stream: usize, flags: *mut u32) {
+        let (non_blocking, _) = stream_properties(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(flags, u32::from(non_blocking)) }
+    }
+
+    /// `fn(userData)` runs on the stream's thread once the work before it has completed; work
+    /// after it waits for it to return.
+    fn cuLaunchHostFunc(stream: usize, func: Option<unsafe extern "C" fn(*mut c_void)>, data: *mut c_void) {
+        let context = current()?;
+        let func = func.ok_or(INVALID_VALUE)?;
+        context.launch_host(stream, device::HostCall::Function { func, data: data as usize })
+    }
+
+    /// Like `cuLaunchHostFunc`, with the stream and its status; flags must be 0.
+    fn cuStreamAddCallback(
+        stream: usize,
+        callback: Option<unsafe extern "C" fn(usize, u32, *mut c_void)>,
+        data: *mut c_void,
+        flags: u32,
+    ) {
+        let context = current()?;
+        let func = callback.ok_or(INVALID_VALUE)?;
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let call = device::HostCall::Callback { func, stream, data: data as usize };
+        context.launch_host(stream, call)
+    }
+
     fn cuStreamDestroy_v2(stream: usize) {
         current()?.stream_destroy(stream)
     }
@@ -675,6 +852,89 @@ driver_api! {
 
     fn cuEventRecord(event: usize, stream: usize) {
         current()?.event_record(event, stream)
+    }
+
+    /// `CU_EVENT_RECORD_EXTERNAL` matters only during stream capture, which the shim never
+    /// does: outside capture both flags record as `cuEventRecord`.
+    fn cuEventRecordWithFlags(event: usize, stream: usize, flags: u32) {
+        let context = current()?;
+        if flags > 1 {
+            return Err(INVALID_VALUE);
+        }
+        context.event_record(event, stream)
+    }
+
+    /// Page-locks ordinary host memory for the current device: afterwards copies treat it as
+    /// page-locked and it is mapped at its host address (unified addressing). `IOMEMORY` and
+    /// `READ_ONLY` are not supported (the device's attributes say so).
+    fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: u32) {
+        const IOMEMORY: u32 = 0x4;
+        const READ_ONLY: u32 = 0x8;
+        let context = current()?;
+        if p.is_null() || size == 0 || flags & !0xF != 0 {
+            return Err(INVALID_VALUE);
+        }
+        if flags & (IOMEMORY | READ_ONLY) != 0 {
+            return Err(NOT_SUPPORTED);
+        }
+        initialized()?.register_host(p as usize, size, context.ordinal)
+    }
+
+    fn cuMemHostUnregister(p: *mut c_void) {
+        current()?;
+        if p.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        initialized()?.unregister_host(p as usize)
+    }
+
+    /// A handle naming the `cuMemAlloc` block containing `dptr` (see [`IpcHandle`]).
+    fn cuIpcGetMemHandle(handle: *mut IpcHandle, dptr: u64) {
+        current()?;
+        let (start, size, device) = initialized()?.ipc_block(dptr as usize)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(handle, IpcHandle::new(IPC_MEMORY, start, size, device)) }
+    }
+
+    /// Opening a handle of this process is `CUDA_ERROR_INVALID_CONTEXT`, as on CUDA; device
+    /// memory is private to its process on the shim, so another process's handle is
+    /// `CUDA_ERROR_NOT_SUPPORTED`.
+    fn cuIpcOpenMemHandle_v2(dptr: *mut u64, handle: IpcHandle, flags: u32) {
+        current()?;
+        if dptr.is_null() || flags != IPC_MEM_LAZY_ENABLE_PEER_ACCESS {
+            return Err(INVALID_VALUE);
+        }
+        handle.decode(IPC_MEMORY)?;
+        Err(INVALID_CONTEXT)
+    }
+
+    /// No handle can be opened on the shim, so no pointer can be closed.
+    fn cuIpcCloseMemHandle(dptr: u64) {
+        current()?;
+        let _ = dptr;
+        Err(INVALID_VALUE)
+    }
+
+    /// The event must have been created with `CU_EVENT_INTERPROCESS`.
+    fn cuIpcGetEventHandle(handle: *mut IpcHandle, event: usize) {
+        current()?;
+        initialized()?.ipc_event(event)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(handle, IpcHandle::new(IPC_EVENT, event, 0, 0)) }
+    }
+
+    /// Within the process: a new event of the current context sharing the original's records
+    /// (a wait on either waits for the last record of both). Another process's handle is
+    /// `CUDA_ERROR_NOT_SUPPORTED`.
+    fn cuIpcOpenEventHandle(event: *mut usize, handle: IpcHandle) {
+        let context = current()?;
+        if event.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let (original, _, _) = handle.decode(IPC_EVENT)?;
+        let opened = initialized()?.open_event(original, context.ordinal)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(event, opened) }
     }
 
     /// An event of any device.
@@ -794,6 +1054,68 @@ driver_api! {
         }
     }
 
+    /// `CUfunction_attribute` 0-9 (a host function has no registers, shared or local memory of
+    /// its own: the values of `cudaFuncGetAttributes`, which reads them here).
+    fn cuFuncGetAttribute(value: *mut i32, attr: u32, function: usize) {
+        let driver = initialized()?;
+        driver.functions.by_handle(function)?;
+        let device = current().map_or(0, |c| c.ordinal as i32);
+        let [max_dynamic, carveout] = driver.function_attributes(function);
+        let v = match attr {
+            0 => attribute(1, device)?,
+            1..=3 => 0,
+            4 => 32,
+            5 | 6 => 80,
+            7 => 0,
+            8 => max_dynamic,
+            9 => carveout,
+            10..=15 => 0,
+            _ => return Err(INVALID_VALUE),
+        };
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(value, v) }
+    }
+
+    /// Max dynamic shared memory up to the opt-in limit (163 KiB), carveout -1..=100; cluster
+    /// attributes do not exist on this compute capability 8.0 device (`NOT_SUPPORTED`).
+    fn cuFuncSetAttribute(function: usize, attr: u32, value: i32) {
+        let driver = initialized()?;
+        driver.functions.by_handle(function)?;
+        let device = current().map_or(0, |c| c.ordinal as i32);
+        match attr {
+            8 if (0..=attribute(97, device)?).contains(&value) => {
+                driver.set_function_attribute(function, 0, value)
+            }
+            9 if (-1..=100).contains(&value) => driver.set_function_attribute(function, 1, value),
+            8 | 9 => return Err(INVALID_VALUE),
+            10..=15 => return Err(NOT_SUPPORTED),
+            _ => return Err(INVALID_VALUE),
+        }
+        Ok(())
+    }
+
+    /// Blocks of `block_size` threads resident on one SM: limited by blocks, threads and
+    /// registers (32 per thread) per SM and by shared memory (dynamic plus 1 KiB reserved per
+    /// block); a block larger than the function allows has 0. Flags: 0 or
+    /// `CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE` (1).
+    fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        blocks: *mut i32,
+        function: usize,
+        block_size: i32,
+        dynamic_smem: usize,
+        flags: u32,
+    ) {
+        let driver = initialized()?;
+        driver.functions.by_handle(function)?;
+        if blocks.is_null() || flags > 1 || block_size <= 0 {
+            return Err(INVALID_VALUE);
+        }
+        let device = current().map_or(0, |c| c.ordinal as i32);
+        let n = occupancy(device, block_size as u64, dynamic_smem as u64)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(blocks, n as i32) }
+    }
+
     fn cuFuncGetName(name: *mut *const c_char, function: usize) {
         let driver = initialized()?;
         let function = driver.functions.by_handle(function)?;
@@ -873,6 +1195,90 @@ driver_api! {
     /// current context), or success.
     fn cuShimGetStickyError() {
         initialized().map(drop).or_else(|e| if e == NOT_INITIALIZED { Ok(()) } else { Err(e) })
+    }
+}
+
+/// Stream priorities: [greatest, least] = [-5, 0], as recent GPUs report.
+pub const GREATEST_PRIORITY: i32 = -5;
+pub const LEAST_PRIORITY: i32 = 0;
+
+/// Non-blocking flag and priority of a stream of any device.
+fn stream_properties(stream: usize) -> CuResult<(bool, i32)> {
+    let context = current()?;
+    let driver = initialized()?;
+    driver
+        .stream_owner(Some(context), stream)?
+        .streams
+        .properties(stream)
+}
+
+/// The device whose default pool `pool` is (`CUDA_ERROR_INVALID_VALUE` for any other value).
+fn pool_of(pool: usize) -> CuResult<&'static device::Device> {
+    let driver = initialized()?;
+    let ordinal = device::pool_device(pool).ok_or(INVALID_VALUE)?;
+    driver.device(ordinal as i32)
+}
+
+/// Blocks of `threads` threads one SM of `device` holds at once (see
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`).
+fn occupancy(device: i32, threads: u64, dynamic_smem: u64) -> CuResult<u64> {
+    const REGISTERS_PER_THREAD: u64 = 32;
+    const RESERVED_SMEM_PER_BLOCK: u64 = 1024;
+    if threads > attribute(1, device)? as u64 || dynamic_smem > attribute(97, device)? as u64 {
+        return Ok(0);
+    }
+    let warp = attribute(10, device)? as u64;
+    let threads = threads.next_multiple_of(warp);
+    let by_blocks = attribute(106, device)? as u64;
+    let by_threads = attribute(39, device)? as u64 / threads;
+    let by_registers = attribute(82, device)? as u64 / (threads * REGISTERS_PER_THREAD);
+    let by_smem = attribute(81, device)? as u64 / (dynamic_smem + RESERVED_SMEM_PER_BLOCK);
+    Ok(by_blocks.min(by_threads).min(by_registers).min(by_smem))
+}
+
+/// `CUipcMemHandle` / `CUipcEventHandle` (64 bytes, passed by value): a magic, the kind, the
+/// exporting process's id, then the address (or event handle), size and device.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IpcHandle {
+    reserved: [u8; 64],
+}
+
+const _: () = assert!(size_of::<IpcHandle>() == 64);
+
+const IPC_MAGIC: &[u8; 8] = b"cushimip";
+const IPC_MEMORY: u8 = 1;
+const IPC_EVENT: u8 = 2;
+const IPC_MEM_LAZY_ENABLE_PEER_ACCESS: u32 = 0x1;
+
+impl IpcHandle {
+    fn new(kind: u8, value: usize, size: usize, device: usize) -> IpcHandle {
+        let mut reserved = [0u8; 64];
+        reserved[..8].copy_from_slice(IPC_MAGIC);
+        reserved[8] = kind;
+        reserved[12..16].copy_from_slice(&std::process::id().to_le_bytes());
+        reserved[16..24].copy_from_slice(&(value as u64).to_le_bytes());
+        reserved[24..32].copy_from_slice(&(size as u64).to_le_bytes());
+        reserved[32..36].copy_from_slice(&(device as u32).to_le_bytes());
+        IpcHandle { reserved }
+    }
+
+    /// (value, size, device) of a handle of this process: `CUDA_ERROR_INVALID_VALUE` for a
+    /// handle the shim did not make, `CUDA_ERROR_NOT_SUPPORTED` for another process's.
+    fn decode(&self, kind: u8) -> CuResult<(usize, usize, usize)> {
+        let r = &self.reserved;
+        if &r[..8] != IPC_MAGIC || r[8] != kind {
+            return Err(INVALID_VALUE);
+        }
+        let word = |range: std::ops::Range<usize>| {
+            let mut bytes = [0u8; 8];
+            bytes[..range.len()].copy_from_slice(&r[range]);
+            u64::from_le_bytes(bytes) as usize
+        };
+        if word(12..16) != std::process::id() as usize {
+            return Err(NOT_SUPPORTED);
+        }
+        Ok((word(16..24), word(24..32), word(32..36)))
     }
 }
 
@@ -1006,6 +1412,45 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemMap", 10020, "cuMemMap"),
     ("cuMemUnmap", 10020, "cuMemUnmap"),
     ("cuMemSetAccess", 10020, "cuMemSetAccess"),
+    (
+        "cuDevicePrimaryCtxGetState",
+        7000,
+        "cuDevicePrimaryCtxGetState",
+    ),
+    ("cuDeviceGetPCIBusId", 4010, "cuDeviceGetPCIBusId"),
+    (
+        "cuCtxGetStreamPriorityRange",
+        5050,
+        "cuCtxGetStreamPriorityRange",
+    ),
+    (
+        "cuStreamCreateWithPriority",
+        5050,
+        "cuStreamCreateWithPriority",
+    ),
+    ("cuStreamGetPriority", 5050, "cuStreamGetPriority"),
+    ("cuStreamGetFlags", 5050, "cuStreamGetFlags"),
+    ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
+    ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
+    ("cuEventRecordWithFlags", 11010, "cuEventRecordWithFlags"),
+    ("cuMemHostRegister", 6050, "cuMemHostRegister_v2"),
+    ("cuMemHostUnregister", 4000, "cuMemHostUnregister"),
+    ("cuIpcGetMemHandle", 4010, "cuIpcGetMemHandle"),
+    ("cuIpcOpenMemHandle", 11000, "cuIpcOpenMemHandle_v2"),
+    ("cuIpcCloseMemHandle", 4010, "cuIpcCloseMemHandle"),
+    ("cuIpcGetEventHandle", 4010, "cuIpcGetEventHandle"),
+    ("cuIpcOpenEventHandle", 4010, "cuIpcOpenEventHandle"),
+    ("cuMemPoolGetAttribute", 11020, "cuMemPoolGetAttribute"),
+    ("cuMemPoolSetAttribute", 11020, "cuMemPoolSetAttribute"),
+    ("cuMemPoolSetAccess", 11020, "cuMemPoolSetAccess"),
+    ("cuMemPoolTrimTo", 11020, "cuMemPoolTrimTo"),
+    ("cuFuncGetAttribute", 2020, "cuFuncGetAttribute"),
+    ("cuFuncSetAttribute", 9000, "cuFuncSetAttribute"),
+    (
+        "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+        7000,
+        "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+    ),
 ];
 
 /// The function a row of [`PROCS`] names.
@@ -1135,9 +1580,7 @@ unsafe fn launch_kernel(
         .len();
     if launch.cooperative {
         let device = context.ordinal as i32;
-        let warp = attribute(10, device)? as u64;
-        let per_sm = (attribute(106, device)? as u64)
-            .min(attribute(39, device)? as u64 / threads.next_multiple_of(warp));
+        let per_sm = occupancy(device, threads, 0)?;
         if blocks > per_sm * attribute(16, device)? as u64 {
             return Err(COOPERATIVE_LAUNCH_TOO_LARGE);
         }

@@ -13,7 +13,10 @@
 //! every float format) so that a use after free shows in results. Backing the range with a
 //! `memfd` later gives the page-remapping calls (cuMemCreate/cuMemMap) something to map.
 
-use crate::result::{CuResult, INVALID_VALUE, OUT_OF_MEMORY};
+use crate::result::{
+    CuResult, HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED, INVALID_VALUE,
+    OUT_OF_MEMORY,
+};
 use crate::stats::Stats;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -218,6 +221,9 @@ impl Drop for DeviceMemory {
 pub struct PinnedMemory {
     /// start → (size, device ordinal).
     live: Mutex<BTreeMap<usize, (usize, usize)>>,
+    /// Starts of the ranges of `live` that are the program's memory page-locked with
+    /// `cuMemHostRegister` (not allocated here, so never freed here).
+    registered: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 impl PinnedMemory {
@@ -238,11 +244,47 @@ impl PinnedMemory {
     /// Frees the allocation starting at `addr`; returns its size and device, whose counters the
     /// caller updates.
     pub fn free(&self, addr: usize) -> CuResult<(usize, usize)> {
+        if self.registered.lock().contains(&addr) {
+            return Err(INVALID_VALUE);
+        }
         let (size, device) = self.live.lock().remove(&addr).ok_or(INVALID_VALUE)?;
         // SAFETY: `addr` came from posix_memalign in `alloc` and was just removed from `live`, so
         // it is freed exactly once.
         unsafe { libc::free(addr as *mut libc::c_void) };
         Ok((size, device))
+    }
+
+    /// Page-locks the program's `[addr, addr + size)` (`cuMemHostRegister`): a range touching
+    /// page-locked memory already is `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+    pub fn register(&self, addr: usize, size: usize, device: usize, stats: &Stats) -> CuResult<()> {
+        let end = addr.checked_add(size).ok_or(INVALID_VALUE)?;
+        if addr == 0 || size == 0 {
+            return Err(INVALID_VALUE);
+        }
+        let mut live = self.live.lock();
+        let overlaps = live
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&start, &(len, _))| start + len > addr);
+        if overlaps {
+            return Err(HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        live.insert(addr, (size, device));
+        self.registered.lock().insert(addr);
+        stats.pinned_allocated(size as u64);
+        Ok(())
+    }
+
+    /// Ends a registration (`cuMemHostUnregister`); `addr` must be the start of a registered
+    /// range (`CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED` otherwise). Returns its size and device.
+    pub fn unregister(&self, addr: usize) -> CuResult<(usize, usize)> {
+        if !self.registered.lock().remove(&addr) {
+            return Err(HOST_MEMORY_NOT_REGISTERED);
+        }
+        self.live
+            .lock()
+            .remove(&addr)
+            .ok_or(HOST_MEMORY_NOT_REGISTERED)
     }
 
     /// The pinned allocation containing `addr`: (start, size).

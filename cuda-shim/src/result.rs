@@ -20,13 +20,17 @@ pub const INVALID_DEVICE: CuError = CuError(101);
 pub const INVALID_CONTEXT: CuError = CuError(201);
 pub const PEER_ACCESS_UNSUPPORTED: CuError = CuError(217);
 pub const INVALID_HANDLE: CuError = CuError(400);
+pub const ILLEGAL_STATE: CuError = CuError(401);
 pub const NOT_FOUND: CuError = CuError(500);
 pub const NOT_READY: CuError = CuError(600);
 pub const PEER_ACCESS_ALREADY_ENABLED: CuError = CuError(704);
 pub const PEER_ACCESS_NOT_ENABLED: CuError = CuError(705);
+pub const HOST_MEMORY_ALREADY_REGISTERED: CuError = CuError(712);
+pub const HOST_MEMORY_NOT_REGISTERED: CuError = CuError(713);
 pub const LAUNCH_FAILED: CuError = CuError(719);
 pub const COOPERATIVE_LAUNCH_TOO_LARGE: CuError = CuError(720);
 pub const NOT_SUPPORTED: CuError = CuError(801);
+pub const STREAM_CAPTURE_UNSUPPORTED: CuError = CuError(900);
 pub const UNKNOWN: CuError = CuError(999);
 
 /// Errors that leave the context unusable: once a kernel raised one, every later call returns it
@@ -55,6 +59,10 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
             "peer access is not supported between these two devices\0",
         ),
         400 => ("CUDA_ERROR_INVALID_HANDLE\0", "invalid resource handle\0"),
+        401 => (
+            "CUDA_ERROR_ILLEGAL_STATE\0",
+            "the operation cannot be performed in the present state\0",
+        ),
         500 => ("CUDA_ERROR_NOT_FOUND\0", "named symbol not found\0"),
         600 => ("CUDA_ERROR_NOT_READY\0", "device not ready\0"),
         700 => (
@@ -70,6 +78,14 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
             "peer access has not been enabled\0",
         ),
         710 => ("CUDA_ERROR_ASSERT\0", "device-side assert triggered\0"),
+        712 => (
+            "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED\0",
+            "part or all of the requested memory range is already mapped\0",
+        ),
+        713 => (
+            "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED\0",
+            "pointer does not correspond to a registered memory region\0",
+        ),
         714 => (
             "CUDA_ERROR_HARDWARE_STACK_ERROR\0",
             "hardware stack error\0",
@@ -90,6 +106,10 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
             "too many blocks in cooperative launch\0",
         ),
         801 => ("CUDA_ERROR_NOT_SUPPORTED\0", "operation not supported\0"),
+        900 => (
+            "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\0",
+            "operation not permitted when stream is capturing\0",
+        ),
         999 => ("CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
         _ => return None,
     })

@@ -82,6 +82,9 @@ struct Op<W> {
 pub struct Stream<W> {
     pub ordinal: u64,
     blocking: bool,
+    /// The priority the stream was created with (kept for `cuStreamGetPriority`; the workers do
+    /// not schedule by it: each stream has a thread of its own).
+    priority: i32,
     sender: Sender<Op<W>>,
     tail: Mutex<Arc<Marker>>,
 }
@@ -123,15 +126,23 @@ impl<E: Executor> Streams<E> {
 
     /// Creates a stream and returns its handle.
     pub fn create(&self, non_blocking: bool) -> usize {
+        self.create_with_priority(non_blocking, 0)
+    }
+
+    /// Creates a stream with a priority (already clamped to the device's range).
+    pub fn create_with_priority(&self, non_blocking: bool, priority: i32) -> usize {
         let mut registry = self.registry.lock();
         let ordinal = registry.take_ordinal();
-        let stream = spawn(
+        let mut stream = spawn(
             self.executor,
             ordinal,
             !non_blocking,
             self.jitter,
             self.seed,
         );
+        if let Some(s) = Arc::get_mut(&mut stream) {
+            s.priority = priority;
+        }
         let handle = Arc::as_ptr(&stream) as usize;
         registry.created.insert(handle, stream);
         handle
@@ -144,6 +155,14 @@ impl<E: Executor> Streams<E> {
             .remove(&handle)
             .map(drop)
             .ok_or(INVALID_HANDLE)
+    }
+
+    /// Whether stream `handle` is non-blocking, and its priority (the special handles are
+    /// blocking streams of priority 0).
+    pub fn properties(&self, handle: usize) -> CuResult<(bool, i32)> {
+        let mut registry = self.registry.lock();
+        let stream = registry.resolve(handle, self)?;
+        Ok((!stream.blocking, stream.priority))
     }
 
     /// Whether `handle` is a live stream created in this registry (not a special handle).
@@ -268,6 +287,7 @@ fn spawn<E: Executor>(
     Arc::new(Stream {
         ordinal,
         blocking,
+        priority: 0,
         sender,
         tail: Mutex::new(first),
     })

@@ -17,6 +17,7 @@
 #include <cuda_shim.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1435,6 +1436,396 @@ static void multi_device_vmm(void) {
     printf("multi_device_vmm ok\n");
 }
 
+/* ---- what PyTorch binds at import (tests/shim.rs: pytorch_*) ---- */
+
+static pthread_t host_fn_thread;
+
+/* host function: appends 2 to the log of launch_append (userData = int *[2]) */
+static void host_append(void *data) {
+    int **log_count = (int **)data;
+    host_fn_thread = pthread_self();
+    log_count[0][(*log_count[1])++] = 2;
+}
+
+static cudaStream_t callback_stream;
+static cudaError_t callback_status = cudaErrorUnknown;
+
+static void callback_append(cudaStream_t stream, cudaError_t status, void *data) {
+    int **log_count = (int **)data;
+    callback_stream = stream;
+    callback_status = status;
+    log_count[0][(*log_count[1])++] = 4;
+}
+
+static float symbol_shadow[4] = {1, 2, 3, 4};
+
+/* Stream priorities, capture queries and graphs, host functions in stream order, events with
+ * flags, PCI bus ids, function attributes and occupancy. */
+static void pytorch_streams(void) {
+    int least = 1, greatest = 1, dleast = 1, dgreatest = 1, priority = 1;
+    unsigned int flags = 9;
+    cudaStream_t s, t, u;
+    OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    EXPECT(least == 0 && greatest == -5);
+    OK(cuCtxGetStreamPriorityRange(&dleast, &dgreatest));
+    EXPECT(dleast == least && dgreatest == greatest);
+    OK(cudaDeviceGetStreamPriorityRange(NULL, &greatest));
+    OK(cudaDeviceGetStreamPriorityRange(&least, NULL));
+    OK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, -3));
+    OK(cudaStreamGetPriority(s, &priority));
+    EXPECT(priority == -3);
+    OK(cuStreamGetPriority((CUstream)s, &priority));
+    EXPECT(priority == -3);
+    OK(cudaStreamGetFlags(s, &flags));
+    EXPECT(flags == cudaStreamNonBlocking);
+    OK(cudaStreamCreateWithPriority(&t, cudaStreamDefault, -100));
+    OK(cudaStreamGetPriority(t, &priority));
+    EXPECT(priority == -5); /* clamped to the greatest priority */
+    OK(cudaStreamGetFlags(t, &flags));
+    EXPECT(flags == cudaStreamDefault);
+    OK(cudaStreamCreateWithPriority(&u, cudaStreamDefault, 7));
+    OK(cudaStreamGetPriority(u, &priority));
+    EXPECT(priority == 0);
+    OK(cudaStreamGetPriority(0, &priority));
+    EXPECT(priority == 0);
+    OK(cudaStreamCreate(&u));
+    OK(cudaStreamGetPriority(u, &priority));
+    EXPECT(priority == 0);
+    EXPECT_CODE(cudaStreamCreateWithPriority(&u, 2, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaStreamGetPriority(s, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaStreamGetPriority((cudaStream_t)0x1234, &priority), cudaErrorInvalidResourceHandle);
+
+    /* capture: nothing ever captures */
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+    OK(cudaStreamIsCapturing(s, &status));
+    EXPECT(status == cudaStreamCaptureStatusNone);
+    status = cudaStreamCaptureStatusActive;
+    OK(cudaStreamIsCapturing(0, &status));
+    EXPECT(status == cudaStreamCaptureStatusNone);
+    status = cudaStreamCaptureStatusActive;
+    OK(cudaStreamGetCaptureInfo(s, &status, NULL, NULL, NULL, NULL));
+    EXPECT(status == cudaStreamCaptureStatusNone);
+    EXPECT_CODE(cudaStreamIsCapturing(s, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaStreamIsCapturing((cudaStream_t)0x1234, &status), cudaErrorInvalidResourceHandle);
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(mode == cudaStreamCaptureModeGlobal);
+    OK(cudaThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(mode == cudaStreamCaptureModeRelaxed);
+    mode = (enum cudaStreamCaptureMode)7;
+    EXPECT_CODE(cudaThreadExchangeStreamCaptureMode(&mode), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaThreadExchangeStreamCaptureMode(NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorNotSupported);
+    EXPECT_CODE(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+    EXPECT_CODE(cudaStreamBeginCapture(s, (enum cudaStreamCaptureMode)3), cudaErrorInvalidValue);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    size_t nodes = 0;
+    EXPECT_CODE(cudaStreamEndCapture(s, &graph), cudaErrorIllegalState);
+    EXPECT_CODE(cudaGraphInstantiate(&exec, graph, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphInstantiateWithFlags(&exec, graph, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphLaunch(exec, s), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphGetNodes(graph, NULL, &nodes), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphNodeGetDependencies(NULL, NULL, &nodes), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphDebugDotPrint(graph, "/dev/null", 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphExecDestroy(exec), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaGraphDestroy(graph), cudaErrorInvalidValue);
+    EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
+
+    /* host functions and callbacks run on the stream's thread, in stream order */
+    int *log, *count;
+    OK(cudaMallocManaged((void **)&log, 8 * sizeof(int), cudaMemAttachGlobal));
+    OK(cudaMallocManaged((void **)&count, sizeof(int), cudaMemAttachGlobal));
+    *count = 0;
+    int *log_count[2] = {log, count};
+    launch_gate(s);
+    launch_append(log, count, 1, s);
+    OK(cudaLaunchHostFunc(s, host_append, log_count));
+    launch_append(log, count, 3, s);
+    OK(cudaStreamAddCallback(s, callback_append, log_count, 0));
+    EXPECT_CODE(cudaStreamAddCallback(s, callback_append, log_count, 1), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaLaunchHostFunc(s, NULL, NULL), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaLaunchHostFunc((cudaStream_t)0x1234, host_append, NULL), cudaErrorInvalidResourceHandle);
+    EXPECT(cudaStreamQuery(s) == cudaErrorNotReady && *count == 0);
+    open_gate();
+    OK(cudaStreamSynchronize(s));
+    EXPECT(*count == 4);
+    for (int i = 0; i < 4; i++) EXPECT(log[i] == i + 1);
+    EXPECT(!pthread_equal(host_fn_thread, pthread_self()));
+    EXPECT(callback_stream == s && callback_status == cudaSuccess);
+    *count = 0;
+    OK(cuLaunchHostFunc((CUstream)s, host_append, log_count));
+    OK(cudaStreamSynchronize(s));
+    EXPECT(*count == 1 && log[0] == 2);
+
+    /* event records with flags */
+    cudaEvent_t e;
+    OK(cudaEventCreate(&e));
+    OK(cudaEventRecordWithFlags(e, s, cudaEventRecordDefault));
+    OK(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal));
+    OK(cuEventRecordWithFlags((CUevent)e, (CUstream)s, CU_EVENT_RECORD_DEFAULT));
+    EXPECT_CODE(cudaEventRecordWithFlags(e, s, 2), cudaErrorInvalidValue);
+    OK(cudaEventSynchronize(e));
+    OK(cudaEventDestroy(e));
+
+    /* PCI bus id: domain:bus:device.function from the attributes */
+    char bus[32];
+    OK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+    EXPECT(strcmp(bus, "0000:01:00.0") == 0);
+    OK(cuDeviceGetPCIBusId(bus, sizeof bus, 0));
+    EXPECT(strcmp(bus, "0000:01:00.0") == 0);
+    OK(cudaDeviceGetPCIBusId(bus, 5, 0));
+    EXPECT(strcmp(bus, "0000") == 0);
+    EXPECT_CODE(cudaDeviceGetPCIBusId(bus, 0, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaDeviceGetPCIBusId(bus, sizeof bus, 3), cudaErrorInvalidDevice);
+
+    /* function attributes and occupancy, driver and runtime alike */
+    struct cudaFuncAttributes attrs;
+    cudaFunction_t fn;
+    int value = 0, blocks = -1;
+    OK(cudaGetFuncBySymbol(&fn, (const void *)k_store));
+    OK(cudaFuncGetAttributes(&attrs, (const void *)k_store));
+    EXPECT(attrs.maxDynamicSharedSizeBytes == 48 * 1024 && attrs.preferredShmemCarveout == -1);
+    OK(cudaFuncSetAttribute((const void *)k_store, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+    OK(cudaFuncSetAttribute((const void *)k_store, cudaFuncAttributePreferredSharedMemoryCarveout, 50));
+    OK(cudaFuncGetAttributes(&attrs, (const void *)k_store));
+    EXPECT(attrs.maxDynamicSharedSizeBytes == 100 * 1024 && attrs.preferredShmemCarveout == 50);
+    OK(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (CUfunction)fn));
+    EXPECT(value == 100 * 1024);
+    EXPECT_CODE(cudaFuncSetAttribute((const void *)k_store, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaFuncSetAttribute((const void *)k_store, cudaFuncAttributePreferredSharedMemoryCarveout, 101), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaFuncSetAttribute((const void *)k_store, cudaFuncAttributeRequiredClusterWidth, 2), cudaErrorNotSupported);
+    EXPECT_CODE(cudaFuncSetAttribute((const void *)k_store, (enum cudaFuncAttribute)3, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaFuncSetAttribute((const void *)host_append, cudaFuncAttributeMaxDynamicSharedMemorySize, 0), cudaErrorInvalidDeviceFunction);
+    OK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, (const void *)k_store, 256, 0, cudaOccupancyDefault));
+    EXPECT(blocks == 8);
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&value, (CUfunction)fn, 256, 0, 0));
+    EXPECT(value == blocks);
+    OK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, (const void *)k_store, 1000, 0, cudaOccupancyDisableCachingOverride));
+    EXPECT(blocks == 2);
+    OK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, (const void *)k_store, 64, 80 * 1024, 0));
+    EXPECT(blocks == 2); /* 164 KiB per SM / (80 KiB + 1 KiB reserved) */
+    OK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, (const void *)k_store, 2048, 0, 0));
+    EXPECT(blocks == 0);
+    EXPECT_CODE(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, (const void *)k_store, 256, 0, 2), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, (const void *)host_append, 256, 0, 0), cudaErrorInvalidDeviceFunction);
+    OK(cudaStreamDestroy(s));
+    OK(cudaStreamDestroy(t));
+    printf("pytorch_streams ok\n");
+}
+
+/* The default pool's attributes and access, module variables, page-locked registration,
+ * interprocess handles and 2D copies. */
+static void pytorch_memory(void) {
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    /* default pool */
+    cudaMemPool_t pool;
+    CUmemoryPool dpool;
+    unsigned long long used = 1, high = 1, reserved = 1, threshold = 0;
+    int reuse = 0;
+    void *p;
+    OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    OK(cuDeviceGetDefaultMemPool(&dpool, 0));
+    EXPECT((void *)pool == (void *)dpool);
+    EXPECT_CODE(cudaDeviceGetDefaultMemPool(&pool, 5), cudaErrorInvalidDevice);
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    EXPECT(used == 0);
+    OK(cudaMallocFromPoolAsync(&p, 1000, pool, s));
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+    EXPECT(used == 1024 && high == 1024 && reserved == 1024);
+    OK(cudaFreeAsync(p, s));
+    OK(cudaStreamSynchronize(s));
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    EXPECT(used == 0 && high == 1024);
+    high = 0;
+    OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    EXPECT(high == 0);
+    high = 5;
+    EXPECT_CODE(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &high), cudaErrorInvalidValue);
+    threshold = ~0ull;
+    OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    threshold = 0;
+    OK(cuMemPoolGetAttribute(dpool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    EXPECT(threshold == ~0ull);
+    OK(cudaMemPoolGetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &reuse));
+    EXPECT(reuse == 1);
+    EXPECT_CODE(cudaMemPoolGetAttribute(pool, (enum cudaMemPoolAttr)9, &reuse), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaMemPoolGetAttribute((cudaMemPool_t)&reuse, cudaMemPoolAttrUsedMemCurrent, &used), cudaErrorInvalidValue);
+    OK(cudaMemPoolTrimTo(pool, 0));
+    struct cudaMemAccessDesc desc = {{cudaMemLocationTypeDevice, 0}, cudaMemAccessFlagsProtReadWrite};
+    OK(cudaMemPoolSetAccess(pool, &desc, 1));
+    desc.flags = cudaMemAccessFlagsProtNone;
+    EXPECT_CODE(cudaMemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidValue);
+    desc.location.id = 4;
+    EXPECT_CODE(cudaMemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidDevice);
+
+    /* a module's __device__ variable */
+    static int fatbin;
+    void **module = __cudaRegisterFatBinary(&fatbin);
+    EXPECT(__cudaInitModule(module) == 1);
+    EXPECT(__cudaInitModule((void **)&fatbin) == 0);
+    __cudaRegisterVar(module, (char *)symbol_shadow, (char *)"symbol", "symbol", 0, sizeof symbol_shadow, 0, 0);
+    float *sym, back[4], two[2] = {20, 30};
+    OK(cudaGetSymbolAddress((void **)&sym, symbol_shadow));
+    struct cudaPointerAttributes attr;
+    OK(cudaPointerGetAttributes(&attr, sym));
+    EXPECT(attr.type == cudaMemoryTypeDevice);
+    OK(cudaMemcpy(back, sym, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(back[0] == 1 && back[3] == 4);
+    OK(cudaMemcpyToSymbol(symbol_shadow, two, sizeof two, sizeof(float), cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(back, sym, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(back[0] == 1 && back[1] == 20 && back[2] == 30 && back[3] == 4);
+    EXPECT(symbol_shadow[1] == 2); /* the host shadow is not the device copy */
+    void *again;
+    OK(cudaGetSymbolAddress(&again, symbol_shadow));
+    EXPECT(again == (void *)sym);
+    EXPECT_CODE(cudaMemcpyToSymbol(symbol_shadow, two, sizeof two, 3 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaMemcpyToSymbol(symbol_shadow, two, sizeof two, 0, cudaMemcpyDeviceToHost), cudaErrorInvalidMemcpyDirection);
+    EXPECT_CODE(cudaGetSymbolAddress(&again, two), cudaErrorInvalidSymbol);
+    EXPECT_CODE(cudaMemcpyToSymbol(two, two, 4, 0, cudaMemcpyHostToDevice), cudaErrorInvalidSymbol);
+
+    /* page-locking ordinary host memory */
+    enum { N = 3 * 4096 };
+    struct cudaShimStats before, during;
+    unsigned char *host = malloc(N), *dev;
+    void *mapped;
+    OK(cudaShimGetStats(&before));
+    OK(cudaHostRegister(host, N, cudaHostRegisterMapped));
+    OK(cudaShimGetStats(&during));
+    EXPECT(during.current_pinned_bytes == before.current_pinned_bytes + N);
+    OK(cudaPointerGetAttributes(&attr, host + 100));
+    EXPECT(attr.type == cudaMemoryTypeHost && attr.hostPointer == host + 100 && attr.devicePointer == host + 100);
+    OK(cudaHostGetDevicePointer(&mapped, host, 0));
+    EXPECT(mapped == (void *)host);
+    EXPECT_CODE(cudaHostRegister(host + 4096, 10, 0), cudaErrorHostMemoryAlreadyRegistered);
+    EXPECT_CODE(cudaFreeHost(host), cudaErrorInvalidValue);
+    memset(host, 5, N);
+    OK(cudaMalloc((void **)&dev, N));
+    OK(cudaMemcpyAsync(dev, host, N, cudaMemcpyHostToDevice, s));
+    OK(cudaMemsetAsync(host, 9, 16, s)); /* mapped: a memset reaches it through its address */
+    OK(cudaStreamSynchronize(s));
+    EXPECT(host[0] == 9 && host[16] == 5);
+    OK(cudaMemcpy(host, dev + 16, 16, cudaMemcpyDeviceToHost));
+    EXPECT(host[0] == 5);
+    EXPECT_CODE(cudaHostUnregister(host + 8), cudaErrorHostMemoryNotRegistered);
+    OK(cudaHostUnregister(host));
+    EXPECT_CODE(cudaHostUnregister(host), cudaErrorHostMemoryNotRegistered);
+    OK(cudaPointerGetAttributes(&attr, host));
+    EXPECT(attr.type == cudaMemoryTypeUnregistered);
+    OK(cudaShimGetStats(&during));
+    EXPECT(during.current_pinned_bytes == before.current_pinned_bytes);
+    EXPECT_CODE(cudaHostRegister(host, N, cudaHostRegisterReadOnly), cudaErrorNotSupported);
+    EXPECT_CODE(cudaHostRegister(host, N, cudaHostRegisterIoMemory), cudaErrorNotSupported);
+    EXPECT_CODE(cudaHostRegister(NULL, N, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaHostRegister(host, 0, 0), cudaErrorInvalidValue);
+    OK(cuMemHostRegister(host, N, CU_MEMHOSTREGISTER_PORTABLE));
+    OK(cuMemHostUnregister(host));
+
+    /* interprocess handles */
+    cudaIpcMemHandle_t handle, zero;
+    memset(&zero, 0, sizeof zero);
+    OK(cudaIpcGetMemHandle(&handle, dev + 64));
+    EXPECT_CODE(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess), cudaErrorDeviceUninitialized);
+    EXPECT_CODE(cudaIpcOpenMemHandle(&p, handle, 0), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaIpcOpenMemHandle(&p, zero, cudaIpcMemLazyEnablePeerAccess), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaIpcCloseMemHandle(dev), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaIpcGetMemHandle(&handle, host), cudaErrorInvalidValue);
+    void *managed;
+    OK(cudaMallocManaged(&managed, 64, cudaMemAttachGlobal));
+    EXPECT_CODE(cudaIpcGetMemHandle(&handle, managed), cudaErrorInvalidValue);
+    OK(cudaIpcGetMemHandle(&handle, dev));
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        /* another process: its device memory is not this one's */
+        _exit(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess) == cudaErrorNotSupported ? 0 : 1);
+    }
+    int child_status = -1;
+    EXPECT(waitpid(child, &child_status, 0) == child);
+    EXPECT(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
+
+    cudaEvent_t ev, opened, plain;
+    cudaIpcEventHandle_t ehandle;
+    OK(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+    OK(cudaEventCreate(&plain));
+    EXPECT_CODE(cudaIpcGetEventHandle(&ehandle, plain), cudaErrorInvalidResourceHandle);
+    OK(cudaIpcGetEventHandle(&ehandle, ev));
+    OK(cudaIpcOpenEventHandle(&opened, ehandle));
+    EXPECT(opened != ev);
+    launch_gate(s);
+    OK(cudaEventRecord(ev, s));
+    EXPECT(cudaEventQuery(opened) == cudaErrorNotReady);
+    open_gate();
+    OK(cudaEventSynchronize(opened));
+    OK(cudaEventDestroy(opened));
+    OK(cudaEventQuery(ev));
+    OK(cudaEventDestroy(ev));
+    EXPECT_CODE(cudaIpcOpenEventHandle(&opened, ehandle), cudaErrorInvalidValue);
+
+    /* pitched memory, 2D memsets and copies */
+    unsigned char *pitched, rows[4 * 100];
+    size_t pitch = 0;
+    OK(cudaMallocPitch((void **)&pitched, &pitch, 100, 4));
+    EXPECT(pitch == 512);
+    OK(cudaMemset2D(pitched, pitch, 7, 100, 4));
+    OK(cudaMemcpy2D(rows, 100, pitched, pitch, 100, 4, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 400; i++) EXPECT(rows[i] == 7);
+    for (int i = 0; i < 400; i++) rows[i] = (unsigned char)i;
+    OK(cudaMemcpy2DAsync(pitched, pitch, rows, 100, 100, 4, cudaMemcpyHostToDevice, s));
+    OK(cudaStreamSynchronize(s));
+    memset(rows, 0, sizeof rows);
+    OK(cudaMemcpy2D(rows, 100, pitched, pitch, 100, 4, cudaMemcpyDefault));
+    for (int i = 0; i < 400; i++) EXPECT(rows[i] == (unsigned char)i);
+    EXPECT_CODE(cudaMemcpy2D(rows, 50, pitched, pitch, 100, 4, cudaMemcpyDeviceToHost), cudaErrorInvalidPitchValue);
+    EXPECT_CODE(cudaMemcpy2D(rows, 100, pitched, pitch, 100, 4, (enum cudaMemcpyKind)9), cudaErrorInvalidMemcpyDirection);
+    EXPECT_CODE(cudaMemcpy2D(rows, 100, pitched, pitch, 100, 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaMemcpy2DAsync(pitched, pitch, rows, 100, 100, 5, cudaMemcpyHostToDevice, s), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaMallocPitch(NULL, &pitch, 100, 4), cudaErrorInvalidValue);
+    OK(cudaFree(pitched));
+    OK(cudaFree(dev));
+    OK(cudaFree(managed));
+    OK(cudaStreamDestroy(s));
+    free(host);
+    printf("pytorch_memory ok\n");
+}
+
+/* A primary context is active once the runtime makes it current (two devices). */
+static void pytorch_primary_state(void) {
+    unsigned int flags = 9;
+    int active = 9;
+    OK(cuInit(0));
+    OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT(flags == 0 && active == 0);
+    OK(cudaFree(NULL)); /* the runtime initialises device 0 */
+    OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT(active == 1);
+    OK(cuDevicePrimaryCtxGetState(1, &flags, &active));
+    EXPECT(active == 0);
+    char bus[16];
+    OK(cudaDeviceGetPCIBusId(bus, sizeof bus, 1));
+    EXPECT(strcmp(bus, "0000:02:00.0") == 0);
+    OK(cuDevicePrimaryCtxGetState(1, &flags, &active));
+    EXPECT(active == 0); /* a query does not make a context */
+    OK(cudaSetDevice(1));
+    OK(cuDevicePrimaryCtxGetState(1, &flags, &active));
+    EXPECT(active == 1);
+    CUcontext ctx;
+    OK(cuDevicePrimaryCtxRetain(&ctx, 1));
+    OK(cuDevicePrimaryCtxRelease(1));
+    OK(cuDevicePrimaryCtxGetState(1, &flags, &active));
+    EXPECT(active == 1); /* the runtime still holds it */
+    EXPECT_CODE(cuDevicePrimaryCtxGetState(2, &flags, &active), CUDA_ERROR_INVALID_DEVICE);
+    EXPECT_CODE(cuDevicePrimaryCtxGetState(0, NULL, &active), CUDA_ERROR_INVALID_VALUE);
+    printf("pytorch_primary_state ok\n");
+}
+
 /* All the multi-device cases in one process (for the statistics file). */
 static void multi_device(void) {
     multi_device_queries();
@@ -1473,6 +1864,9 @@ static const struct {
     {"virtual_memory", virtual_memory},
     {"multi_device", multi_device},
     {"multi_device_sticky", multi_device_sticky},
+    {"pytorch_streams", pytorch_streams},
+    {"pytorch_memory", pytorch_memory},
+    {"pytorch_primary_state", pytorch_primary_state},
 };
 
 int main(int argc, char **argv) {

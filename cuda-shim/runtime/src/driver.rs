@@ -6,6 +6,39 @@
 
 use std::ffi::{c_char, c_void};
 
+/// `cudaHostFn_t` / `CUhostFn`.
+pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+/// `cudaStreamCallback_t` / `CUstreamCallback`: (stream, status, userData).
+pub type StreamCallback = Option<unsafe extern "C" fn(usize, u32, *mut c_void)>;
+
+/// `cudaIpcMemHandle_t`, `cudaIpcEventHandle_t` and their driver twins: 64 bytes by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IpcHandle(pub [u8; 64]);
+
+/// `CUDA_MEMCPY2D` (128 bytes), as the driver takes it.
+#[repr(C)]
+pub struct Memcpy2d {
+    pub src_x: usize,
+    pub src_y: usize,
+    pub src_memory_type: u32,
+    pub src_host: *const c_void,
+    pub src_device: u64,
+    pub src_array: usize,
+    pub src_pitch: usize,
+    pub dst_x: usize,
+    pub dst_y: usize,
+    pub dst_memory_type: u32,
+    pub dst_host: *mut c_void,
+    pub dst_device: u64,
+    pub dst_array: usize,
+    pub dst_pitch: usize,
+    pub width: usize,
+    pub height: usize,
+}
+
+const _: () = assert!(size_of::<Memcpy2d>() == 128);
+
 /// `struct cudaShimStats` / the driver's `StatsSnapshot`: 14 counters.
 #[repr(C)]
 pub struct Stats(pub [u64; 14]);
@@ -84,6 +117,61 @@ unsafe extern "C" {
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) -> u32;
+
+    pub fn cuDevicePrimaryCtxRelease_v2(device: i32) -> u32;
+    pub fn cuDeviceGetDefaultMemPool(pool: *mut usize, device: i32) -> u32;
+    pub fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: usize, stream: usize) -> u32;
+    pub fn cuMemAllocPitch_v2(
+        dptr: *mut u64,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        element_size: u32,
+    ) -> u32;
+    pub fn cuMemcpy2D_v2(copy: *const Memcpy2d) -> u32;
+    pub fn cuMemcpy2DAsync_v2(copy: *const Memcpy2d, stream: usize) -> u32;
+    pub fn cuMemsetD2D8Async(
+        dst: u64,
+        pitch: usize,
+        value: u8,
+        width: usize,
+        height: usize,
+        stream: usize,
+    ) -> u32;
+    pub fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: i32, device: i32) -> u32;
+    pub fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) -> u32;
+    pub fn cuStreamCreateWithPriority(stream: *mut usize, flags: u32, priority: i32) -> u32;
+    pub fn cuStreamGetPriority(stream: usize, priority: *mut i32) -> u32;
+    pub fn cuStreamGetFlags(stream: usize, flags: *mut u32) -> u32;
+    pub fn cuLaunchHostFunc(stream: usize, func: HostFn, data: *mut c_void) -> u32;
+    pub fn cuStreamAddCallback(
+        stream: usize,
+        callback: StreamCallback,
+        data: *mut c_void,
+        flags: u32,
+    ) -> u32;
+    pub fn cuEventRecordWithFlags(event: usize, stream: usize, flags: u32) -> u32;
+    pub fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: u32) -> u32;
+    pub fn cuMemHostUnregister(p: *mut c_void) -> u32;
+    pub fn cuIpcGetMemHandle(handle: *mut IpcHandle, dptr: u64) -> u32;
+    pub fn cuIpcOpenMemHandle_v2(dptr: *mut u64, handle: IpcHandle, flags: u32) -> u32;
+    pub fn cuIpcCloseMemHandle(dptr: u64) -> u32;
+    pub fn cuIpcGetEventHandle(handle: *mut IpcHandle, event: usize) -> u32;
+    pub fn cuIpcOpenEventHandle(event: *mut usize, handle: IpcHandle) -> u32;
+    pub fn cuMemPoolGetAttribute(pool: usize, attr: u32, value: *mut c_void) -> u32;
+    pub fn cuMemPoolSetAttribute(pool: usize, attr: u32, value: *mut c_void) -> u32;
+    pub fn cuMemPoolSetAccess(pool: usize, map: *const c_void, count: usize) -> u32;
+    pub fn cuMemPoolTrimTo(pool: usize, min_bytes_to_keep: usize) -> u32;
+    pub fn cuFuncGetAttribute(value: *mut i32, attr: u32, function: usize) -> u32;
+    pub fn cuFuncSetAttribute(function: usize, attr: u32, value: i32) -> u32;
+    pub fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        blocks: *mut i32,
+        function: usize,
+        block_size: i32,
+        dynamic_smem: usize,
+        flags: u32,
+    ) -> u32;
+    pub fn cuShimAllocModuleMemory(dptr: *mut u64, size: usize) -> u32;
 
     pub fn cuShimMemcpy(
         dst: u64,

@@ -31,12 +31,17 @@ const SUCCESS: u32 = 0;
 const INVALID_VALUE: u32 = 1;
 const INITIALIZATION_ERROR: u32 = 3;
 const INVALID_CONFIGURATION: u32 = 9;
+const INVALID_PITCH_VALUE: u32 = 12;
+const INVALID_SYMBOL: u32 = 13;
 const INVALID_MEMCPY_DIRECTION: u32 = 21;
 const MISSING_CONFIGURATION: u32 = 52;
 const INVALID_DEVICE_FUNCTION: u32 = 98;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_RESOURCE_HANDLE: u32 = 400;
 const SYMBOL_NOT_FOUND: u32 = 500;
+const ILLEGAL_STATE: u32 = 401;
+const NOT_SUPPORTED: u32 = 801;
+const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
 const UNKNOWN: u32 = 999;
 
 /// A failed call: the `cudaError_t` to return. Driver codes share the runtime's numbering for
@@ -51,6 +56,8 @@ thread_local! {
     static LAST_ERROR: Cell<u32> = const { Cell::new(SUCCESS) };
     /// The device `cudaSetDevice` chose on this thread (0 until then, as on CUDA).
     static DEVICE: Cell<i32> = const { Cell::new(0) };
+    /// `cudaThreadExchangeStreamCaptureMode`'s mode of this thread (global until changed).
+    static CAPTURE_MODE: Cell<u32> = const { Cell::new(0) };
     /// Launch configurations pushed by nvcc-generated stubs (`<<<…>>>`), innermost last.
     static CALL_CONFIGURATIONS: RefCell<Vec<(Dim3, Dim3, usize, usize)>> = const { RefCell::new(Vec::new()) };
 }
@@ -80,6 +87,9 @@ fn call(name: &str, body: impl FnOnce() -> RtResult) -> u32 {
 }
 
 /// Initialises the driver once per process: the primary context of every device, by ordinal.
+/// The handles are looked up without keeping the contexts retained: a device's primary context
+/// becomes active only when the runtime first makes it current ([`activate`]), as with NVIDIA's
+/// runtime (what `cuDevicePrimaryCtxGetState` reports).
 fn primaries() -> Result<&'static [usize], u32> {
     static PRIMARIES: OnceLock<Result<Vec<usize>, u32>> = OnceLock::new();
     let primaries = PRIMARIES.get_or_init(|| {
@@ -92,6 +102,7 @@ fn primaries() -> Result<&'static [usize], u32> {
                 .map(|device| {
                     let mut handle = 0usize;
                     check(cuDevicePrimaryCtxRetain(&mut handle, device))?;
+                    check(cuDevicePrimaryCtxRelease_v2(device))?;
                     Ok(handle)
                 })
                 .collect()
@@ -101,6 +112,22 @@ fn primaries() -> Result<&'static [usize], u32> {
         .as_ref()
         .map(Vec::as_slice)
         .map_err(|_| INITIALIZATION_ERROR)
+}
+
+/// Retains the primary context of `device` the first time the runtime makes it current; it
+/// stays retained until the process exits.
+fn activate(device: i32) -> RtResult {
+    static ACTIVE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
+    let slot = usize::try_from(device)
+        .ok()
+        .and_then(|d| ACTIVE.get(d))
+        .ok_or(INVALID_DEVICE)?;
+    if !slot.swap(true, Ordering::AcqRel) {
+        let mut handle = 0usize;
+        // SAFETY: `handle` is a valid out-parameter.
+        check(unsafe { cuDevicePrimaryCtxRetain(&mut handle, device) })?;
+    }
+    Ok(())
 }
 
 /// The primary context of `device` (`cudaErrorInvalidDevice` if there is no such device).
@@ -122,8 +149,10 @@ fn context() -> RtResult {
     check(unsafe { cuCtxGetCurrent(&mut current) })?;
     if current == 0 {
         let device = DEVICE.try_with(Cell::get).unwrap_or(0);
+        let handle = primary(device)?;
+        activate(device)?;
         // SAFETY: the handle is one the driver returned.
-        check(unsafe { cuCtxSetCurrent(primary(device)?) })?;
+        check(unsafe { cuCtxSetCurrent(handle) })?;
     }
     Ok(())
 }
@@ -534,6 +563,7 @@ runtime_api! {
     /// Makes `device` the calling thread's device: its primary context becomes current.
     fn cudaSetDevice(device: i32) {
         let handle = primary(device)?;
+        activate(device)?;
         let _ = DEVICE.try_with(|d| d.set(device));
         // SAFETY: the handle is one the driver returned.
         check(unsafe { cuCtxSetCurrent(handle) })
@@ -784,9 +814,16 @@ runtime_api! {
 
     fn cudaFuncGetAttributes(attributes: *mut FuncAttributes, func: *const c_void) {
         context()?;
-        function_of(func)?;
+        let function = function_of(func)?;
         let device = current_device()?;
         let attribute = |attr| attribute(attr, device);
+        let function_attribute = |attr| {
+            let mut value = 0;
+            // SAFETY: `value` is a valid out-parameter.
+            check(unsafe { cuFuncGetAttribute(&mut value, attr, function) }).map(|()| value)
+        };
+        let mut rest = [0; 23];
+        rest[0] = function_attribute(9)?; // preferredShmemCarveout
         let value = FuncAttributes {
             shared_size_bytes: 0,
             const_size_bytes: 0,
@@ -796,8 +833,8 @@ runtime_api! {
             ptx_version: 80,
             binary_version: 80,
             cache_mode_ca: 0,
-            max_dynamic_shared_size_bytes: attribute(8)?,
-            rest: [0; 23],
+            max_dynamic_shared_size_bytes: function_attribute(8)?,
+            rest,
         };
         // SAFETY: out-parameter contract of `put`.
         unsafe { put(attributes, value) }
@@ -814,6 +851,329 @@ runtime_api! {
             put(shared_mem, s)?;
             put(stream, st)
         }
+    }
+
+    fn cudaFuncSetAttribute(func: *const c_void, attr: u32, value: i32) {
+        context()?;
+        let function = function_of(func)?;
+        if !(8..=15).contains(&attr) {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: the driver validates the attribute and the value.
+        check(unsafe { cuFuncSetAttribute(function, attr, value) })
+    }
+
+    fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        blocks: *mut i32,
+        func: *const c_void,
+        block_size: i32,
+        dynamic_smem: usize,
+        flags: u32,
+    ) {
+        context()?;
+        let function = function_of(func)?;
+        // SAFETY: the driver checks the out-parameter, the block size and the flags.
+        check(unsafe {
+            cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, function, block_size, dynamic_smem, flags)
+        })
+    }
+
+    fn cudaDeviceGetPCIBusId(bus_id: *mut c_char, len: i32, device: i32) {
+        context()?;
+        primary(device)?;
+        // SAFETY: the driver checks the buffer and writes at most `len` bytes.
+        check(unsafe { cuDeviceGetPCIBusId(bus_id, len, device) })
+    }
+
+    /// [least, greatest] = [0, -5]; either pointer may be NULL.
+    fn cudaDeviceGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) {
+        context()?;
+        // SAFETY: the driver skips NULL pointers.
+        check(unsafe { cuCtxGetStreamPriorityRange(least, greatest) })
+    }
+
+    fn cudaStreamCreateWithPriority(stream: *mut usize, flags: u32, priority: i32) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the flags, and clamps the priority.
+        check(unsafe { cuStreamCreateWithPriority(stream, flags, priority) })
+    }
+
+    fn cudaStreamGetPriority(stream: usize, priority: *mut i32) {
+        context()?;
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuStreamGetPriority(stream, priority) })
+    }
+
+    fn cudaStreamGetFlags(stream: usize, flags: *mut u32) {
+        context()?;
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuStreamGetFlags(stream, flags) })
+    }
+
+    fn cudaEventRecordWithFlags(event: usize, stream: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the handles and the flags.
+        check(unsafe { cuEventRecordWithFlags(event, stream, flags) })
+    }
+
+    /// Runs `fn(userData)` on the stream's thread in stream order.
+    fn cudaLaunchHostFunc(stream: usize, func: HostFn, data: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the stream and the function pointer.
+        check(unsafe { cuLaunchHostFunc(stream, func, data) })
+    }
+
+    fn cudaStreamAddCallback(stream: usize, callback: StreamCallback, data: *mut c_void, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the stream, the function pointer and the flags.
+        check(unsafe { cuStreamAddCallback(stream, callback, data, flags) })
+    }
+
+    /// Graphs cannot be captured on the shim: the legacy stream is
+    /// `cudaErrorStreamCaptureUnsupported` (as on CUDA), any other stream
+    /// `cudaErrorNotSupported`.
+    fn cudaStreamBeginCapture(stream: usize, mode: u32) {
+        context()?;
+        stream_flags(stream)?;
+        if mode > 2 {
+            return Err(INVALID_VALUE);
+        }
+        if stream == 0 || stream == 1 {
+            return Err(STREAM_CAPTURE_UNSUPPORTED);
+        }
+        Err(NOT_SUPPORTED)
+    }
+
+    /// No stream is ever capturing: `cudaErrorIllegalState`.
+    fn cudaStreamEndCapture(stream: usize, graph: *mut usize) {
+        context()?;
+        stream_flags(stream)?;
+        if graph.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        Err(ILLEGAL_STATE)
+    }
+
+    fn cudaStreamIsCapturing(stream: usize, status: *mut u32) {
+        context()?;
+        stream_flags(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, 0) }
+    }
+
+    /// The status is `cudaStreamCaptureStatusNone`; the other outputs, meaningful only during
+    /// a capture, are not written.
+    fn cudaStreamGetCaptureInfo_v2(
+        stream: usize,
+        status: *mut u32,
+        _id: *mut u64,
+        _graph: *mut usize,
+        _dependencies: *mut *const usize,
+        _count: *mut usize,
+    ) {
+        context()?;
+        stream_flags(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, 0) }
+    }
+
+    /// Swaps the calling thread's capture mode (global, thread-local or relaxed).
+    fn cudaThreadExchangeStreamCaptureMode(mode: *mut u32) {
+        // SAFETY: null (rejected) or the caller's in/out parameter.
+        let requested = unsafe { mode.as_ref() }.copied().ok_or(INVALID_VALUE)?;
+        if requested > 2 {
+            return Err(INVALID_VALUE);
+        }
+        let previous = CAPTURE_MODE.try_with(|m| m.replace(requested)).map_err(|_| UNKNOWN)?;
+        // SAFETY: checked non-null above.
+        unsafe { put(mode, previous) }
+    }
+
+    /// No graph exists on the shim (nothing can be captured), so every graph or executable
+    /// graph handle is `cudaErrorInvalidValue`, as for a handle CUDA does not know.
+    fn cudaGraphInstantiate(exec: *mut usize, _graph: usize, _flags: u64) {
+        no_graph(exec as usize)
+    }
+
+    fn cudaGraphInstantiateWithFlags(exec: *mut usize, _graph: usize, _flags: u64) {
+        no_graph(exec as usize)
+    }
+
+    fn cudaGraphLaunch(exec: usize, stream: usize) {
+        context()?;
+        stream_flags(stream)?;
+        let _ = exec;
+        Err(INVALID_VALUE)
+    }
+
+    fn cudaGraphExecDestroy(exec: usize) {
+        no_graph(exec)
+    }
+
+    fn cudaGraphDestroy(graph: usize) {
+        no_graph(graph)
+    }
+
+    fn cudaGraphGetNodes(graph: usize, _nodes: *mut usize, _count: *mut usize) {
+        no_graph(graph)
+    }
+
+    fn cudaGraphNodeGetDependencies(node: usize, _dependencies: *mut usize, _count: *mut usize) {
+        no_graph(node)
+    }
+
+    fn cudaGraphDebugDotPrint(graph: usize, _path: *const c_char, _flags: u32) {
+        no_graph(graph)
+    }
+
+    /// Page-locks ordinary host memory: afterwards copies treat it as page-locked and it is
+    /// mapped at its own address (`cudaHostGetDevicePointer`, pointer attributes).
+    fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver checks the range and the flags; it never touches the memory.
+        check(unsafe { cuMemHostRegister_v2(ptr, size, flags) })
+    }
+
+    fn cudaHostUnregister(ptr: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the address.
+        check(unsafe { cuMemHostUnregister(ptr) })
+    }
+
+    /// Rows padded to 512 bytes (the texture alignment), as `cuMemAllocPitch`.
+    fn cudaMallocPitch(dev_ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) {
+        context()?;
+        if dev_ptr.is_null() || pitch.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let (mut addr, mut row) = (0u64, 0usize);
+        // SAFETY: valid out-parameters.
+        unsafe {
+            check(cuMemAllocPitch_v2(&mut addr, &mut row, width, height, 16))?;
+            put(pitch, row)?;
+            put(dev_ptr, addr as *mut c_void)
+        }
+    }
+
+    fn cudaMemcpy2D(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: u32) {
+        memcpy_2d([dst, src as *mut c_void], [dpitch, spitch], width, height, kind, None)
+    }
+
+    fn cudaMemcpy2DAsync(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: u32,
+        stream: usize,
+    ) {
+        memcpy_2d([dst, src as *mut c_void], [dpitch, spitch], width, height, kind, Some(stream))
+    }
+
+    /// Asynchronous with respect to the host, as `cudaMemset`.
+    fn cudaMemset2D(dev_ptr: *mut c_void, pitch: usize, value: i32, width: usize, height: usize) {
+        context()?;
+        // SAFETY: the driver validates every row.
+        check(unsafe { cuMemsetD2D8Async(dev_ptr as u64, pitch, value as u8, width, height, 0) })
+    }
+
+    /// The device address of a `__device__` variable (`__cudaRegisterVar`) on the current
+    /// device; `cudaErrorInvalidSymbol` for anything else.
+    fn cudaGetSymbolAddress(dev_ptr: *mut *mut c_void, symbol: *const c_void) {
+        context()?;
+        if dev_ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let (addr, _) = symbol_address(symbol)?;
+        // SAFETY: checked non-null.
+        unsafe { put(dev_ptr, addr as *mut c_void) }
+    }
+
+    /// Host-to-device or device-to-device (or default) into a `__device__` variable; synchronous
+    /// as `cudaMemcpy`.
+    fn cudaMemcpyToSymbol(symbol: *const c_void, src: *const c_void, count: usize, offset: usize, kind: u32) {
+        context()?;
+        let (addr, size) = symbol_address(symbol)?;
+        if offset.checked_add(count).is_none_or(|end| end > size) {
+            return Err(INVALID_VALUE);
+        }
+        if !matches!(kind, 1 | 3 | 4) {
+            return Err(INVALID_MEMCPY_DIRECTION);
+        }
+        memcpy((addr + offset as u64) as *mut c_void, src, count, kind, 0, true)
+    }
+
+    fn cudaDeviceGetDefaultMemPool(pool: *mut usize, device: i32) {
+        context()?;
+        primary(device)?;
+        // SAFETY: the driver checks the out-parameter.
+        check(unsafe { cuDeviceGetDefaultMemPool(pool, device) })
+    }
+
+    fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: usize, stream: usize) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter, the pool and the stream.
+        check(unsafe { cuMemAllocFromPoolAsync(ptr as *mut u64, size, pool, stream) })
+    }
+
+    fn cudaMemPoolGetAttribute(pool: usize, attr: u32, value: *mut c_void) {
+        context()?;
+        // SAFETY: the driver checks the pool, the attribute and the out-parameter.
+        check(unsafe { cuMemPoolGetAttribute(pool, attr, value) })
+    }
+
+    fn cudaMemPoolSetAttribute(pool: usize, attr: u32, value: *mut c_void) {
+        context()?;
+        // SAFETY: the driver checks the pool, the attribute and the value pointer.
+        check(unsafe { cuMemPoolSetAttribute(pool, attr, value) })
+    }
+
+    /// `struct cudaMemAccessDesc` has the layout of `CUmemAccessDesc`.
+    fn cudaMemPoolSetAccess(pool: usize, descs: *const c_void, count: usize) {
+        context()?;
+        // SAFETY: the driver reads `count` descriptors of the caller's.
+        check(unsafe { cuMemPoolSetAccess(pool, descs, count) })
+    }
+
+    fn cudaMemPoolTrimTo(pool: usize, min_bytes_to_keep: usize) {
+        context()?;
+        // SAFETY: the driver checks the pool.
+        check(unsafe { cuMemPoolTrimTo(pool, min_bytes_to_keep) })
+    }
+
+    fn cudaIpcGetMemHandle(handle: *mut IpcHandle, dev_ptr: *mut c_void) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the address.
+        check(unsafe { cuIpcGetMemHandle(handle, dev_ptr as u64) })
+    }
+
+    /// A handle of this process is `cudaErrorDeviceUninitialized` (CUDA's invalid context), as
+    /// on CUDA; another process's is `cudaErrorNotSupported` (device memory is per process on
+    /// the shim).
+    fn cudaIpcOpenMemHandle(dev_ptr: *mut *mut c_void, handle: IpcHandle, flags: u32) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter, the handle and the flags.
+        check(unsafe { cuIpcOpenMemHandle_v2(dev_ptr as *mut u64, handle, flags) })
+    }
+
+    fn cudaIpcCloseMemHandle(dev_ptr: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the address.
+        check(unsafe { cuIpcCloseMemHandle(dev_ptr as u64) })
+    }
+
+    fn cudaIpcGetEventHandle(handle: *mut IpcHandle, event: usize) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the event.
+        check(unsafe { cuIpcGetEventHandle(handle, event) })
+    }
+
+    fn cudaIpcOpenEventHandle(event: *mut usize, handle: IpcHandle) {
+        context()?;
+        // SAFETY: the driver checks the out-parameter and the handle.
+        check(unsafe { cuIpcOpenEventHandle(event, handle) })
     }
 
     /// Shim-only: see cuda_shim.h.
@@ -879,6 +1239,108 @@ pub extern "C" fn cudaShimRaiseDeviceError(error: u32) {
     unsafe { cuShimRaiseDeviceError(error) };
 }
 
+/// The flags of a stream (validating its handle).
+fn stream_flags(stream: usize) -> Result<u32, u32> {
+    let mut flags = 0;
+    // SAFETY: `flags` is a valid out-parameter; the driver validates the handle.
+    check(unsafe { cuStreamGetFlags(stream, &mut flags) })?;
+    Ok(flags)
+}
+
+/// What every graph call answers: no graph handle is valid on the shim.
+fn no_graph(_handle: usize) -> RtResult {
+    context()?;
+    Err(INVALID_VALUE)
+}
+
+/// Every 2D copy ends here (`stream` None: cudaMemcpy2D's host-side wait). Sides are declared
+/// to the driver as the kind says (unified for `cudaMemcpyDefault`).
+fn memcpy_2d(
+    [dst, src]: [*mut c_void; 2],
+    [dpitch, spitch]: [usize; 2],
+    width: usize,
+    height: usize,
+    kind: u32,
+    stream: Option<usize>,
+) -> RtResult {
+    const HOST: u32 = 1;
+    const DEVICE: u32 = 2;
+    const UNIFIED: u32 = 4;
+    context()?;
+    let (src_type, dst_type) = match kind {
+        0 => (HOST, HOST),
+        1 => (HOST, DEVICE),
+        2 => (DEVICE, HOST),
+        3 => (DEVICE, DEVICE),
+        4 => (UNIFIED, UNIFIED),
+        _ => return Err(INVALID_MEMCPY_DIRECTION),
+    };
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    if dpitch < width || spitch < width || dpitch.max(spitch) > i32::MAX as usize {
+        return Err(INVALID_PITCH_VALUE);
+    }
+    let copy = Memcpy2d {
+        src_x: 0,
+        src_y: 0,
+        src_memory_type: src_type,
+        src_host: src,
+        src_device: src as u64,
+        src_array: 0,
+        src_pitch: spitch,
+        dst_x: 0,
+        dst_y: 0,
+        dst_memory_type: dst_type,
+        dst_host: dst,
+        dst_device: dst as u64,
+        dst_array: 0,
+        dst_pitch: dpitch,
+        width,
+        height,
+    };
+    // SAFETY: `copy` is a complete CUDA_MEMCPY2D; the driver validates device rows, host rows
+    // are the caller's contract.
+    check(unsafe {
+        match stream {
+            None => cuMemcpy2D_v2(&copy),
+            Some(stream) => cuMemcpy2DAsync_v2(&copy, stream),
+        }
+    })
+}
+
+/// A `__device__` variable registered by `__cudaRegisterVar`: its size and, per device, the
+/// device memory holding it (made on first use, initialised from the host shadow).
+struct Variable {
+    size: usize,
+    on_device: Vec<(i32, u64)>,
+}
+
+static VARIABLES: Mutex<Option<std::collections::HashMap<usize, Variable>>> = Mutex::new(None);
+
+/// The device address and size of the variable whose host shadow is `symbol`, on the current
+/// device (`cudaErrorInvalidSymbol` if no variable has that shadow).
+fn symbol_address(symbol: *const c_void) -> Result<(u64, usize), u32> {
+    let device = current_device()?;
+    let mut variables = VARIABLES.lock().map_err(|_| UNKNOWN)?;
+    let variable = variables
+        .get_or_insert_with(Default::default)
+        .get_mut(&(symbol as usize))
+        .ok_or(INVALID_SYMBOL)?;
+    if let Some(&(_, addr)) = variable.on_device.iter().find(|(d, _)| *d == device) {
+        return Ok((addr, variable.size));
+    }
+    let mut addr = 0u64;
+    // SAFETY: `addr` is a valid out-parameter; the copy reads the registered host shadow of
+    // `size` bytes (the registration's contract) into the block just allocated.
+    unsafe {
+        check(cuShimAllocModuleMemory(&mut addr, variable.size))?;
+        check(cuShimMemcpy(addr, symbol as u64, variable.size, 1, 0, 1))?;
+    }
+    variable.on_device.push((device, addr));
+    Ok((addr, variable.size))
+}
+
 /// Handles returned by `__cudaRegisterFatBinary`, so unregistering checks what it frees.
 static FAT_BINARIES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
@@ -938,6 +1400,52 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
 ) {
     // SAFETY: the driver validates both pointers; the name is NUL-terminated by contract.
     unsafe { cuShimRegisterFunctionName(host_fun as *const c_void, device_name) };
+}
+
+/// Registers a `__device__` (or `__constant__`) variable: `host_var` is its host shadow, whose
+/// address names it (`cudaGetSymbolAddress`, `cudaMemcpyToSymbol`) and whose bytes initialise
+/// its device copy, made on each device at first use.
+///
+/// # Safety
+/// `host_var` is null (ignored) or valid for reads of `size` bytes for the process's lifetime.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn __cudaRegisterVar(
+    _handle: *mut *mut c_void,
+    host_var: *mut c_char,
+    _device_address: *mut c_char,
+    _device_name: *const c_char,
+    _ext: i32,
+    size: usize,
+    _constant: i32,
+    _global: i32,
+) {
+    if host_var.is_null() || size == 0 {
+        return;
+    }
+    if let Ok(mut variables) = VARIABLES.lock() {
+        variables.get_or_insert_with(Default::default).insert(
+            host_var as usize,
+            Variable {
+                size,
+                on_device: Vec::new(),
+            },
+        );
+    }
+}
+
+/// Loads the module of a registered fat binary; the shim has nothing to load: 1 (loaded) for a
+/// handle `__cudaRegisterFatBinary` returned, 0 otherwise.
+#[unsafe(no_mangle)]
+pub extern "C" fn __cudaInitModule(handle: *mut *mut c_void) -> c_char {
+    FAT_BINARIES
+        .lock()
+        .map(|handles| {
+            handles
+                .as_ref()
+                .is_some_and(|h| h.contains(&(handle as usize)))
+        })
+        .map_or(0, c_char::from)
 }
 
 /// Saves the `<<<grid, block, shared, stream>>>` of a launch for the stub to pop.
