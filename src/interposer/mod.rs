@@ -223,6 +223,7 @@ pub fn library_beside(exe: &Path) -> PathBuf {
 /// (`cudaSuccess`, or `cudaErrorInvalidValue` for an interior pointer or a double free, as real
 /// CUDA) and its memory stays with itermem until exit. One relaxed load while itermem works
 /// normally (its own hooks never forward such a free).
+#[inline]
 pub fn kept_by_itermem(addr: u64) -> Option<u32> {
     if ACTIVE.load(Ordering::Relaxed) {
         return None;

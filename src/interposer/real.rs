@@ -51,29 +51,37 @@ impl RealFn {
     ///
     /// # Safety
     /// `F` must be the function pointer type of the symbol's true prototype.
+    #[inline]
     pub unsafe fn get<F: Copy>(&self) -> Option<F> {
         debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
         let mut ptr = self.ptr.load(Ordering::Relaxed);
         if ptr.is_null() {
-            // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
-            let mut found = unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
-            if found.is_null() {
-                found = definition_in_loaded_objects(self.name);
-            }
-            ptr = if found.is_null() {
-                super::report(format_args!(
-                    "{} not found in the CUDA libraries; the call fails",
-                    self.name.to_string_lossy()
-                ));
-                MISSING
-            } else {
-                found
-            };
-            self.ptr.store(ptr, Ordering::Relaxed);
+            ptr = self.resolve();
         }
         // SAFETY: a non-MISSING pointer is the address of the symbol, whose type the caller
         // vouches for; function pointers and data pointers have the same size here.
         (ptr != MISSING).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&ptr) })
+    }
+
+    /// Looks the symbol up (the first call only), reporting a miss once.
+    #[cold]
+    fn resolve(&self) -> *mut c_void {
+        // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
+        let mut found = unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        if found.is_null() {
+            found = definition_in_loaded_objects(self.name);
+        }
+        let ptr = if found.is_null() {
+            super::report(format_args!(
+                "{} not found in the CUDA libraries; the call fails",
+                self.name.to_string_lossy()
+            ));
+            MISSING
+        } else {
+            found
+        };
+        self.ptr.store(ptr, Ordering::Relaxed);
+        ptr
     }
 }
 

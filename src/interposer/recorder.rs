@@ -199,6 +199,12 @@ impl Recorder {
         self.record_malloc(dev, id, addr, size, kind, stream, true);
     }
 
+    /// Whether itermem allocates for the program in this mode (pool, swap, cnmem): only then
+    /// can an address be itermem's or a use need a fence.
+    fn allocating(&self) -> bool {
+        matches!(self.config.mode, Mode::Pool | Mode::Swap | Mode::Cnmem)
+    }
+
     /// Whether this is swap mode (the device's bytes are counted against a limit).
     fn swapping(&self) -> bool {
         self.config.mode == Mode::Swap
@@ -226,13 +232,14 @@ impl Recorder {
 
     /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
     pub fn serves(&self, addr: u64) -> bool {
-        self.devices.seen().any(|dev| {
-            dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
-                || dev
-                    .cnmem
-                    .as_ref()
-                    .is_some_and(|cnmem| cnmem.lock().owns(addr))
-        })
+        self.allocating()
+            && self.devices.seen().any(|dev| {
+                dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
+                    || dev
+                        .cnmem
+                        .as_ref()
+                        .is_some_and(|cnmem| cnmem.lock().owns(addr))
+            })
     }
 
     /// Frees a block of itermem's own allocator, taken out of the live index by
@@ -275,6 +282,9 @@ impl Recorder {
     /// prepared is finished by [`Recorder::after_use`].
     pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
         let mut prepared = Prepared::default();
+        if !self.allocating() {
+            return prepared;
+        }
         for dev in self.devices.seen() {
             let Some(pool) = &dev.pool else { continue };
             let mut pool = pool.lock();
