@@ -123,7 +123,7 @@ impl<F: FnMut() -> u32> Call<F> {
 
 /// Runs one hooked call: `real` exactly once, `observe` around it when recording. Inlined
 /// into every hook, so a call made while a hook runs (a runtime call reaching the driver's
-/// hook) costs one thread-local check; the rest is [`observed`].
+/// hook) costs one thread-local check; the rest is `observed`.
 #[inline(always)]
 pub fn intercept<F: FnMut() -> u32>(
     name: &'static str,

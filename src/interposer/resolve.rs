@@ -2,7 +2,7 @@
 //! `cudaGetDriverEntryPoint`, `dlopen` + `dlsym`, as NVIDIA's own runtime, the static runtime,
 //! TensorFlow, JAX and cudarc do) gets itermem's hooks as a program that links them does.
 //!
-//! **One rule, by address.** Each resolver calls the real one, then [`substitute`] replaces
+//! **One rule, by address.** Each resolver calls the real one, then `substitute` replaces
 //! the answer only if it is *exactly* the real function one of itermem's hooks forwards to
 //! (found by `dladdr`'s exact symbol, then compared with the hook's own resolved pointer).
 //! Whatever variant the driver chose for the requested version and flags (a `_v2`, a
@@ -18,7 +18,7 @@
 //! resolves `RTLD_NEXT` relative to its caller's return address, which an ordinary wrapper
 //! would make itermem's: the exported `dlsym` is a few instructions that jump (never call) to
 //! glibc's for `RTLD_NEXT`, leaving the program's return address in place, and call
-//! [`lookup`] for every other handle. Those instructions exist for x86-64 and aarch64; on other
+//! `lookup` for every other handle. Those instructions exist for x86-64 and aarch64; on other
 //! targets `dlsym` is not interposed.
 
 use super::CUDA_ERROR_SYMBOL_NOT_FOUND;
