@@ -151,6 +151,15 @@ fn launch_ex_and_per_thread_default_stream_variants_work() {
 }
 
 #[test]
+fn driver_per_thread_default_stream_variants_run_on_the_calling_threads_stream() {
+    check("driver_per_thread_stream", &[]);
+    check(
+        "driver_per_thread_stream",
+        &[("CUDA_SHIM_JITTER_US", "100")],
+    );
+}
+
+#[test]
 fn get_proc_address_answers_by_version_like_the_real_driver() {
     check("proc_address", &[]);
 }

@@ -10,6 +10,7 @@ use crate::kernel::{Layout, pack_offsets};
 use crate::memory::DeviceKind;
 use crate::result::*;
 use crate::stats::StatsSnapshot;
+use crate::stream::PER_THREAD;
 use crate::vmm;
 use std::ffi::{CStr, c_char, c_void};
 use std::io::Write;
@@ -351,8 +352,9 @@ driver_api! {
     }
 
     /// Looks an entry point up by its base name (`cuMemAlloc`), as the real driver does: the
-    /// newest variant introduced at or before `version` (see [`PROCS`]). Per-thread-default-stream
-    /// variants do not exist on the shim: the legacy ones are returned for every flag value.
+    /// newest variant introduced at or before `version` (see [`PROCS`]); with
+    /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` (alone) its `_ptsz`/`_ptds` variant where
+    /// NVIDIA's driver has one (see [`PER_THREAD_PROCS`]), otherwise the legacy function.
     fn cuGetProcAddress_v2(
         symbol: *const c_char,
         pfn: *mut *mut c_void,
@@ -1196,6 +1198,268 @@ driver_api! {
     fn cuShimGetStickyError() {
         initialized().map(drop).or_else(|e| if e == NOT_INITIALIZED { Ok(()) } else { Err(e) })
     }
+
+    // ---- per-thread default stream variants ----
+    // What a program compiled with `--default-stream per-thread` (CUDA_API_PER_THREAD_DEFAULT_STREAM)
+    // calls: NVIDIA's cuda.h maps the plain names to these. In a `_ptsz` function the stream
+    // handle 0 is the calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`); a
+    // `_ptds` function, which takes no stream, runs on that stream instead of the legacy one.
+    // `CU_STREAM_LEGACY` stays the legacy stream and created streams are unaffected.
+
+    fn cuMemcpyHtoD_v2_ptds(dst: u64, src: *const c_void, count: usize) {
+        current()?.copy(dst as usize, src as usize, count, 1, PER_THREAD, true)
+    }
+
+    fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: u64, count: usize) {
+        current()?.copy(dst as usize, src as usize, count, 2, PER_THREAD, true)
+    }
+
+    fn cuMemcpyDtoD_v2_ptds(dst: u64, src: u64, count: usize) {
+        current()?.copy(dst as usize, src as usize, count, 3, PER_THREAD, false)
+    }
+
+    fn cuMemcpy_ptds(dst: u64, src: u64, count: usize) {
+        current()?.copy(dst as usize, src as usize, count, 4, PER_THREAD, true)
+    }
+
+    /// As `cuMemcpyPeer`: the shim runs a peer copy between synchronisations of every context
+    /// involved, which orders it after the per-thread stream's work too.
+    fn cuMemcpyPeer_ptds(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) {
+        // SAFETY: the caller's arguments, forwarded unchanged.
+        code_result(unsafe { cuMemcpyPeer(dst, dst_context, src, src_context, count) })
+    }
+
+    fn cuMemcpy2D_v2_ptds(copy: *const Memcpy2d) {
+        // SAFETY: `copy` is null (rejected) or points to a CUDA_MEMCPY2D.
+        unsafe { memcpy_2d(copy, PER_THREAD, true) }
+    }
+
+    fn cuMemcpy2DUnaligned_v2_ptds(copy: *const Memcpy2d) {
+        // SAFETY: `copy` is null (rejected) or points to a CUDA_MEMCPY2D.
+        unsafe { memcpy_2d(copy, PER_THREAD, true) }
+    }
+
+    fn cuMemsetD8_v2_ptds(dst: u64, value: u8, count: usize) {
+        current()?.memset(dst as usize, value, count, PER_THREAD)
+    }
+
+    fn cuMemsetD16_v2_ptds(dst: u64, value: u16, count: usize) {
+        current()?.memset_2d(dst as usize, 0, value.into(), 2, count, 1, PER_THREAD)
+    }
+
+    fn cuMemsetD32_v2_ptds(dst: u64, value: u32, count: usize) {
+        current()?.memset_2d(dst as usize, 0, value, 4, count, 1, PER_THREAD)
+    }
+
+    fn cuMemsetD2D8_v2_ptds(dst: u64, pitch: usize, value: u8, width: usize, height: usize) {
+        current()?.memset_2d(dst as usize, pitch, value.into(), 1, width, height, PER_THREAD)
+    }
+
+    fn cuMemsetD2D16_v2_ptds(dst: u64, pitch: usize, value: u16, width: usize, height: usize) {
+        current()?.memset_2d(dst as usize, pitch, value.into(), 2, width, height, PER_THREAD)
+    }
+
+    fn cuMemsetD2D32_v2_ptds(dst: u64, pitch: usize, value: u32, width: usize, height: usize) {
+        current()?.memset_2d(dst as usize, pitch, value, 4, width, height, PER_THREAD)
+    }
+
+    fn cuMemcpyAsync_ptsz(dst: u64, src: u64, count: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemcpyAsync(dst, src, count, per_thread(stream)) })
+    }
+
+    fn cuMemcpyHtoDAsync_v2_ptsz(dst: u64, src: *const c_void, count: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemcpyHtoDAsync_v2(dst, src, count, per_thread(stream)) })
+    }
+
+    fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: u64, count: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemcpyDtoHAsync_v2(dst, src, count, per_thread(stream)) })
+    }
+
+    fn cuMemcpyDtoDAsync_v2_ptsz(dst: u64, src: u64, count: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemcpyDtoDAsync_v2(dst, src, count, per_thread(stream)) })
+    }
+
+    fn cuMemcpyPeerAsync_ptsz(
+        dst: u64,
+        dst_context: usize,
+        src: u64,
+        src_context: usize,
+        count: usize,
+        stream: usize,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemcpyPeerAsync(dst, dst_context, src, src_context, count, stream) })
+    }
+
+    fn cuMemcpy2DAsync_v2_ptsz(copy: *const Memcpy2d, stream: usize) {
+        // SAFETY: `copy` is null (rejected) or points to a CUDA_MEMCPY2D.
+        unsafe { memcpy_2d(copy, per_thread(stream), false) }
+    }
+
+    fn cuMemsetD8Async_ptsz(dst: u64, value: u8, count: usize, stream: usize) {
+        current()?.memset(dst as usize, value, count, per_thread(stream))
+    }
+
+    fn cuMemsetD16Async_ptsz(dst: u64, value: u16, count: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, 0, value.into(), 2, count, 1, per_thread(stream))
+    }
+
+    fn cuMemsetD32Async_ptsz(dst: u64, value: u32, count: usize, stream: usize) {
+        current()?.memset_2d(dst as usize, 0, value, 4, count, 1, per_thread(stream))
+    }
+
+    fn cuMemsetD2D8Async_ptsz(dst: u64, pitch: usize, value: u8, width: usize, height: usize, stream: usize) {
+        let stream = per_thread(stream);
+        current()?.memset_2d(dst as usize, pitch, value.into(), 1, width, height, stream)
+    }
+
+    fn cuMemsetD2D16Async_ptsz(dst: u64, pitch: usize, value: u16, width: usize, height: usize, stream: usize) {
+        let stream = per_thread(stream);
+        current()?.memset_2d(dst as usize, pitch, value.into(), 2, width, height, stream)
+    }
+
+    fn cuMemsetD2D32Async_ptsz(dst: u64, pitch: usize, value: u32, width: usize, height: usize, stream: usize) {
+        let stream = per_thread(stream);
+        current()?.memset_2d(dst as usize, pitch, value, 4, width, height, stream)
+    }
+
+    fn cuMemAllocAsync_ptsz(dptr: *mut u64, size: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemAllocAsync(dptr, size, per_thread(stream)) })
+    }
+
+    fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut u64, size: usize, pool: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuMemAllocFromPoolAsync(dptr, size, pool, per_thread(stream)) })
+    }
+
+    fn cuMemFreeAsync_ptsz(dptr: u64, stream: usize) {
+        current()?.free_async(dptr as usize, per_thread(stream))
+    }
+
+    fn cuStreamGetPriority_ptsz(stream: usize, priority: *mut i32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamGetPriority(per_thread(stream), priority) })
+    }
+
+    fn cuStreamGetFlags_ptsz(stream: usize, flags: *mut u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamGetFlags(per_thread(stream), flags) })
+    }
+
+    fn cuStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamWaitEvent(per_thread(stream), event, flags) })
+    }
+
+    /// The callback runs on the per-thread stream and receives the handle the caller gave.
+    fn cuStreamAddCallback_ptsz(
+        stream: usize,
+        callback: Option<unsafe extern "C" fn(usize, u32, *mut c_void)>,
+        data: *mut c_void,
+        flags: u32,
+    ) {
+        let context = current()?;
+        let func = callback.ok_or(INVALID_VALUE)?;
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let call = device::HostCall::Callback { func, stream, data: data as usize };
+        context.launch_host(per_thread(stream), call)
+    }
+
+    fn cuStreamQuery_ptsz(stream: usize) {
+        current()?.stream_query(per_thread(stream))
+    }
+
+    fn cuStreamSynchronize_ptsz(stream: usize) {
+        current()?.stream_synchronize(per_thread(stream))
+    }
+
+    fn cuEventRecord_ptsz(event: usize, stream: usize) {
+        current()?.event_record(event, per_thread(stream))
+    }
+
+    fn cuEventRecordWithFlags_ptsz(event: usize, stream: usize, flags: u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuEventRecordWithFlags(event, per_thread(stream), flags) })
+    }
+
+    fn cuLaunchHostFunc_ptsz(stream: usize, func: Option<unsafe extern "C" fn(*mut c_void)>, data: *mut c_void) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuLaunchHostFunc(per_thread(stream), func, data) })
+    }
+
+    fn cuLaunchKernel_ptsz(
+        function: usize,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        _shared_mem: u32,
+        stream: usize,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) {
+        let launch = Launch {
+            grid: [grid_x, grid_y, grid_z],
+            block: [block_x, block_y, block_z],
+            stream: per_thread(stream),
+            cooperative: false,
+        };
+        // SAFETY: the caller's kernelParams/extra, as cuLaunchKernel documents them.
+        unsafe { launch_kernel(function, launch, params, extra) }
+    }
+
+    fn cuLaunchKernelEx_ptsz(
+        config: *const LaunchConfig,
+        function: usize,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) {
+        // SAFETY: `config` is null (rejected) or points to a CUlaunchConfig.
+        let config = unsafe { config.as_ref() }.ok_or(INVALID_VALUE)?;
+        let resolved = LaunchConfig { stream: per_thread(config.stream), ..*config };
+        // SAFETY: a copy of the caller's CUlaunchConfig (its attribute array is the caller's)
+        // and the caller's kernelParams/extra.
+        code_result(unsafe { cuLaunchKernelEx(&resolved, function, params, extra) })
+    }
+
+    fn cuLaunchCooperativeKernel_ptsz(
+        function: usize,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        _shared_mem: u32,
+        stream: usize,
+        params: *mut *mut c_void,
+    ) {
+        let launch = Launch {
+            grid: [grid_x, grid_y, grid_z],
+            block: [block_x, block_y, block_z],
+            stream: per_thread(stream),
+            cooperative: true,
+        };
+        // SAFETY: the caller's kernelParams, as cuLaunchCooperativeKernel documents them.
+        unsafe { launch_kernel(function, launch, params, std::ptr::null_mut()) }
+    }
+}
+
+/// What the stream handle 0 means in a `_ptsz` entry point: the calling thread's per-thread
+/// default stream (`CU_STREAM_PER_THREAD`); every other handle, `CU_STREAM_LEGACY` included,
+/// keeps its meaning.
+fn per_thread(stream: usize) -> usize {
+    if stream == 0 { PER_THREAD } else { stream }
 }
 
 /// Stream priorities: [greatest, least] = [-5, 0], as recent GPUs report.
@@ -1290,6 +1554,11 @@ fn code_result(code: u32) -> CuResult<()> {
         Err(CuError(code))
     }
 }
+
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: `cuGetProcAddress` flag asking for the
+/// per-thread-default-stream variants (alone: with `CU_GET_PROC_ADDRESS_LEGACY_STREAM` too, the
+/// legacy functions are returned, as for that flag or `CU_GET_PROC_ADDRESS_DEFAULT`).
+const PER_THREAD_DEFAULT_STREAM: u64 = 0x2;
 
 /// `CUdriverProcAddressQueryResult` values.
 const PROC_SUCCESS: i32 = 0;
@@ -1453,6 +1722,70 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ),
 ];
 
+/// The per-thread-default-stream variants `cuGetProcAddress` gives with
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: (legacy function, CUDA version that
+/// introduced its per-thread variant, that variant), the versions being those of NVIDIA's
+/// `cudaTypedefs.h` (`PFN_cuMemcpyHtoD_v7000_ptds`). A legacy function without a row (or asked
+/// for below the row's version) has no per-thread variant: its legacy function is returned.
+pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
+    ("cuMemcpyHtoD_v2", 7000, "cuMemcpyHtoD_v2_ptds"),
+    ("cuMemcpyDtoH_v2", 7000, "cuMemcpyDtoH_v2_ptds"),
+    ("cuMemcpyDtoD_v2", 7000, "cuMemcpyDtoD_v2_ptds"),
+    ("cuMemcpy", 7000, "cuMemcpy_ptds"),
+    ("cuMemcpyPeer", 7000, "cuMemcpyPeer_ptds"),
+    ("cuMemcpy2D_v2", 7000, "cuMemcpy2D_v2_ptds"),
+    (
+        "cuMemcpy2DUnaligned_v2",
+        7000,
+        "cuMemcpy2DUnaligned_v2_ptds",
+    ),
+    ("cuMemsetD8_v2", 7000, "cuMemsetD8_v2_ptds"),
+    ("cuMemsetD16_v2", 7000, "cuMemsetD16_v2_ptds"),
+    ("cuMemsetD32_v2", 7000, "cuMemsetD32_v2_ptds"),
+    ("cuMemsetD2D8_v2", 7000, "cuMemsetD2D8_v2_ptds"),
+    ("cuMemsetD2D16_v2", 7000, "cuMemsetD2D16_v2_ptds"),
+    ("cuMemsetD2D32_v2", 7000, "cuMemsetD2D32_v2_ptds"),
+    ("cuMemcpyAsync", 7000, "cuMemcpyAsync_ptsz"),
+    ("cuMemcpyHtoDAsync_v2", 7000, "cuMemcpyHtoDAsync_v2_ptsz"),
+    ("cuMemcpyDtoHAsync_v2", 7000, "cuMemcpyDtoHAsync_v2_ptsz"),
+    ("cuMemcpyDtoDAsync_v2", 7000, "cuMemcpyDtoDAsync_v2_ptsz"),
+    ("cuMemcpyPeerAsync", 7000, "cuMemcpyPeerAsync_ptsz"),
+    ("cuMemcpy2DAsync_v2", 7000, "cuMemcpy2DAsync_v2_ptsz"),
+    ("cuMemsetD8Async", 7000, "cuMemsetD8Async_ptsz"),
+    ("cuMemsetD16Async", 7000, "cuMemsetD16Async_ptsz"),
+    ("cuMemsetD32Async", 7000, "cuMemsetD32Async_ptsz"),
+    ("cuMemsetD2D8Async", 7000, "cuMemsetD2D8Async_ptsz"),
+    ("cuMemsetD2D16Async", 7000, "cuMemsetD2D16Async_ptsz"),
+    ("cuMemsetD2D32Async", 7000, "cuMemsetD2D32Async_ptsz"),
+    ("cuMemAllocAsync", 11020, "cuMemAllocAsync_ptsz"),
+    (
+        "cuMemAllocFromPoolAsync",
+        11020,
+        "cuMemAllocFromPoolAsync_ptsz",
+    ),
+    ("cuMemFreeAsync", 11020, "cuMemFreeAsync_ptsz"),
+    ("cuStreamGetPriority", 7000, "cuStreamGetPriority_ptsz"),
+    ("cuStreamGetFlags", 7000, "cuStreamGetFlags_ptsz"),
+    ("cuStreamWaitEvent", 7000, "cuStreamWaitEvent_ptsz"),
+    ("cuStreamAddCallback", 7000, "cuStreamAddCallback_ptsz"),
+    ("cuStreamQuery", 7000, "cuStreamQuery_ptsz"),
+    ("cuStreamSynchronize", 7000, "cuStreamSynchronize_ptsz"),
+    ("cuEventRecord", 7000, "cuEventRecord_ptsz"),
+    (
+        "cuEventRecordWithFlags",
+        11010,
+        "cuEventRecordWithFlags_ptsz",
+    ),
+    ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc_ptsz"),
+    ("cuLaunchKernel", 7000, "cuLaunchKernel_ptsz"),
+    ("cuLaunchKernelEx", 11060, "cuLaunchKernelEx_ptsz"),
+    (
+        "cuLaunchCooperativeKernel",
+        9000,
+        "cuLaunchCooperativeKernel_ptsz",
+    ),
+];
+
 /// The function a row of [`PROCS`] names.
 fn resolve(exported: &str) -> Option<*mut c_void> {
     match exported {
@@ -1461,8 +1794,10 @@ fn resolve(exported: &str) -> Option<*mut c_void> {
     }
 }
 
-/// The variant of `name` for `version`, or the `CUdriverProcAddressQueryResult` saying why none.
-pub fn lookup(name: &str, version: i32) -> Result<*mut c_void, i32> {
+/// The variant of `name` for `version`, or the `CUdriverProcAddressQueryResult` saying why none:
+/// with `per_thread`, the per-thread-default-stream variant of that function where one exists
+/// at `version` (see [`PER_THREAD_PROCS`]).
+pub fn lookup(name: &str, version: i32, per_thread: bool) -> Result<*mut c_void, i32> {
     let mut known = false;
     let mut best: Option<(i32, &str)> = None;
     for &(base, since, exported) in PROCS {
@@ -1475,7 +1810,13 @@ pub fn lookup(name: &str, version: i32) -> Result<*mut c_void, i32> {
         }
     }
     match best {
-        Some((_, exported)) => resolve(exported).ok_or(PROC_SYMBOL_NOT_FOUND),
+        Some((_, exported)) => {
+            let variant = PER_THREAD_PROCS
+                .iter()
+                .find(|&&(legacy, since, _)| per_thread && legacy == exported && since <= version)
+                .map_or(exported, |&(_, _, variant)| variant);
+            resolve(variant).ok_or(PROC_SYMBOL_NOT_FOUND)
+        }
         None if known => Err(PROC_VERSION_NOT_SUFFICIENT),
         None => Err(PROC_SYMBOL_NOT_FOUND),
     }
@@ -1502,7 +1843,7 @@ unsafe fn get_proc_address(
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let found = std::str::from_utf8(name)
         .map_err(|_| PROC_SYMBOL_NOT_FOUND)
-        .and_then(|name| lookup(name, version));
+        .and_then(|name| lookup(name, version, flags & 0x3 == PER_THREAD_DEFAULT_STREAM));
     if !status.is_null() {
         // SAFETY: non-null out-parameter of the caller.
         unsafe { status.write(found.err().unwrap_or(PROC_SUCCESS)) };
@@ -1869,8 +2210,21 @@ mod tests {
     fn every_public_export_is_in_the_proc_table_and_every_row_resolves() {
         for name in EXPORTS.iter().filter(|n| !n.starts_with("cuShim")) {
             assert!(
-                PROCS.iter().any(|&(_, _, exported)| exported == *name),
-                "{name} is not in PROCS"
+                PROCS.iter().any(|&(_, _, exported)| exported == *name)
+                    || PER_THREAD_PROCS
+                        .iter()
+                        .any(|&(_, _, variant)| variant == *name),
+                "{name} is not in PROCS or PER_THREAD_PROCS"
+            );
+        }
+        for &(legacy, since, variant) in PER_THREAD_PROCS {
+            let row = PROCS.iter().find(|&&(_, _, exported)| exported == legacy);
+            let (_, legacy_since, _) = row.unwrap_or_else(|| panic!("{legacy} is not in PROCS"));
+            assert!(since >= *legacy_since && since >= 7000, "{variant} {since}");
+            assert!(resolve(variant).is_some(), "{variant} does not resolve");
+            assert!(
+                variant == format!("{legacy}_ptsz") || variant == format!("{legacy}_ptds"),
+                "{variant} is not a variant of {legacy}"
             );
         }
         for &(base, since, exported) in PROCS {
@@ -1885,28 +2239,105 @@ mod tests {
     #[test]
     fn the_version_picks_the_variant() {
         let legacy = cuGetProcAddress as *mut c_void;
-        assert_eq!(lookup("cuGetProcAddress", 11030), Ok(legacy));
-        assert_eq!(lookup("cuGetProcAddress", 11080), Ok(legacy));
+        assert_eq!(lookup("cuGetProcAddress", 11030, false), Ok(legacy));
+        assert_eq!(lookup("cuGetProcAddress", 11080, false), Ok(legacy));
         assert_eq!(
-            lookup("cuGetProcAddress", 12000),
+            lookup("cuGetProcAddress", 12000, false),
             Ok(cuGetProcAddress_v2 as *mut c_void)
         );
         assert_eq!(
-            lookup("cuGetProcAddress", 11020),
+            lookup("cuGetProcAddress", 11020, false),
             Err(PROC_VERSION_NOT_SUFFICIENT)
         );
-        assert_eq!(lookup("cuMemAlloc", 3020), Ok(cuMemAlloc_v2 as *mut c_void));
-        assert_eq!(lookup("cuMemAlloc", 3010), Err(PROC_VERSION_NOT_SUFFICIENT));
         assert_eq!(
-            lookup("cuEventElapsedTime", 12070),
+            lookup("cuMemAlloc", 3020, false),
+            Ok(cuMemAlloc_v2 as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuMemAlloc", 3010, false),
+            Err(PROC_VERSION_NOT_SUFFICIENT)
+        );
+        assert_eq!(
+            lookup("cuEventElapsedTime", 12070, false),
             Ok(cuEventElapsedTime as *mut c_void)
         );
         assert_eq!(
-            lookup("cuEventElapsedTime", 12090),
+            lookup("cuEventElapsedTime", 12090, false),
             Ok(cuEventElapsedTime_v2 as *mut c_void)
         );
-        assert_eq!(lookup("cuMemAlloc_v2", 12090), Err(PROC_SYMBOL_NOT_FOUND));
-        assert_eq!(lookup("cuShimGetStats", 12090), Err(PROC_SYMBOL_NOT_FOUND));
-        assert_eq!(lookup("cuNoSuchThing", 12090), Err(PROC_SYMBOL_NOT_FOUND));
+        assert_eq!(
+            lookup("cuMemAlloc_v2", 12090, false),
+            Err(PROC_SYMBOL_NOT_FOUND)
+        );
+        assert_eq!(
+            lookup("cuShimGetStats", 12090, false),
+            Err(PROC_SYMBOL_NOT_FOUND)
+        );
+        assert_eq!(
+            lookup("cuNoSuchThing", 12090, false),
+            Err(PROC_SYMBOL_NOT_FOUND)
+        );
+    }
+
+    #[test]
+    fn the_per_thread_flag_picks_the_per_thread_variant() {
+        assert_eq!(
+            lookup("cuMemcpyHtoD", 12090, true),
+            Ok(cuMemcpyHtoD_v2_ptds as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuMemcpyHtoD", 12090, false),
+            Ok(cuMemcpyHtoD_v2 as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuMemcpyAsync", 12090, true),
+            Ok(cuMemcpyAsync_ptsz as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuLaunchKernel", 12090, true),
+            Ok(cuLaunchKernel_ptsz as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuMemAllocAsync", 11020, true),
+            Ok(cuMemAllocAsync_ptsz as *mut c_void)
+        );
+        // before CUDA 7.0 no per-thread variant existed: the legacy function
+        assert_eq!(
+            lookup("cuMemcpyHtoD", 6050, true),
+            Ok(cuMemcpyHtoD_v2 as *mut c_void)
+        );
+        // functions without a per-thread variant answer alike for every flag
+        assert_eq!(
+            lookup("cuMemAlloc", 12090, true),
+            Ok(cuMemAlloc_v2 as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuEventElapsedTime", 12090, true),
+            Ok(cuEventElapsedTime_v2 as *mut c_void)
+        );
+        // the variants' own names are not base names
+        assert_eq!(
+            lookup("cuMemcpyAsync_ptsz", 12090, true),
+            Err(PROC_SYMBOL_NOT_FOUND)
+        );
+    }
+
+    #[test]
+    fn get_proc_address_flags_choose_legacy_or_per_thread() {
+        let name = c"cuLaunchKernel";
+        for (flags, expected) in [
+            (0u64, cuLaunchKernel as *mut c_void),
+            (1, cuLaunchKernel as *mut c_void),
+            (2, cuLaunchKernel_ptsz as *mut c_void),
+            (3, cuLaunchKernel as *mut c_void),
+        ] {
+            let mut pfn = std::ptr::null_mut();
+            let mut status = -1;
+            // SAFETY: a NUL-terminated name and valid out-parameters.
+            let result =
+                unsafe { get_proc_address(name.as_ptr(), &mut pfn, 12090, flags, &mut status) };
+            assert_eq!(result, Ok(()), "flags {flags}");
+            assert_eq!((pfn, status), (expected, PROC_SUCCESS), "flags {flags}");
+        }
     }
 }

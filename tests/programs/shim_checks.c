@@ -624,6 +624,155 @@ static void per_thread_stream(void) {
     printf("per_thread_stream ok\n");
 }
 
+/* The driver's per-thread default stream variants (what a driver-API program compiled with
+ * --default-stream per-thread calls): stream 0 in a _ptsz function and the implied stream of a
+ * _ptds function are the calling thread's own stream (CU_STREAM_PER_THREAD). Two threads' own
+ * streams, each holding work at a gate, do not wait for each other; the legacy stream waits for
+ * both. */
+/* NVIDIA's cuda.h (and ours) declares the variants only under CUDA_API_PER_THREAD_DEFAULT_STREAM,
+ * which would also turn every plain call of this file into one; so those used here are declared
+ * as that mode declares them (tools/abi-check proves our header's declarations). */
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+
+struct driver_per_thread_check {
+    CUfunction gate, store;
+    int gate_number;      /* the gate the second thread holds its stream at */
+    CUdeviceptr scratch;  /* the second thread's own memory */
+    pthread_mutex_t lock; /* guards held */
+    int held;             /* the second thread has finished its work and queued its gate */
+};
+
+static void *driver_per_thread_other(void *arg) {
+    struct driver_per_thread_check *check = arg;
+    CUdeviceptr b = check->scratch, pool_block;
+    unsigned int bits = 0x40400000u; /* 3.0f */
+    float host = 0.0f, stored = 4.0f;
+    void *store_args[] = {&b, &stored}, *gate_args[] = {&check->gate_number};
+    OK(cudaSetDevice(0));
+    OK(cudaFree(NULL)); /* binds device 0's primary context to this thread */
+    /* none of this waits for the gate the main thread's own stream holds */
+    OK(cuMemsetD32Async_ptsz(b, bits, 1, 0));
+    OK(cuMemcpyDtoH_v2_ptds(&host, b, sizeof host));
+    EXPECT(host == 3.0f);
+    OK(cuLaunchKernel_ptsz(check->store, 1, 1, 1, 1, 1, 1, 0, 0, store_args, NULL));
+    OK(cuMemcpyDtoHAsync_v2_ptsz(&host, b, sizeof host, 0));
+    OK(cuStreamSynchronize_ptsz(0));
+    EXPECT(host == 4.0f);
+    OK(cuMemsetD8_v2_ptds(b, 0, sizeof(float)));
+    OK(cuMemAllocAsync_ptsz(&pool_block, 256, 0));
+    OK(cuMemsetD8Async_ptsz(pool_block, 1, 256, 0));
+    OK(cuMemFreeAsync_ptsz(pool_block, 0));
+    OK(cuStreamSynchronize_ptsz(0));
+    OK(cuStreamQuery_ptsz(0));
+    /* now this thread's own stream holds work at a gate of its own */
+    OK(cuLaunchKernel_ptsz(check->gate, 1, 1, 1, 1, 1, 1, 0, 0, gate_args, NULL));
+    EXPECT_CODE(cuStreamQuery_ptsz(0), CUDA_ERROR_NOT_READY);
+    pthread_mutex_lock(&check->lock);
+    check->held = 1;
+    pthread_mutex_unlock(&check->lock);
+    OK(cuStreamSynchronize_ptsz(0)); /* until the main thread opens the gate */
+    return NULL;
+}
+
+static void driver_per_thread_stream(void) {
+    struct driver_per_thread_check check = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    CUdeviceptr a, legacy_block;
+    float value = 5.0f, back = 0.0f;
+    int gate, held = 0;
+    void *fn, *gate_args[] = {&gate};
+    CUdriverProcAddressQueryResult status;
+    pthread_t thread;
+    OK(cudaFree(NULL));
+    OK(cudaGetFuncBySymbol((cudaFunction_t *)&check.gate, (const void *)k_gate));
+    OK(cudaGetFuncBySymbol((cudaFunction_t *)&check.store, (const void *)k_store));
+    OK(cuMemAlloc(&a, sizeof(float)));
+    OK(cuMemAlloc(&check.scratch, sizeof(float)));
+    OK(cuMemAlloc(&legacy_block, sizeof(float)));
+
+    /* the main thread's own stream holds a copy behind gate 1 */
+    gate = next_gate();
+    OK(cuLaunchKernel_ptsz(check.gate, 1, 1, 1, 1, 1, 1, 0, 0, gate_args, NULL));
+    OK(cuMemcpyHtoDAsync_v2_ptsz(a, &value, sizeof value, 0));
+    EXPECT_CODE(cuStreamQuery_ptsz(0), CUDA_ERROR_NOT_READY);
+    EXPECT_CODE(cuStreamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY); /* the same stream */
+
+    /* the second thread's stream-0 work finishes meanwhile (else this fails after a minute) */
+    check.gate_number = next_gate();
+    OK(pthread_create(&thread, NULL, driver_per_thread_other, &check) == 0 ? cudaSuccess : cudaErrorUnknown);
+    double deadline = now_ms() + 60e3;
+    while (!held) {
+        if (now_ms() > deadline) {
+            fprintf(stderr, "driver_per_thread_stream: a thread's own stream waits for another's\n");
+            exit(1);
+        }
+        usleep(1000);
+        pthread_mutex_lock(&check.lock);
+        held = check.held;
+        pthread_mutex_unlock(&check.lock);
+    }
+    EXPECT_CODE(cuStreamQuery_ptsz(0), CUDA_ERROR_NOT_READY); /* gate 1 is still closed */
+
+    /* gate 1 opens: the main thread's own stream finishes while the other thread's holds */
+    open_gate();
+    OK(cuStreamSynchronize_ptsz(0));
+    OK(cuMemcpyDtoH_v2_ptds(&back, a, sizeof back));
+    EXPECT(back == 5.0f);
+    OK(cuMemsetD32_v2_ptds(a, 0, 1));
+    OK(cuMemcpyDtoH_v2_ptds(&back, a, sizeof back));
+    EXPECT(back == 0.0f);
+
+    /* the legacy stream (0 in the legacy functions, CU_STREAM_LEGACY in the variants) waits for
+     * every thread's own stream, so for gate 2 */
+    OK(cuMemsetD8Async(legacy_block, 0, sizeof(float), 0));
+    EXPECT_CODE(cuStreamQuery(0), CUDA_ERROR_NOT_READY);
+    EXPECT_CODE(cuStreamQuery_ptsz(CU_STREAM_LEGACY), CUDA_ERROR_NOT_READY);
+    OK(cuStreamQuery_ptsz(0)); /* which the main thread's own stream does not */
+    open_gate();
+    OK(cuStreamSynchronize(0));
+    pthread_join(thread, NULL);
+
+    /* cuGetProcAddress gives the variants with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+    OK(cuGetProcAddress("cuMemcpyHtoDAsync", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemcpyHtoDAsync_v2_ptsz && status == CU_GET_PROC_ADDRESS_SUCCESS);
+    OK(cuGetProcAddress("cuLaunchKernel", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuLaunchKernel_ptsz);
+    OK(cuGetProcAddress("cuMemcpyHtoD", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemcpyHtoD_v2_ptds);
+    OK(cuGetProcAddress("cuMemAllocAsync", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemAllocAsync_ptsz);
+    OK(cuGetProcAddress("cuLaunchKernel", &fn, 12090, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status));
+    EXPECT(fn == (void *)cuLaunchKernel);
+    OK(cuGetProcAddress("cuLaunchKernel", &fn, 12090, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    EXPECT(fn == (void *)cuLaunchKernel);
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemAlloc_v2); /* no variant: the legacy function */
+    OK(cuGetProcAddress("cuMemcpyHtoD", &fn, 6050, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemcpyHtoD_v2); /* the variants came with CUDA 7.0 */
+    /* and the variant it gives runs on the per-thread stream */
+    value = 8.0f;
+    OK(cuGetProcAddress("cuMemcpyHtoDAsync", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    OK(((CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))fn)(a, &value, sizeof value, 0));
+    OK(cuStreamSynchronize_ptsz(0));
+    EXPECT(read_float((const float *)(uintptr_t)a) == 8.0f);
+    OK(cuMemFree(a));
+    OK(cuMemFree(check.scratch));
+    OK(cuMemFree(legacy_block));
+    printf("driver_per_thread_stream ok\n");
+}
+
 /* Device queries agree between runtime and driver. */
 static void device_queries(void) {
     struct cudaDeviceProp prop;
@@ -673,8 +822,10 @@ static void proc_address(void) {
     EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     EXPECT_CODE(cuGetProcAddress("cuNoSuchFunction", &fn, 12090, 0, &status), CUDA_ERROR_NOT_FOUND);
     EXPECT(fn == NULL && status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    /* no per-thread variants on the shim: the legacy one for every flag */
+    /* the per-thread default stream variant with that flag, the legacy function otherwise */
     OK(cuGetProcAddress("cuMemcpyAsync", &fn, 12090, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+    EXPECT(fn == (void *)cuMemcpyAsync_ptsz);
+    OK(cuGetProcAddress("cuMemcpyAsync", &fn, 12090, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status));
     EXPECT(fn == (void *)cuMemcpyAsync);
     OK(cuGetProcAddress("cuEventElapsedTime", &fn, 12070, 0, &status));
     EXPECT(fn == (void *)cuEventElapsedTime);
@@ -1858,6 +2009,7 @@ static const struct {
     {"mapped_host", mapped_host},
     {"device_queries", device_queries},
     {"per_thread_stream", per_thread_stream},
+    {"driver_per_thread_stream", driver_per_thread_stream},
     {"proc_address", proc_address},
     {"copies_2d", copies_2d},
     {"launch_variants", launch_variants},
