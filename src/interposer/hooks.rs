@@ -742,4 +742,69 @@ hooks! {
     fn cuEventQuery(event: usize) => |_, run, _| run();
     fn cuEventDestroy_v2(event: usize) => |_, run, _| run();
     fn cuCtxSynchronize() => |_, run| run();
+
+    // The per-thread default stream variants (`--default-stream per-thread` driver code, and
+    // cuGetProcAddress with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM): stream 0 of a
+    // `_ptsz` function, and the implicit stream of a `_ptds` one, is the thread's own.
+    fn cuMemcpyHtoD_v2_ptds(dst: u64, src: *const c_void, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src as u64, count), H2D, per_thread(0), false);
+    fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: u64, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst as u64, src, count), D2H, per_thread(0), false);
+    fn cuMemcpyDtoD_v2_ptds(dst: u64, src: u64, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(0), false);
+    fn cuMemcpy_ptds(dst: u64, src: u64, count: usize) =>
+        |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src, count), CopyKind::Default, per_thread(0), false);
+    fn cuMemcpyPeer_ptds(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) =>
+        |rec, run, dst, _, src, _, count| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(0), false);
+    fn cuMemcpy2D_v2_ptds(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, per_thread(0), false);
+    fn cuMemcpy2DUnaligned_v2_ptds(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, per_thread(0), false);
+    fn cuMemsetD8_v2_ptds(dst: u64, value: u8, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n, per_thread(0), false);
+    fn cuMemsetD16_v2_ptds(dst: u64, value: u16, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n * 2, per_thread(0), false);
+    fn cuMemsetD32_v2_ptds(dst: u64, value: u32, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n * 4, per_thread(0), false);
+    fn cuMemsetD2D8_v2_ptds(dst: u64, pitch: usize, value: u8, width: usize, height: usize) =>
+        |rec, run, dst, _, _, w, h| on_set(rec, run, dst, w * h, per_thread(0), false);
+    fn cuMemsetD2D16_v2_ptds(dst: u64, pitch: usize, value: u16, width: usize, height: usize) =>
+        |rec, run, dst, _, _, w, h| on_set(rec, run, dst, w * h * 2, per_thread(0), false);
+    fn cuMemsetD2D32_v2_ptds(dst: u64, pitch: usize, value: u32, width: usize, height: usize) =>
+        |rec, run, dst, _, _, w, h| on_set(rec, run, dst, w * h * 4, per_thread(0), false);
+    fn cuMemcpyAsync_ptsz(dst: u64, src: u64, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src, count), CopyKind::Default, per_thread(stream), true);
+    fn cuMemcpyHtoDAsync_v2_ptsz(dst: u64, src: *const c_void, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src as u64, count), H2D, per_thread(stream), true);
+    fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: u64, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst as u64, src, count), D2H, per_thread(stream), true);
+    fn cuMemcpyDtoDAsync_v2_ptsz(dst: u64, src: u64, count: usize, stream: usize) =>
+        |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(stream), true);
+    fn cuMemcpyPeerAsync_ptsz(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize, stream: usize) =>
+        |rec, run, dst, _, src, _, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(stream), true);
+    fn cuMemcpy2DAsync_v2_ptsz(copy: *const Memcpy2D, stream: usize) =>
+        |rec, run, copy, stream| on_copy_2d(rec, run, copy, per_thread(stream), true);
+    fn cuMemsetD8Async_ptsz(dst: u64, value: u8, count: usize, stream: usize) =>
+        |rec, run, dst, _, n, stream| on_set(rec, run, dst, n, per_thread(stream), true);
+    fn cuMemsetD16Async_ptsz(dst: u64, value: u16, count: usize, stream: usize) =>
+        |rec, run, dst, _, n, stream| on_set(rec, run, dst, n * 2, per_thread(stream), true);
+    fn cuMemsetD32Async_ptsz(dst: u64, value: u32, count: usize, stream: usize) =>
+        |rec, run, dst, _, n, stream| on_set(rec, run, dst, n * 4, per_thread(stream), true);
+    fn cuMemsetD2D8Async_ptsz(dst: u64, pitch: usize, value: u8, width: usize, height: usize, stream: usize) =>
+        |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h, per_thread(stream), true);
+    fn cuMemsetD2D16Async_ptsz(dst: u64, pitch: usize, value: u16, width: usize, height: usize, stream: usize) =>
+        |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h * 2, per_thread(stream), true);
+    fn cuMemsetD2D32Async_ptsz(dst: u64, pitch: usize, value: u32, width: usize, height: usize, stream: usize) =>
+        |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h * 4, per_thread(stream), true);
+    fn cuMemAllocAsync_ptsz(ptr: *mut u64, size: usize, stream: usize) =>
+        |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, per_thread(stream));
+    fn cuMemAllocFromPoolAsync_ptsz(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
+        |rec, run, ptr, size, _, stream| on_unserved_alloc(rec, run, ptr, size, per_thread(stream));
+    fn cuMemFreeAsync_ptsz(ptr: u64, stream: usize) keeps ptr =>
+        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
+    fn cuStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) => |_, run, _, _, _| run();
+    fn cuStreamQuery_ptsz(stream: usize) => |_, run, _| run();
+    fn cuStreamSynchronize_ptsz(stream: usize) => |_, run, _| run();
+    fn cuEventRecord_ptsz(event: usize, stream: usize) => |_, run, _, _| run();
+    fn cuLaunchKernel_ptsz(function: usize, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32, block_y: u32, block_z: u32, shared: u32, stream: usize, params: *mut *mut c_void, extra: *mut *mut c_void) =>
+        |rec, run, function, _, _, _, _, _, _, _, stream, params, extra| on_launch(rec, run, KernelRef::Function(function), driver_args(params, extra), per_thread(stream));
+    fn cuLaunchKernelEx_ptsz(config: *const DriverLaunchConfig, function: usize, params: *mut *mut c_void, extra: *mut *mut c_void) =>
+        |rec, run, config, function, params, extra| on_launch(rec, run, KernelRef::Function(function), driver_args(params, extra), per_thread(config_stream(config, |c| c.stream) as usize));
+    fn cuLaunchCooperativeKernel_ptsz(function: usize, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32, block_y: u32, block_z: u32, shared: u32, stream: usize, params: *mut *mut c_void) =>
+        |rec, run, function, _, _, _, _, _, _, _, stream, params| on_launch(rec, run, KernelRef::Function(function), driver_args(params, std::ptr::null_mut()), per_thread(stream));
 }

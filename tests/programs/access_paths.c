@@ -13,6 +13,8 @@
  *   5  dlopen("libcudart.so.12") + dlsym           (runtime, as TensorFlow and cudarc load it)
  *   6  dlsym(RTLD_DEFAULT)                         (runtime)
  *   7  cudaMallocAsync / cudaFreeAsync, linked     (runtime, stream-ordered)
+ *   8  cuGetProcAddress_v2 with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: the per-thread
+ *      default stream variants (cuMemcpyHtoD_v2_ptds, cuLaunchKernel_ptsz, ...)  (driver)
  *
  * Every byte is checked after the kernel (which adds one to each byte). Prints the totals
  * (mallocs, frees, memcpys, memsets, launches) and a checksum of the data read back.
@@ -26,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PATHS 8
+#define PATHS 9
 #define MAX_BLOCKS ((1 << PATHS) - 1)
 #define MAX_BYTES (5 * 4096)
 
@@ -87,11 +89,19 @@ static void *must(void *pointer, const char *what) {
     return pointer;
 }
 
-static void *by_proc_address(const char *name, int version) {
+static void *by_proc_address_flags(const char *name, int version, cuuint64_t flags) {
     void *pfn = NULL;
     CUdriverProcAddressQueryResult status;
-    CHECK(cuGetProcAddress(name, &pfn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    CHECK(cuGetProcAddress(name, &pfn, version, flags, &status));
     return must(pfn, name);
+}
+
+static void *by_proc_address(const char *name, int version) {
+    return by_proc_address_flags(name, version, CU_GET_PROC_ADDRESS_DEFAULT);
+}
+
+static void *per_thread(const char *name) {
+    return by_proc_address_flags(name, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
 }
 
 static void *by_legacy_proc_address(LegacyGetProcAddress get, const char *name) {
@@ -178,6 +188,13 @@ int main(int argc, char **argv) {
                                   by_legacy_proc_address(legacy, "cuMemcpyDtoH"),
                                   by_legacy_proc_address(legacy, "cuMemsetD8"),
                                   by_legacy_proc_address(legacy, "cuLaunchKernel")};
+    struct driver_path threaded = {per_thread("cuMemAlloc"),   per_thread("cuMemFree"),
+                                   per_thread("cuMemcpyHtoD"), per_thread("cuMemcpyDtoH"),
+                                   per_thread("cuMemsetD8"),   per_thread("cuLaunchKernel")};
+    if ((void *)threaded.launch == (void *)proc.launch) {
+        fprintf(stderr, "access_paths: no per-thread variant of cuLaunchKernel was returned\n");
+        return 1;
+    }
     struct driver_path entry = {by_entry_point("cuMemAlloc"),   by_entry_point("cuMemFree"),
                                 by_entry_point("cuMemcpyHtoD"), by_entry_point("cuMemcpyDtoH"),
                                 by_entry_point("cuMemsetD8"),   by_entry_point("cuLaunchKernel")};
@@ -214,6 +231,7 @@ int main(int argc, char **argv) {
                                               : path == 2 ? (i % 2 ? &proc_11 : &proc)
                                               : path == 3 ? &entry
                                               : path == 4 ? &opened
+                                              : path == 8 ? &threaded
                                                           : NULL;
                 const struct runtime_path *r = path == 0   ? &plain
                                                : path == 5 ? &runtime_opened
