@@ -13,6 +13,7 @@
  */
 #define _DEFAULT_SOURCE
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
 #include <dlfcn.h>
@@ -792,6 +793,10 @@ static void device_queries(void) {
     EXPECT(version == CUDART_VERSION);
     OK(cudaDriverGetVersion(&version));
     EXPECT(version >= CUDART_VERSION);
+    /* no profiling tool: starting and stopping collection succeed and do nothing */
+    OK(cudaProfilerStart());
+    OK(cudaProfilerStop());
+    OK(cudaProfilerStop());
     printf("device=%s\n", prop.name);
 }
 

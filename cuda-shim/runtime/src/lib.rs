@@ -699,6 +699,16 @@ runtime_api! {
         unsafe { put(version, RUNTIME_VERSION) }
     }
 
+    /// Profile collection by the attached profiling tool: the shim has none, so (as on a GPU
+    /// without one) there is nothing to start or stop; the runtime is initialised as by any call.
+    fn cudaProfilerStart() {
+        context()
+    }
+
+    fn cudaProfilerStop() {
+        context()
+    }
+
     fn cudaDriverGetVersion(version: *mut i32) {
         // SAFETY: the driver checks the out-parameter.
         check(unsafe { cuDriverGetVersion(version) })
