@@ -547,6 +547,39 @@ macro_rules! hooks {
             None
         }
 
+        /// The hooks' bodies, under names the loader cannot interpose: itermem's own calls of a
+        /// hook (`pluggable.rs`) must reach this library's code even where the global scope's
+        /// definition of the name is the runtime's (a library loaded with `dlopen`).
+        pub(super) mod direct {
+            use super::*;
+            $(
+                /// # Safety
+                /// As the exported hook of the same name.
+                #[inline(always)]
+                #[allow(non_snake_case)] // CUDA's names
+                #[allow(clippy::too_many_arguments)] // CUDA's prototypes
+                pub(in super::super) unsafe fn $name($($arg: $ty),*) -> u32 {
+                    type Real = unsafe extern "C" fn($($ty),*) -> u32;
+                    // SAFETY: `Real` is this hook's own prototype, which the real function shares.
+                    let Some(real) = (unsafe { real_functions::$name.get::<Real>() }) else {
+                        return CUDA_ERROR_SYMBOL_NOT_FOUND;
+                    };
+                    let call = move || {
+                        $(if let Some(answer) = kept_by_itermem($kept as u64) {
+                            return answer;
+                        })?
+                        $(let $kind = copy_kind($kind);)?
+                        // SAFETY: forwards the application's arguments unchanged.
+                        unsafe { real($($arg),*) }
+                    };
+                    intercept(stringify!($name), call, |rec, call| {
+                        let observe: fn(&'static Recorder, Run, $($ty),*) -> u32 = $observer;
+                        observe(rec, &mut || call.run(), $($arg),*)
+                    })
+                }
+            )*
+        }
+
         $(
             $(#[$doc])*
             ///
@@ -555,23 +588,8 @@ macro_rules! hooks {
             #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case)] // CUDA's names
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
-                type Real = unsafe extern "C" fn($($ty),*) -> u32;
-                // SAFETY: `Real` is this hook's own prototype, which the real function shares.
-                let Some(real) = (unsafe { real_functions::$name.get::<Real>() }) else {
-                    return CUDA_ERROR_SYMBOL_NOT_FOUND;
-                };
-                let call = move || {
-                    $(if let Some(answer) = kept_by_itermem($kept as u64) {
-                        return answer;
-                    })?
-                    $(let $kind = copy_kind($kind);)?
-                    // SAFETY: forwards the application's arguments unchanged.
-                    unsafe { real($($arg),*) }
-                };
-                intercept(stringify!($name), call, |rec, call| {
-                    let observe: fn(&'static Recorder, Run, $($ty),*) -> u32 = $observer;
-                    observe(rec, &mut || call.run(), $($arg),*)
-                })
+                // SAFETY: the application's arguments, as the hook's body requires.
+                unsafe { direct::$name($($arg),*) }
             }
         )*
     };

@@ -17,6 +17,7 @@ mod driver;
 mod ending;
 pub mod hooks;
 mod live;
+pub mod pluggable;
 mod pool;
 mod real;
 mod recorder;
