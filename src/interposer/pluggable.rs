@@ -7,8 +7,8 @@
 //! (called by its internal name: the exported one is the runtime's in a `dlopen`ed library), so
 //! recording, iteration detection, pool mode and swap mode work as under `LD_PRELOAD`. Loaded
 //! with `dlopen`, the library interposes nothing else: the program's other CUDA calls are not
-//! seen (a launch does not name the blocks it touches, so swap mode brings every tensor back
-//! before its free, not before its use).
+//! seen (with no launches or copies in the log, swap mode has no use of a tensor to plan swaps
+//! around and serves the pool alone).
 
 use super::hooks::direct::{cudaFreeAsync, cudaMallocAsync};
 use super::real::RealFn;
