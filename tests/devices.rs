@@ -4,7 +4,10 @@
 
 mod support;
 
-use support::{program, read_json, run_ok, run_under_itermem, scratch, stdout_ok, trace_info};
+use std::process::Command;
+use support::{
+    itermem, program, read_json, run_ok, run_under_itermem, scratch, stdout_ok, trace_info,
+};
 
 const ENV: [(&str, &str); 4] = [
     ("CUDA_SHIM_DEVICES", "2"),
@@ -44,6 +47,44 @@ fn a_data_parallel_program_is_recorded_and_detected_per_device() {
         assert_eq!(device["period_events"], PERIOD, "{device:#}");
         assert!(device["iterations"].as_u64().unwrap() >= 25, "{device:#}");
     }
+    // One device's events alone, as every reader takes them with --from-device.
+    let output = Command::new(itermem())
+        .args(["trace", "info", "--json", "--from-device", "1"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let one: serde_json::Value = serde_json::from_str(&stdout_ok(&output)).unwrap();
+    assert_eq!(one["events"]["malloc"], 1 + 30 * 4, "{one:#}");
+    assert_eq!(one["period_events"], PERIOD, "{one:#}");
+    let output = Command::new(itermem())
+        .args([
+            "trace",
+            "export",
+            "--format",
+            "dsa-csv",
+            "--from-device",
+            "1",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    // The header, the device's weights (live throughout) and one iteration's four temporaries.
+    assert_eq!(stdout_ok(&output).lines().count(), 1 + 1 + 4);
+    let output = Command::new(itermem())
+        .args(["trace", "info", "--from-device", "7"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no event of that device"));
+    // The op-level reader takes one device's iteration too: 6 ops (the 2 gathering copies
+    // and 4 launches) over 5 tensors.
+    let output = Command::new(itermem())
+        .args(["plan", "--from-device", "1", "--limit", "90%"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(stdout_ok(&output).contains("(6 ops, 5 tensors)"));
     std::fs::remove_file(&trace).unwrap();
 }
 

@@ -82,14 +82,19 @@ pub struct InputArgs {
         value_parser = parse_max_decompressed
     )]
     pub max_decompressed: u64,
+    /// The device to read from a recording of several (an itermem trace's device ordinal, a
+    /// snapshot's device index, a profiler trace's Device Id); by default the one with the most
+    /// allocations.
+    #[arg(id = "from_device", long = "from-device", value_name = "N")]
+    pub device: Option<u32>,
 }
 
 impl InputArgs {
-    /// The importers' options with this limit.
+    /// The importers' options with this limit and device.
     pub fn import_options(&self) -> import::ImportOptions {
         import::ImportOptions {
             max_decompressed: self.max_decompressed,
-            ..import::ImportOptions::default()
+            device: self.device,
         }
     }
 }

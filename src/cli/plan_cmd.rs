@@ -260,6 +260,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         cost,
         window: timings.as_ref().map(|t| (t.window[0], t.window[1])),
         max_decompressed: args.input.max_decompressed,
+        device: args.input.device,
     };
     let trace = ops::load_with(&args.trace, &options)?.trace;
     if let Some(inputs) = timings {

@@ -144,6 +144,8 @@ fn open(path: &Path, input: &InputArgs) -> anyhow::Result<(TraceFile, Option<Str
 /// A checked trace: the file and the analysis of all its events.
 struct Loaded {
     file: TraceFile,
+    /// The device `--from-device` chose (`analysis` and exports are of its events alone).
+    device: Option<u32>,
     /// Each device's own summary, by ordinal (one entry for a single-device program).
     devices: Vec<DeviceInfoJson>,
     /// The size of the file on disk (for an imported file, not of its conversion).
@@ -194,13 +196,27 @@ fn load(path: &Path, detect: &DetectArgs, input: &InputArgs) -> anyhow::Result<L
         .iter()
         .map(|(device, a)| DeviceInfoJson::new(*device, a))
         .collect();
-    let analysis = match analyses.len() {
-        0 => analysis::Analyzer::new().finish(&config)?,
-        1 => analyses.pop().expect("one analysis").1,
-        _ => with_events(&file, |events| Ok(analysis::analyze(events, &config)))??,
+    let analysis = match (input.device, analyses.len()) {
+        (Some(device), _) => {
+            let found = analyses.iter().position(|(d, _)| *d == device);
+            let Some(found) = found else {
+                let available: Vec<u32> = analyses.iter().map(|(d, _)| *d).collect();
+                return Err(BadInput(format!(
+                    "{}: --from-device {device}: the trace has no event of that device \
+                     (devices: {available:?})",
+                    path.display()
+                ))
+                .into());
+            };
+            analyses.swap_remove(found).1
+        }
+        (None, 0) => analysis::Analyzer::new().finish(&config)?,
+        (None, 1) => analyses.pop().expect("one analysis").1,
+        (None, _) => with_events(&file, None, |events| Ok(analysis::analyze(events, &config)))??,
     };
     Ok(Loaded {
         file,
+        device: input.device,
         devices,
         file_bytes,
         converted_from,
@@ -214,31 +230,41 @@ fn load(path: &Path, detect: &DetectArgs, input: &InputArgs) -> anyhow::Result<L
 struct UntilError<'a> {
     events: Events<'a>,
     error: Option<TraceError>,
+    /// Only this device's events (and the kernel names, which are every device's).
+    device: Option<u32>,
 }
 
 impl Iterator for UntilError<'_> {
     type Item = Event;
 
     fn next(&mut self) -> Option<Event> {
-        match self.events.next()? {
-            Ok(event) => Some(event),
-            Err(err) => {
-                self.error = Some(err);
-                None
+        loop {
+            match self.events.next()? {
+                Ok(event) if self.device.is_none_or(|d| d == event.device) => return Some(event),
+                Ok(event) if matches!(event.kind, EventKind::KernelName { .. }) => {
+                    return Some(event);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    self.error = Some(err);
+                    return None;
+                }
             }
         }
     }
 }
 
-/// Runs `write` over the events of `file`; a decoding error (only possible if the file changed
-/// since the first pass) is returned after it.
+/// Runs `write` over the events of `file` (of `device` only, when given); a decoding error
+/// (only possible if the file changed since the first pass) is returned after it.
 fn with_events<T>(
     file: &TraceFile,
+    device: Option<u32>,
     write: impl FnOnce(&mut UntilError<'_>) -> io::Result<T>,
 ) -> anyhow::Result<T> {
     let mut events = UntilError {
         events: file.events(),
         error: None,
+        device,
     };
     let result = write(&mut events);
     if let Some(err) = events.error.filter(|err| !err.is_cut()) {
@@ -556,8 +582,10 @@ fn export(args: &ExportArgs) -> anyhow::Result<()> {
     };
     let file = &loaded.file;
     match args.format {
-        Format::Csv => with_events(file, |events| export::write_csv(events, &mut out)),
-        Format::Chrome => with_events(file, |events| {
+        Format::Csv => with_events(file, loaded.device, |events| {
+            export::write_csv(events, &mut out)
+        }),
+        Format::Chrome => with_events(file, loaded.device, |events| {
             export::write_chrome(file.header(), events, &mut out)
         }),
         Format::DsaCsv => {
@@ -605,7 +633,7 @@ fn dsa_buffers(
             })?,
         },
     };
-    with_events(&loaded.file, |events| {
+    with_events(&loaded.file, loaded.device, |events| {
         Ok(analysis::iteration_buffers(events, start, it.period_events))
     })
 }

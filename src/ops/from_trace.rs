@@ -61,7 +61,46 @@ pub(super) fn parse(
             Err(err) => return Err(OpsError::file(path, Problem::Trace(Box::new(err)))),
         }
     }
+    let events = one_device(path, events, options.device)?;
     from_events(path, &events, options)
+}
+
+/// The events of one device (each device runs its own iteration; kernel names are every
+/// device's): `requested`, or the device with the most allocations (the lowest on ties).
+fn one_device(
+    path: &Path,
+    events: Vec<Event>,
+    requested: Option<u32>,
+) -> Result<Vec<Event>, OpsError> {
+    let mut mallocs: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for event in &events {
+        if matches!(event.kind, EventKind::Malloc { .. }) {
+            *mallocs.entry(event.device).or_default() += 1;
+        }
+    }
+    let device = match requested {
+        Some(device) if mallocs.contains_key(&device) => device,
+        Some(device) => {
+            let available: Vec<u32> = mallocs.keys().copied().collect();
+            return Err(OpsError::file(
+                path,
+                Problem::NoOps(format!(
+                    "no allocation on device {device} (devices with allocations: {available:?})"
+                )),
+            ));
+        }
+        None if mallocs.len() <= 1 => return Ok(events),
+        None => {
+            let busiest = mallocs
+                .iter()
+                .max_by_key(|&(d, n)| (*n, std::cmp::Reverse(*d)));
+            *busiest.expect("several devices").0
+        }
+    };
+    Ok(events
+        .into_iter()
+        .filter(|e| e.device == device || matches!(e.kind, EventKind::KernelName { .. }))
+        .collect())
 }
 
 /// Converts recorded events (as read from an itermem trace named `name`) into one iteration of

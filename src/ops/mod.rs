@@ -323,6 +323,9 @@ pub struct LoadOptions {
     /// The most bytes a gzip-compressed file may decompress to (a guard against gzip bombs,
     /// as in [`crate::import`]; the CLI's `--max-decompressed`); plain files are not limited.
     pub max_decompressed: u64,
+    /// itermem traces of several devices: the device whose iteration to take (None: the one
+    /// with the most allocations, as [`crate::import`] chooses).
+    pub device: Option<u32>,
 }
 
 impl Default for LoadOptions {
@@ -331,6 +334,7 @@ impl Default for LoadOptions {
             cost: CostModel::default(),
             window: None,
             max_decompressed: crate::content::DEFAULT_MAX_DECOMPRESSED,
+            device: None,
         }
     }
 }
