@@ -111,23 +111,20 @@ pub fn ensure_context() {
     if DONE.with(|done| done.replace(true)) {
         return;
     }
+    if current_context() != 0 {
+        return;
+    }
     let d = driver();
-    let (Some(get_current), Some(init), Some(retain), Some(set_current)) = (
-        d.ctx_get_current,
-        d.init,
-        d.primary_ctx_retain,
-        d.ctx_set_current,
-    ) else {
+    let (Some(init), Some(retain), Some(set_current)) =
+        (d.init, d.primary_ctx_retain, d.ctx_set_current)
+    else {
         return;
     };
     let mut context = 0usize;
-    // SAFETY: valid out-parameters and the prototypes of cuCtxGetCurrent, cuInit,
-    // cuDevicePrimaryCtxRetain and cuCtxSetCurrent; device 0 exists wherever CUDA works. The
-    // retained reference is kept for the life of the process, as the runtime keeps its own.
+    // SAFETY: a valid out-parameter and the prototypes of cuInit, cuDevicePrimaryCtxRetain and
+    // cuCtxSetCurrent; device 0 exists wherever CUDA works. The retained reference is kept for
+    // the life of the process, as the runtime keeps its own.
     unsafe {
-        if get_current(&mut context) == SUCCESS && context != 0 {
-            return;
-        }
         if init(0) == SUCCESS && retain(&mut context, 0) == SUCCESS {
             set_current(context);
         }

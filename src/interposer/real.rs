@@ -66,11 +66,7 @@ impl RealFn {
     /// Looks the symbol up (the first call only), reporting a miss once.
     #[cold]
     fn resolve(&self) -> *mut c_void {
-        // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
-        let mut found = unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
-        if found.is_null() {
-            found = definition_in_loaded_objects(self.name);
-        }
+        let found = next_definition(self.name);
         let ptr = if found.is_null() {
             super::report(format_args!(
                 "{} not found in the CUDA libraries; the call fails",
@@ -82,6 +78,18 @@ impl RealFn {
         };
         self.ptr.store(ptr, Ordering::Relaxed);
         ptr
+    }
+}
+
+/// The definition of `name` the application would have reached without itermem: the next one
+/// in the global scope, else one in the loaded objects (module doc); null if none.
+fn next_definition(name: &CStr) -> *mut c_void {
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
+    let found = unsafe { real_dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if found.is_null() {
+        definition_in_loaded_objects(name)
+    } else {
+        found
     }
 }
 
@@ -128,9 +136,7 @@ impl RealFn {
         if !ptr.is_null() {
             return ptr != MISSING;
         }
-        // SAFETY: `name` is NUL-terminated; RTLD_NEXT searches the objects after ours.
-        let found = unsafe { real_dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
-        !found.is_null() || !definition_in_loaded_objects(self.name).is_null()
+        !next_definition(self.name).is_null()
     }
 
     /// The real function's address if it exists (resolved as [`RealFn::get`] does).

@@ -42,7 +42,7 @@ use super::{
 use crate::analysis::token;
 use crate::detect::{self, DetectorConfig};
 use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId};
-use crate::import::choose_iteration;
+use crate::import::{DeviceSummary, ImportOptions, choose_device, choose_iteration};
 use crate::trace::TraceFile;
 
 pub(super) fn parse(
@@ -66,40 +66,41 @@ pub(super) fn parse(
 }
 
 /// The events of one device (each device runs its own iteration; kernel names are every
-/// device's): `requested`, or the device with the most allocations (the lowest on ties).
+/// device's), chosen as the importers choose one ([`crate::import::choose_device`]).
 fn one_device(
     path: &Path,
     events: Vec<Event>,
     requested: Option<u32>,
 ) -> Result<Vec<Event>, OpsError> {
-    let mut mallocs: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    let mut devices: Vec<DeviceSummary> = Vec::new();
     for event in &events {
-        if matches!(event.kind, EventKind::Malloc { .. }) {
-            *mallocs.entry(event.device).or_default() += 1;
+        let (allocs, frees) = match event.kind {
+            EventKind::Malloc { .. } => (1, 0),
+            EventKind::Free { .. } => (0, 1),
+            _ => continue,
+        };
+        match devices.iter_mut().find(|d| d.device == event.device) {
+            Some(d) => (d.allocs, d.frees) = (d.allocs + allocs, d.frees + frees),
+            None => devices.push(DeviceSummary {
+                device: event.device,
+                allocs,
+                frees,
+            }),
         }
     }
-    let device = match requested {
-        Some(device) if mallocs.contains_key(&device) => device,
-        Some(device) => {
-            let available: Vec<u32> = mallocs.keys().copied().collect();
-            return Err(OpsError::file(
-                path,
-                Problem::NoOps(format!(
-                    "no allocation on device {device} (devices with allocations: {available:?})"
-                )),
-            ));
-        }
-        None if mallocs.len() <= 1 => return Ok(events),
-        None => {
-            let busiest = mallocs
-                .iter()
-                .max_by_key(|&(d, n)| (*n, std::cmp::Reverse(*d)));
-            *busiest.expect("several devices").0
-        }
+    devices.sort_by_key(|d| d.device);
+    if requested.is_none() && devices.len() <= 1 {
+        return Ok(events);
+    }
+    let options = ImportOptions {
+        device: requested,
+        ..ImportOptions::default()
     };
+    let device = choose_device(path, &devices, &options)
+        .map_err(|err| OpsError::file(path, Problem::NoOps(err.problem().to_string())))?;
     Ok(events
         .into_iter()
-        .filter(|e| e.device == device || matches!(e.kind, EventKind::KernelName { .. }))
+        .filter(|e| Some(e.device) == device || matches!(e.kind, EventKind::KernelName { .. }))
         .collect())
 }
 
