@@ -84,7 +84,7 @@ pub struct InputArgs {
     pub max_decompressed: u64,
     /// The device to read from a recording of several (an itermem trace's device ordinal, a
     /// snapshot's device index, a profiler trace's Device Id); by default the one with the most
-    /// allocations.
+    /// allocations and frees (`trace info` and `trace export`: every device).
     #[arg(id = "from_device", long = "from-device", value_name = "N")]
     pub device: Option<u32>,
 }

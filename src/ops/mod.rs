@@ -324,7 +324,7 @@ pub struct LoadOptions {
     /// as in [`crate::import`]; the CLI's `--max-decompressed`); plain files are not limited.
     pub max_decompressed: u64,
     /// itermem traces of several devices: the device whose iteration to take (None: the one
-    /// with the most allocations, as [`crate::import`] chooses).
+    /// with the most allocations and frees, as [`crate::import`] chooses).
     pub device: Option<u32>,
 }
 
