@@ -216,12 +216,17 @@ impl Devices {
 /// The device of the calling thread's current context, which its CUDA calls act on; 0 when no
 /// context is current (the runtime then makes device 0's current at the call). On a machine
 /// with one device, nothing to ask once that is known; otherwise one driver call
-/// (`cuCtxGetCurrent`) per event, the context's device remembered per thread.
+/// (`cuCtxGetCurrent`) per event, the context's device remembered per thread. Inlined: every
+/// hooked call asks, and on one device the answer is one load.
+#[inline]
 pub fn current_device() -> u32 {
+    if single_device() { 0 } else { context_device() }
+}
+
+/// [`current_device`] on a machine with several devices (or before the driver said how many).
+#[inline(never)]
+fn context_device() -> u32 {
     thread_local!(static LAST: Cell<(usize, u32)> = const { Cell::new((0, 0)) });
-    if single_device() {
-        return 0;
-    }
     let context = cuda::current_context();
     if context == 0 {
         return 0;
@@ -237,26 +242,36 @@ pub fn current_device() -> u32 {
     })
 }
 
+/// How many devices the machine has, as far as known: [`UNKNOWN`] until the driver is
+/// initialised and says so.
+static DEVICE_COUNT: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const ONE: u8 = 1;
+const SEVERAL: u8 = 2;
+
 /// Whether the machine has exactly one device (known once the driver is initialised and says
 /// so; until then, not assumed).
+#[inline]
 fn single_device() -> bool {
-    const UNKNOWN: u8 = 0;
-    const ONE: u8 = 1;
-    const SEVERAL: u8 = 2;
-    static DEVICES: AtomicU8 = AtomicU8::new(UNKNOWN);
-    match DEVICES.load(Relaxed) {
+    match DEVICE_COUNT.load(Relaxed) {
         ONE => true,
         SEVERAL => false,
-        _ => match cuda::device_count() {
-            Some(1) => {
-                DEVICES.store(ONE, Relaxed);
-                true
-            }
-            Some(_) => {
-                DEVICES.store(SEVERAL, Relaxed);
-                false
-            }
-            None => false,
-        },
+        _ => count_devices(),
+    }
+}
+
+/// [`single_device`] until the driver has said how many devices there are.
+#[cold]
+fn count_devices() -> bool {
+    match cuda::device_count() {
+        Some(1) => {
+            DEVICE_COUNT.store(ONE, Relaxed);
+            true
+        }
+        Some(_) => {
+            DEVICE_COUNT.store(SEVERAL, Relaxed);
+            false
+        }
+        None => false,
     }
 }

@@ -11,6 +11,7 @@
 //! The state is created at the first hooked call from the `ITERMEM_*` environment. However the
 //! process ends, the trace is flushed and the statistics written (`ending.rs`).
 
+mod clock;
 mod cnmem;
 mod device;
 mod driver;
@@ -224,11 +225,18 @@ pub fn library_beside(exe: &Path) -> PathBuf {
 /// (`cudaSuccess`, or `cudaErrorInvalidValue` for an interior pointer or a double free, as real
 /// CUDA) and its memory stays with itermem until exit. One relaxed load while itermem works
 /// normally (its own hooks never forward such a free).
-#[inline]
+#[inline(always)]
 pub fn kept_by_itermem(addr: u64) -> Option<u32> {
     if ACTIVE.load(Ordering::Relaxed) {
-        return None;
+        None
+    } else {
+        kept_after_error(addr)
     }
+}
+
+/// [`kept_by_itermem`] after an internal error.
+#[cold]
+fn kept_after_error(addr: u64) -> Option<u32> {
     let Some(Some(recorder)) = STATE.get() else {
         return None;
     };

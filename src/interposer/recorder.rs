@@ -11,10 +11,11 @@
 //! so an address the runtime reuses at once for another thread's malloc is never confused with
 //! the block being freed.
 
+use super::clock::Clock;
 use super::cnmem::CnmemStats;
 use super::device::{DeviceState, Devices, Sequencer};
 use super::live::{Block, LiveIndex};
-use super::pool::PoolStats;
+use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, function_layout, kernel_layout, range_start};
 use super::swap::{Capture, Prepared, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
@@ -23,13 +24,12 @@ use crate::detect::Change;
 use crate::event::AllocId;
 use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
 use crate::trace::{TraceHeader, TraceWriter};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
 
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
 /// hooks' cost low (a hand-over costs about as much as the rest of a hook).
@@ -100,7 +100,7 @@ pub struct Recorder {
     pub config: Config,
     /// The process that started recording (a forked child inherits this value).
     pub pid: u32,
-    start: Instant,
+    clock: Clock,
     next_id: AtomicU64,
     live: RwLock<LiveIndex>,
     /// Kernels by host function address (key `(false, address)`) and by driver handle
@@ -120,7 +120,7 @@ impl Recorder {
         Recorder {
             config,
             pid: std::process::id(),
-            start: Instant::now(),
+            clock: Clock::start(),
             next_id: AtomicU64::new(1),
             live: RwLock::new(LiveIndex::default()),
             kernels: RwLock::new(FxHashMap::default()),
@@ -159,6 +159,9 @@ impl Recorder {
     /// Pool and cnmem modes: the address for a `cudaMalloc` of `size` from itermem's own
     /// allocator, with the id its allocation gets, or None (the real allocator serves it).
     pub fn served_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
+        if !self.allocating() {
+            return None;
+        }
         let dev = self.device(device);
         if let Some(cnmem) = &dev.cnmem {
             let addr = cnmem.lock().malloc(size)?;
@@ -593,6 +596,7 @@ impl Recorder {
     /// same tokens `itermem trace info` computes offline) and the trace; returns the index.
     /// `malloc_index` is the index of the Malloc event of a Free's block.
     /// `(pinned, words)`: what [`Sequencer::count`] counts the event as.
+    #[inline(always)]
     fn emit(
         &self,
         dev: &DeviceState,
@@ -642,9 +646,17 @@ impl Recorder {
     }
 
     /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
-    /// mode times the next iteration first, and plans once it is captured.
+    /// mode times the next iteration first, and plans once it is captured. Inlined: at every
+    /// event, and in record mode there is nothing to do.
+    #[inline]
     fn period_changed(&self, dev: &DeviceState, change: Change) {
-        let Some(pool) = &dev.pool else { return };
+        if let Some(pool) = &dev.pool {
+            Self::pool_follows(dev, pool, change);
+        }
+    }
+
+    /// [`Recorder::period_changed`] with a pool.
+    fn pool_follows(dev: &DeviceState, pool: &Mutex<PoolState>, change: Change) {
         if dev.capture_done.swap(false, Relaxed)
             && let Some(capture) = dev.captured.lock().take()
         {
@@ -694,7 +706,7 @@ impl Recorder {
     /// writer at once: before any event of any device that could refer to it.
     fn emit_metadata(&self, kind: EventKind) {
         if let Some(writer) = self.trace_writer() {
-            let time_ns = self.start.elapsed().as_nanos() as u64;
+            let time_ns = self.clock.elapsed_ns();
             writer.record_batch(vec![Event::new(time_ns, kind)]);
         }
     }
@@ -705,7 +717,7 @@ impl Recorder {
         let Some(writer) = self.trace_writer() else {
             return;
         };
-        let time_ns = self.start.elapsed().as_nanos() as u64;
+        let time_ns = self.clock.elapsed_ns();
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
@@ -731,7 +743,7 @@ impl Recorder {
                 let path = self.config.trace.as_ref()?;
                 let (name, memory) = super::real::device_identity();
                 let mut header = TraceHeader::for_this_process(name, memory);
-                let since_start = self.start.elapsed().as_nanos() as u64;
+                let since_start = self.clock.elapsed_ns();
                 header.start_unix_ns = header.start_unix_ns.saturating_sub(since_start);
                 match TraceWriter::with_capacity(path, header, TRACE_BATCHES_IN_FLIGHT) {
                     Ok(writer) => Some(writer),
