@@ -537,3 +537,32 @@ fn cnmem_mode_gives_back_empty_regions_when_the_device_is_full() {
     );
     std::fs::remove_file(stats).unwrap();
 }
+
+/// An allocation cnmem mode does not serve (managed memory) finds the device full of cnmem's
+/// regions: as with real cnmem, which knows nothing of it, the regions stay and the program
+/// gets the device's answer unchanged (issue 10: cnmem mode does what real cnmem does; pool
+/// mode gives its idle memory back and retries, `tests/pool.rs`). Without itermem it fits.
+#[test]
+fn cnmem_mode_keeps_its_regions_for_an_allocation_it_does_not_serve() {
+    let program = support::program("after_the_loop");
+    let args = [program.to_str().unwrap(), "40", "6291456", "managed"];
+    let device = [("CUDA_SHIM_DEVICE_MEMORY", "8388608")];
+    let plain = support::run_ok(&program, &args[1..], &device);
+    assert!(plain.contains("big ok"), "{plain}");
+    let stats = support::scratch("cnmem-unserved.json");
+    let output = support::run_under_itermem(
+        &["--mode", "cnmem", "--stats", stats.to_str().unwrap()],
+        &args,
+        &device,
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cudaMallocManaged") && stderr.contains("cudaErrorMemoryAllocation"),
+        "{stderr}"
+    );
+    let cnmem = &support::read_json(&stats)["cnmem"];
+    assert_eq!(cnmem["regions_released"], 0, "{cnmem}");
+    assert_eq!(cnmem["reserved_bytes"], 3 << 20, "{cnmem}");
+    std::fs::remove_file(stats).unwrap();
+}

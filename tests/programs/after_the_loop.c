@@ -2,9 +2,10 @@
  * after_the_loop.c — a training loop, then one large allocation that fits on the device only if
  * nothing else holds memory: as an evaluation pass or a checkpoint after training does. Each
  * iteration allocates a 1 MiB and a 2 MiB block, fills them, copies one into the other, reads it
- * back and frees both. Then it allocates BIG bytes (command line), fills it and checks it.
+ * back and frees both. Then it allocates BIG bytes (command line), fills it and checks it; with
+ * `managed`, as managed memory (an allocation no itermem allocator serves).
  *
- * Usage: after_the_loop ITERS BIG. Prints "loop ok" and "big ok", or the failing call.
+ * Usage: after_the_loop ITERS BIG [managed]. Prints "loop ok" and "big ok", or the failing call.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -36,8 +37,8 @@ static void fill_and_check(unsigned char *device, size_t bytes, unsigned char se
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: after_the_loop ITERS BIG\n");
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "managed") == 0)) {
+        fprintf(stderr, "usage: after_the_loop ITERS BIG [managed]\n");
         return 2;
     }
     int iters = atoi(argv[1]);
@@ -54,7 +55,11 @@ int main(int argc, char **argv) {
     }
     printf("loop ok\n");
     unsigned char *block;
-    CHECK(cudaMalloc((void **)&block, big));
+    if (argc == 4) {
+        CHECK(cudaMallocManaged((void **)&block, big, cudaMemAttachGlobal));
+    } else {
+        CHECK(cudaMalloc((void **)&block, big));
+    }
     fill_and_check(block, big, 7);
     CHECK(cudaFree(block));
     printf("big ok\n");
