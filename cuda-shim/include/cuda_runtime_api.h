@@ -193,6 +193,16 @@ typedef struct CUfunc_st *cudaFunction_t;
 #define cudaEventInterprocess 0x04
 #define cudaEventWaitDefault 0x00
 #define cudaMemAttachGlobal 0x01
+#define cudaDeviceScheduleAuto 0x00
+#define cudaDeviceScheduleSpin 0x01
+#define cudaDeviceScheduleYield 0x02
+#define cudaDeviceScheduleBlockingSync 0x04
+#define cudaDeviceBlockingSync 0x04
+#define cudaDeviceScheduleMask 0x07
+#define cudaDeviceMapHost 0x08
+#define cudaDeviceLmemResizeToMax 0x10
+#define cudaDeviceSyncMemops 0x80
+#define cudaDeviceMask 0xff
 #define cudaMemAttachHost 0x02
 #define cudaMemAttachSingle 0x04
 
@@ -679,6 +689,9 @@ extern cudaError_t CUDARTAPI cudaGraphDebugDotPrint(cudaGraph_t graph, const cha
 extern cudaError_t CUDARTAPI cudaDeviceSynchronize(void);
 extern cudaError_t CUDARTAPI cudaGetDevice(int *device);
 extern cudaError_t CUDARTAPI cudaSetDevice(int device);
+extern cudaError_t CUDARTAPI cudaSetDeviceFlags(unsigned int flags);
+extern cudaError_t CUDARTAPI cudaGetDeviceFlags(unsigned int *flags);
+extern cudaError_t CUDARTAPI cudaDeviceReset(void);
 extern cudaError_t CUDARTAPI cudaGetDeviceCount(int *count);
 #define cudaGetDeviceProperties cudaGetDeviceProperties_v2
 extern cudaError_t CUDARTAPI cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);

@@ -30,7 +30,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -150,6 +150,10 @@ pub struct Device {
     jitter: Mutex<HashMap<u64, u64>>,
     /// The default memory pool's state.
     pub pool: Mutex<Pool>,
+    /// Live device blocks and page-locked ranges made in a context created with `cuCtxCreate`:
+    /// start → that context's handle (what its destruction frees, and a primary context's reset
+    /// leaves alone). Everything else of the device belongs to its primary context.
+    owners: Mutex<HashMap<usize, usize>>,
 }
 
 thread_local! {
@@ -157,8 +161,10 @@ thread_local! {
     static IN_KERNEL: Cell<bool> = const { Cell::new(false) };
     /// Fault raised by the running kernel body.
     static RAISED: Cell<u32> = const { Cell::new(0) };
-    /// This thread's stack of current contexts (ordinals), the current one last.
-    static CURRENT: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// This thread's stack of current contexts, the current one last. A context destroyed
+    /// while current to another thread stays on that thread's stack (and is reported as
+    /// destroyed there), so the stack holds the contexts themselves, which are never freed.
+    static CURRENT: RefCell<Vec<&'static Context>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Executor for Device {
@@ -320,6 +326,7 @@ impl Device {
 
     pub(crate) fn finish_free(&self, addr: usize) {
         self.pending_frees.lock().remove(&addr);
+        self.owners.lock().remove(&addr);
         self.pool_release(addr);
         // Validated at submission and guarded by `pending_frees`, so this cannot fail.
         let _ = self.memory.free(addr, &self.stats);
@@ -430,6 +437,8 @@ pub fn raise_device_error(code: u32) -> CuResult<()> {
 pub struct Event {
     flags: u32,
     context: usize,
+    /// The handle of the context that made it: its reset or destruction destroys the event.
+    owner: usize,
     /// Shared by an event and the events opened from its IPC handle.
     recorded: Arc<Mutex<Option<Arc<Marker>>>>,
 }
@@ -438,11 +447,20 @@ pub const EVENT_DISABLE_TIMING: u32 = 0x2;
 const EVENT_FLAGS: u32 = 0x7;
 const EVENT_INTERPROCESS: u32 = 0x4;
 
-/// The primary context of one device, with its streams.
+/// A context of one device, with its streams: the device's primary context, or one made with
+/// `cuCtxCreate`, which shares the device's memory, fault state and peer access (see
+/// [`Driver::create_context`]).
 pub struct Context {
     pub ordinal: usize,
     pub device: &'static Device,
     pub streams: Streams<Device>,
+    /// Whether this is the device's primary context.
+    pub primary: bool,
+    /// `CU_CTX_*` flags (`cuCtxGetFlags`; for a primary context, `cuDevicePrimaryCtxSetFlags`).
+    flags: AtomicU32,
+    /// Set by `cuCtxDestroy`: a thread where it is still current gets
+    /// `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
+    destroyed: AtomicBool,
 }
 
 /// Every device, with what is shared between them.
@@ -450,6 +468,9 @@ pub struct Driver {
     pub config: Config,
     /// Primary contexts, by device ordinal. Never resized: a context's address is its handle.
     pub contexts: Vec<Context>,
+    /// Live contexts made with `cuCtxCreate` (leaked boxes: a context is never freed, so a
+    /// handle stays a valid address after `cuCtxDestroy`).
+    created: Mutex<Vec<&'static Context>>,
     pub pinned: PinnedMemory,
     pub vmm: VirtualMemory,
     pub functions: Functions,
@@ -522,17 +543,23 @@ pub fn driver() -> CuResult<&'static Driver> {
     DRIVER.get().ok_or(NOT_INITIALIZED)
 }
 
-/// The ordinal of the calling thread's current context, if any.
-fn current_ordinal() -> Option<usize> {
+/// The calling thread's current context, if any (possibly destroyed).
+fn current_context() -> Option<&'static Context> {
     CURRENT.with(|stack| stack.borrow().last().copied())
+}
+
+/// The ordinal of the device of the calling thread's current context, if any.
+fn current_ordinal() -> Option<usize> {
+    current_context().map(|c| c.ordinal)
 }
 
 /// The calling thread's current context, for calls that need one.
 pub fn current() -> CuResult<&'static Context> {
-    let driver = DRIVER.get().ok_or(NOT_INITIALIZED)?;
-    let context = current_ordinal()
-        .map(|i| &driver.contexts[i])
-        .ok_or(INVALID_CONTEXT)?;
+    DRIVER.get().ok_or(NOT_INITIALIZED)?;
+    let context = current_context().ok_or(INVALID_CONTEXT)?;
+    if context.destroyed.load(Ordering::Acquire) {
+        return Err(CONTEXT_IS_DESTROYED);
+    }
     context.device.sticky()?;
     Ok(context)
 }
@@ -545,36 +572,44 @@ pub fn set_current(handle: usize) -> CuResult<()> {
         CURRENT.with(|stack| stack.borrow_mut().pop());
         return Ok(());
     }
-    let ordinal = driver.ordinal_of_handle(handle).ok_or(INVALID_CONTEXT)?;
+    let context = driver.context_of_handle(handle)?;
     CURRENT.with(|stack| {
         let mut stack = stack.borrow_mut();
         stack.pop();
-        stack.push(ordinal);
+        stack.push(context);
     });
     Ok(())
 }
 
 /// `cuCtxPushCurrent`.
 pub fn push_current(handle: usize) -> CuResult<()> {
-    let driver = driver()?;
-    let ordinal = driver.ordinal_of_handle(handle).ok_or(INVALID_CONTEXT)?;
-    CURRENT.with(|stack| stack.borrow_mut().push(ordinal));
+    let context = driver()?.context_of_handle(handle)?;
+    CURRENT.with(|stack| stack.borrow_mut().push(context));
     Ok(())
 }
 
 /// `cuCtxPopCurrent`: the handle of the context popped (`CUDA_ERROR_INVALID_CONTEXT` if none).
 pub fn pop_current() -> CuResult<usize> {
-    let driver = driver()?;
-    let ordinal = CURRENT
+    driver()?;
+    let context = CURRENT
         .with(|stack| stack.borrow_mut().pop())
         .ok_or(INVALID_CONTEXT)?;
-    Ok(driver.contexts[ordinal].handle())
+    Ok(context.handle())
 }
 
 /// `cuCtxGetCurrent`: the handle of the current context, or 0.
 pub fn current_handle() -> CuResult<usize> {
-    let driver = driver()?;
-    Ok(current_ordinal().map_or(0, |i| driver.contexts[i].handle()))
+    driver()?;
+    Ok(current_context().map_or(0, Context::handle))
+}
+
+/// Valid `CU_CTX_*` flags: within `CU_CTX_FLAGS_MASK`, with at most one scheduling policy.
+pub fn check_context_flags(flags: u32) -> CuResult<()> {
+    const FLAGS_MASK: u32 = 0xFF;
+    if flags & !FLAGS_MASK != 0 || !matches!(flags & 0x7, 0 | 1 | 2 | 4) {
+        return Err(INVALID_VALUE);
+    }
+    Ok(())
 }
 
 /// Row alignment of `cuMemAllocPitch` (`CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT`).
@@ -660,16 +695,21 @@ impl Driver {
                     reuse: [1; 3],
                     ..Pool::default()
                 }),
+                owners: Mutex::new(HashMap::new()),
             }));
             contexts.push(Context {
                 ordinal,
                 device,
                 streams: Streams::new(device, jitter, seed),
+                primary: true,
+                flags: AtomicU32::new(0),
+                destroyed: AtomicBool::new(false),
             });
         }
         Ok(Driver {
             config,
             contexts,
+            created: Mutex::new(Vec::new()),
             pinned: PinnedMemory::default(),
             vmm: VirtualMemory::default(),
             functions: Functions::default(),
@@ -705,10 +745,17 @@ impl Driver {
         (offset % size_of::<Context>() == 0 && index < self.contexts.len()).then_some(index)
     }
 
-    /// The context whose handle is `handle` (`CUDA_ERROR_INVALID_CONTEXT` if none).
+    /// The live context whose handle is `handle`: a primary context, or one made with
+    /// `cuCtxCreate` and not destroyed (`CUDA_ERROR_INVALID_CONTEXT` otherwise).
     pub fn context_of_handle(&self, handle: usize) -> CuResult<&Context> {
-        self.ordinal_of_handle(handle)
-            .map(|i| &self.contexts[i])
+        if let Some(i) = self.ordinal_of_handle(handle) {
+            return Ok(&self.contexts[i]);
+        }
+        self.created
+            .lock()
+            .iter()
+            .find(|c| c.handle() == handle)
+            .copied()
             .ok_or(INVALID_CONTEXT)
     }
 
@@ -814,17 +861,26 @@ impl Driver {
     ) -> CuResult<&Context> {
         match handle {
             0 | crate::stream::LEGACY | crate::stream::PER_THREAD => current.ok_or(INVALID_CONTEXT),
-            _ => self
-                .contexts
-                .iter()
-                .find(|c| c.streams.owns(handle))
-                .ok_or(INVALID_HANDLE),
+            _ => match self.contexts.iter().find(|c| c.streams.owns(handle)) {
+                Some(context) => Ok(context),
+                None => self
+                    .created
+                    .lock()
+                    .iter()
+                    .find(|c| c.streams.owns(handle))
+                    .copied()
+                    .ok_or(INVALID_HANDLE),
+            },
         }
     }
 
     /// Waits for all work submitted to every device.
     pub fn synchronize_all(&self) {
         for context in &self.contexts {
+            context.wait_all();
+        }
+        let created = self.created.lock().clone();
+        for context in created {
             context.wait_all();
         }
     }
@@ -859,7 +915,9 @@ impl Driver {
     /// `cuMemFreeHost`: page-locked memory of any device.
     pub fn free_host(&self, addr: usize) -> CuResult<()> {
         let (size, device) = self.pinned.free(addr)?;
-        self.contexts[device].device.stats.pinned_freed(size as u64);
+        let device = self.contexts[device].device;
+        device.owners.lock().remove(&addr);
+        device.stats.pinned_freed(size as u64);
         Ok(())
     }
 
@@ -890,6 +948,108 @@ impl Driver {
 
     pub fn primary_active(&self, device: usize) -> bool {
         self.retains.lock()[device] > 0
+    }
+
+    /// `cuDevicePrimaryCtxReset`: destroys everything the primary context of `device` holds
+    /// (after its queued work ran): its streams, its events, the device memory and page-locked
+    /// memory it allocated (memory of a created context, and stream-ordered allocations of the
+    /// default pool, stay, as on CUDA), host registrations, peer access to and from the device,
+    /// its flags and a sticky fault. The context object stays (its handle too: threads where it
+    /// is current keep it) and becomes inactive: the retain count drops to 0, as NVIDIA's driver
+    /// does, and the next retain makes it active again.
+    pub fn reset_primary(&self, device: usize) {
+        let context = &self.contexts[device];
+        self.release_resources(context);
+        let mut peers = self.peers.lock();
+        peers[device] = 0;
+        for peer in peers.iter_mut() {
+            *peer &= !(1 << device);
+        }
+        drop(peers);
+        context.flags.store(0, Ordering::Release);
+        context.device.sticky.store(0, Ordering::Release);
+        self.retains.lock()[device] = 0;
+    }
+
+    /// `cuCtxCreate`: a new context of device `ordinal`, pushed on the calling thread's stack.
+    /// It has its own streams (its own legacy default stream), events and allocations, which
+    /// its destruction frees; it shares the device's memory capacity, sticky fault and peer
+    /// access with the primary context (on CUDA each context has its own).
+    pub fn create_context(&self, ordinal: usize, flags: u32) -> CuResult<&'static Context> {
+        check_context_flags(flags)?;
+        let device = self.contexts.get(ordinal).ok_or(INVALID_DEVICE)?.device;
+        static CREATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = CREATED.fetch_add(1, Ordering::Relaxed);
+        let seed = self.config.seed.wrapping_add(
+            (n * MAX_DEVICES as u64 + ordinal as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        let context: &'static Context = Box::leak(Box::new(Context {
+            ordinal,
+            device,
+            streams: Streams::new(device, self.config.jitter, seed),
+            primary: false,
+            flags: AtomicU32::new(flags),
+            destroyed: AtomicBool::new(false),
+        }));
+        self.created.lock().push(context);
+        CURRENT.with(|stack| stack.borrow_mut().push(context));
+        Ok(context)
+    }
+
+    /// `cuCtxDestroy`: a context made with `cuCtxCreate` (a primary context, or one destroyed
+    /// already, is `CUDA_ERROR_INVALID_CONTEXT`). Its queued work finishes, then its streams,
+    /// events and memory are freed; it is popped if current to the calling thread, and any
+    /// other thread where it is current gets `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
+    pub fn destroy_context(&self, handle: usize) -> CuResult<()> {
+        let context = {
+            let mut created = self.created.lock();
+            let index = created
+                .iter()
+                .position(|c| c.handle() == handle)
+                .ok_or(INVALID_CONTEXT)?;
+            created.swap_remove(index)
+        };
+        context.destroyed.store(true, Ordering::Release);
+        self.release_resources(context);
+        CURRENT.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            if stack.last().is_some_and(|c| c.handle() == handle) {
+                stack.pop();
+            }
+        });
+        Ok(())
+    }
+
+    /// Frees what `context` owns once its queued work ran: its streams and events, and the
+    /// device blocks and page-locked ranges made in it. A primary context owns what no created
+    /// context of its device owns, but for the default pool's blocks.
+    fn release_resources(&self, context: &Context) {
+        context.wait_all();
+        context.streams.clear();
+        let handle = context.handle();
+        self.events.lock().retain(|_, event| event.owner != handle);
+        let device = context.device;
+        let owned = |addr: usize| match device.owners.lock().get(&addr) {
+            Some(&owner) => owner == handle,
+            None => context.primary,
+        };
+        for addr in device.memory.live_starts() {
+            let pooled = context.primary && device.pool_owns(addr);
+            if owned(addr) && !pooled && !device.pending_frees.lock().contains(&addr) {
+                device.owners.lock().remove(&addr);
+                let _ = device.memory.free(addr, &device.stats);
+            }
+        }
+        for addr in self.pinned.starts_of(device.ordinal) {
+            if owned(addr) {
+                let _ = if self.pinned.is_registered(addr) {
+                    self.unregister_host(addr)
+                } else {
+                    self.free_host(addr)
+                };
+                device.owners.lock().remove(&addr);
+            }
+        }
     }
 
     // ---- function attributes ----
@@ -944,6 +1104,7 @@ impl Driver {
         let event = Arc::new(Event {
             flags: original.flags,
             context,
+            owner: current_handle().unwrap_or(0),
             recorded: original.recorded.clone(),
         });
         let handle = Arc::as_ptr(&event) as usize;
@@ -1034,14 +1195,34 @@ impl Context {
             .expect("cuda-shim: a context outside the driver")
     }
 
-    /// This context as the `'static` reference the driver holds.
-    fn this(&self) -> &'static Context {
-        &self.driver().contexts[self.ordinal]
+    /// This context as the `'static` reference the driver holds (`CUDA_ERROR_INVALID_CONTEXT`
+    /// once destroyed).
+    fn this(&self) -> CuResult<&'static Context> {
+        self.driver().context_of_handle(self.handle())
     }
 
     /// The context owning stream `handle`, with this one as the current context.
     fn owner(&self, stream: usize) -> CuResult<&'static Context> {
-        self.driver().stream_owner(Some(self.this()), stream)
+        self.driver().stream_owner(Some(self.this()?), stream)
+    }
+
+    /// `CU_CTX_*` flags (`cuCtxGetFlags`).
+    pub fn flags(&self) -> u32 {
+        self.flags.load(Ordering::Acquire)
+    }
+
+    /// `cuDevicePrimaryCtxSetFlags`/`cuCtxSetFlags`.
+    pub fn set_flags(&self, flags: u32) -> CuResult<()> {
+        check_context_flags(flags)?;
+        self.flags.store(flags, Ordering::Release);
+        Ok(())
+    }
+
+    /// Records that this context, if created with `cuCtxCreate`, owns the allocation at `addr`.
+    fn own(&self, addr: usize) {
+        if !self.primary {
+            self.device.owners.lock().insert(addr, self.handle());
+        }
     }
 
     /// Whether `stream` names a stream this context may use (its own special handles, or a
@@ -1057,14 +1238,19 @@ impl Context {
     // ---- memory ----
 
     pub fn alloc(&self, size: usize, kind: DeviceKind) -> CuResult<usize> {
-        self.device.memory.alloc(size, kind, &self.device.stats)
+        let addr = self.device.memory.alloc(size, kind, &self.device.stats)?;
+        self.own(addr);
+        Ok(addr)
     }
 
     /// `cuMemAllocHost`/`cuMemHostAlloc`: page-locked memory, counted on this device.
     pub fn alloc_host(&self, size: usize) -> CuResult<usize> {
-        self.driver()
+        let addr = self
+            .driver()
             .pinned
-            .alloc(size, self.ordinal, &self.device.stats)
+            .alloc(size, self.ordinal, &self.device.stats)?;
+        self.own(addr);
+        Ok(addr)
     }
 
     /// `cuMemFree` of a block of any device (unified addressing): waits for all work submitted
@@ -1084,6 +1270,7 @@ impl Context {
             self.driver().contexts[owner.ordinal].wait_all();
         }
         owner.pool_release(addr);
+        owner.owners.lock().remove(&addr);
         owner.memory.free(addr, &owner.stats).map(drop)
     }
 
@@ -1446,6 +1633,7 @@ impl Context {
         let event = Arc::new(Event {
             flags,
             context: self.ordinal,
+            owner: self.handle(),
             recorded: Arc::new(Mutex::new(None)),
         });
         let handle = Arc::as_ptr(&event) as usize;

@@ -201,19 +201,100 @@ driver_api! {
         driver.release_primary(device as usize)
     }
 
-    /// Flags 0 (`CU_CTX_SCHED_AUTO`); active while retained (the runtime retains the primary
-    /// context of a device when it first makes it current).
+    /// The flags of `cuDevicePrimaryCtxSetFlags` (0, `CU_CTX_SCHED_AUTO`, until set); active
+    /// while retained (the runtime retains the primary context of a device when it first makes
+    /// it current).
     fn cuDevicePrimaryCtxGetState(device: i32, flags: *mut u32, active: *mut i32) {
         let driver = device::driver()?;
-        driver.device(device)?;
+        let context = driver.context(device)?;
         if flags.is_null() || active.is_null() {
             return Err(INVALID_VALUE);
         }
         // SAFETY: checked non-null; out-parameters of the caller.
         unsafe {
-            put(flags, 0)?;
+            put(flags, context.flags())?;
             put(active, i32::from(driver.primary_active(device as usize)))
         }
+    }
+
+    /// Any time, active or not (CUDA 11 dropped `CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE`): the
+    /// scheduling policy and `CU_CTX_*` flags are recorded, a reset clears them.
+    fn cuDevicePrimaryCtxSetFlags_v2(device: i32, flags: u32) {
+        device::driver()?.context(device)?.set_flags(flags)
+    }
+
+    /// Destroys everything the primary context holds and makes it inactive (see
+    /// `Driver::reset_primary`): what `cudaDeviceReset` does.
+    fn cuDevicePrimaryCtxReset_v2(device: i32) {
+        let driver = device::driver()?;
+        driver.device(device)?;
+        driver.reset_primary(device as usize);
+        Ok(())
+    }
+
+    /// A context of its own on `device`, pushed on the calling thread's stack (see
+    /// `Driver::create_context`).
+    fn cuCtxCreate_v2(context: *mut usize, flags: u32, device: i32) {
+        create_context(context, flags, device)
+    }
+
+    /// With execution affinity parameters: the shim supports none
+    /// (`CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY`); without any, as `cuCtxCreate_v2`.
+    fn cuCtxCreate_v3(context: *mut usize, params: *mut c_void, count: i32, flags: u32, device: i32) {
+        if count < 0 || (count > 0 && params.is_null()) {
+            return Err(INVALID_VALUE);
+        }
+        if count > 0 {
+            return Err(UNSUPPORTED_EXEC_AFFINITY);
+        }
+        create_context(context, flags, device)
+    }
+
+    /// `CUctxCreateParams` may be NULL; execution affinity is unsupported
+    /// (`CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY`) and so is a CIG context (`CUDA_ERROR_NOT_SUPPORTED`:
+    /// there is no graphics API to share with).
+    fn cuCtxCreate_v4(context: *mut usize, params: *const CtxCreateParams, flags: u32, device: i32) {
+        // SAFETY: `params` is null or points to a CUctxCreateParams.
+        if let Some(params) = unsafe { params.as_ref() } {
+            if params.exec_affinity_count < 0
+                || (params.exec_affinity_count > 0 && params.exec_affinity.is_null())
+            {
+                return Err(INVALID_VALUE);
+            }
+            if params.exec_affinity_count > 0 {
+                return Err(UNSUPPORTED_EXEC_AFFINITY);
+            }
+            if !params.cig.is_null() {
+                return Err(NOT_SUPPORTED);
+            }
+        }
+        create_context(context, flags, device)
+    }
+
+    /// A context made with `cuCtxCreate` (see `Driver::destroy_context`).
+    fn cuCtxDestroy_v2(context: usize) {
+        if context == 0 {
+            return Err(INVALID_VALUE);
+        }
+        device::driver()?.destroy_context(context)
+    }
+
+    fn cuCtxGetFlags(flags: *mut u32) {
+        let context = current()?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(flags, context.flags()) }
+    }
+
+    /// 3020 for every context, as NVIDIA's driver answers today; NULL is the current context.
+    fn cuCtxGetApiVersion(context: usize, version: *mut u32) {
+        let driver = device::driver()?;
+        if context == 0 {
+            current()?;
+        } else {
+            driver.context_of_handle(context)?;
+        }
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(version, 3020) }
     }
 
     /// `domain:bus:device.function` in hexadecimal, from the PCI attributes (13 characters).
@@ -582,13 +663,15 @@ driver_api! {
     }
 
     /// Shim-only: device memory for a module global (`__cudaRegisterVar`) on the current
-    /// device, outside the program's allocations (`cuMemAlloc` is not called, as on CUDA).
+    /// device, outside the program's allocations (`cuMemAlloc` is not called, as on CUDA). It
+    /// belongs to the device's primary context, whose reset frees it.
     fn cuShimAllocModuleMemory(dptr: *mut u64, size: usize) {
         let context = current()?;
         if dptr.is_null() {
             return Err(INVALID_VALUE);
         }
-        let addr = context.alloc(size.max(1), DeviceKind::Device)?;
+        let primary = &device::driver()?.contexts[context.ordinal];
+        let addr = primary.alloc(size.max(1), DeviceKind::Device)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(dptr, addr as u64) }
     }
@@ -1587,6 +1670,22 @@ pub const PROCS: &[(&str, i32, &str)] = &[
         11000,
         "cuDevicePrimaryCtxRelease_v2",
     ),
+    (
+        "cuDevicePrimaryCtxSetFlags",
+        11000,
+        "cuDevicePrimaryCtxSetFlags_v2",
+    ),
+    (
+        "cuDevicePrimaryCtxReset",
+        11000,
+        "cuDevicePrimaryCtxReset_v2",
+    ),
+    ("cuCtxCreate", 3020, "cuCtxCreate_v2"),
+    ("cuCtxCreate", 11040, "cuCtxCreate_v3"),
+    ("cuCtxCreate", 12050, "cuCtxCreate_v4"),
+    ("cuCtxDestroy", 4000, "cuCtxDestroy_v2"),
+    ("cuCtxGetFlags", 7000, "cuCtxGetFlags"),
+    ("cuCtxGetApiVersion", 3020, "cuCtxGetApiVersion"),
     ("cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
     ("cuCtxSetCurrent", 4000, "cuCtxSetCurrent"),
     ("cuCtxSynchronize", 2000, "cuCtxSynchronize"),
@@ -1941,6 +2040,26 @@ unsafe fn launch_kernel(
         (true, true) => context.launch(function, None, None, stream),
         (false, false) => Err(INVALID_VALUE),
     }
+}
+
+/// `CUctxCreateParams` (CUDA 12.5).
+#[repr(C)]
+pub struct CtxCreateParams {
+    exec_affinity: *mut c_void,
+    exec_affinity_count: i32,
+    cig: *mut c_void,
+}
+
+/// Every `cuCtxCreate` variant: a new context of `device`, current to the calling thread.
+fn create_context(out: *mut usize, flags: u32, device: i32) -> CuResult<()> {
+    if out.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let driver = device::driver()?;
+    driver.device(device)?;
+    let context = driver.create_context(device as usize, flags)?;
+    // SAFETY: checked non-null; the caller's out-parameter.
+    unsafe { put(out, context.handle()) }
 }
 
 /// The context a peer copy runs on (the current one, else the destination's) and the two

@@ -190,6 +190,11 @@ impl DeviceMemory {
         (addr < block.start + block.size).then_some(*block)
     }
 
+    /// Starts of every live block, in address order.
+    pub fn live_starts(&self) -> Vec<usize> {
+        self.heap.lock().live.keys().copied().collect()
+    }
+
     /// Whether `addr` lies in the device address range at all (live or not).
     pub fn in_span(&self, addr: usize) -> bool {
         addr >= self.base && addr < self.base + self.span
@@ -285,6 +290,20 @@ impl PinnedMemory {
             .lock()
             .remove(&addr)
             .ok_or(HOST_MEMORY_NOT_REGISTERED)
+    }
+
+    /// Starts of the page-locked ranges (allocated or registered) of device `device`.
+    pub fn starts_of(&self, device: usize) -> Vec<usize> {
+        let live = self.live.lock();
+        live.iter()
+            .filter(|&(_, &(_, d))| d == device)
+            .map(|(&start, _)| start)
+            .collect()
+    }
+
+    /// Whether `addr` starts a range registered with `cuMemHostRegister` (not allocated here).
+    pub fn is_registered(&self, addr: usize) -> bool {
+        self.registered.lock().contains(&addr)
     }
 
     /// The pinned allocation containing `addr`: (start, size).

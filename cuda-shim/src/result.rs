@@ -19,12 +19,14 @@ pub const NOT_INITIALIZED: CuError = CuError(3);
 pub const INVALID_DEVICE: CuError = CuError(101);
 pub const INVALID_CONTEXT: CuError = CuError(201);
 pub const PEER_ACCESS_UNSUPPORTED: CuError = CuError(217);
+pub const UNSUPPORTED_EXEC_AFFINITY: CuError = CuError(224);
 pub const INVALID_HANDLE: CuError = CuError(400);
 pub const ILLEGAL_STATE: CuError = CuError(401);
 pub const NOT_FOUND: CuError = CuError(500);
 pub const NOT_READY: CuError = CuError(600);
 pub const PEER_ACCESS_ALREADY_ENABLED: CuError = CuError(704);
 pub const PEER_ACCESS_NOT_ENABLED: CuError = CuError(705);
+pub const CONTEXT_IS_DESTROYED: CuError = CuError(709);
 pub const HOST_MEMORY_ALREADY_REGISTERED: CuError = CuError(712);
 pub const HOST_MEMORY_NOT_REGISTERED: CuError = CuError(713);
 pub const LAUNCH_FAILED: CuError = CuError(719);
@@ -58,6 +60,10 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
             "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED\0",
             "peer access is not supported between these two devices\0",
         ),
+        224 => (
+            "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY\0",
+            "the provided execution affinity is not supported\0",
+        ),
         400 => ("CUDA_ERROR_INVALID_HANDLE\0", "invalid resource handle\0"),
         401 => (
             "CUDA_ERROR_ILLEGAL_STATE\0",
@@ -76,6 +82,10 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
         705 => (
             "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED\0",
             "peer access has not been enabled\0",
+        ),
+        709 => (
+            "CUDA_ERROR_CONTEXT_IS_DESTROYED\0",
+            "context is destroyed\0",
         ),
         710 => ("CUDA_ERROR_ASSERT\0", "device-side assert triggered\0"),
         712 => (

@@ -157,6 +157,14 @@ impl<E: Executor> Streams<E> {
             .ok_or(INVALID_HANDLE)
     }
 
+    /// Destroys every created and per-thread stream (the context is reset or destroyed): as
+    /// with `destroy`, queued work still finishes and then the streams' threads end.
+    pub fn clear(&self) {
+        let mut registry = self.registry.lock();
+        registry.created.clear();
+        registry.per_thread.clear();
+    }
+
     /// Whether stream `handle` is non-blocking, and its priority (the special handles are
     /// blocking streams of priority 0).
     pub fn properties(&self, handle: usize) -> CuResult<(bool, i32)> {

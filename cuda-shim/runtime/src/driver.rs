@@ -119,6 +119,10 @@ unsafe extern "C" {
     ) -> u32;
 
     pub fn cuDevicePrimaryCtxRelease_v2(device: i32) -> u32;
+    pub fn cuDevicePrimaryCtxReset_v2(device: i32) -> u32;
+    pub fn cuDevicePrimaryCtxSetFlags_v2(device: i32, flags: u32) -> u32;
+    pub fn cuDevicePrimaryCtxGetState(device: i32, flags: *mut u32, active: *mut i32) -> u32;
+    pub fn cuCtxGetFlags(flags: *mut u32) -> u32;
     pub fn cuDeviceGetDefaultMemPool(pool: *mut usize, device: i32) -> u32;
     pub fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: usize, stream: usize) -> u32;
     pub fn cuMemAllocPitch_v2(

@@ -114,15 +114,17 @@ fn primaries() -> Result<&'static [usize], u32> {
         .map_err(|_| INITIALIZATION_ERROR)
 }
 
+/// Whether the runtime holds a retain of each device's primary context.
+static ACTIVE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
+
 /// Retains the primary context of `device` the first time the runtime makes it current; it
-/// stays retained until the process exits.
+/// stays retained until the process exits or `cudaDeviceReset` destroys it.
 fn activate(device: i32) -> RtResult {
-    static ACTIVE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
     let slot = usize::try_from(device)
         .ok()
         .and_then(|d| ACTIVE.get(d))
         .ok_or(INVALID_DEVICE)?;
-    if !slot.swap(true, Ordering::AcqRel) {
+    if !slot.load(Ordering::Acquire) && !slot.swap(true, Ordering::AcqRel) {
         let mut handle = 0usize;
         // SAFETY: `handle` is a valid out-parameter.
         check(unsafe { cuDevicePrimaryCtxRetain(&mut handle, device) })?;
@@ -141,9 +143,11 @@ fn primary(device: i32) -> Result<usize, u32> {
 
 /// Initialises the driver once per process and, on a thread with no current context, makes the
 /// primary context of the thread's device current (as NVIDIA's runtime does: a context made
-/// current through the driver API is used as it is).
+/// current through the driver API is used as it is). A primary context found current is
+/// retained if the runtime holds no retain of it (after `cudaDeviceReset`, which leaves it
+/// current, as NVIDIA's runtime retains it again at the next call).
 fn context() -> RtResult {
-    primaries()?;
+    let primaries = primaries()?;
     let mut current = 0usize;
     // SAFETY: `current` is a valid out-parameter.
     check(unsafe { cuCtxGetCurrent(&mut current) })?;
@@ -153,6 +157,8 @@ fn context() -> RtResult {
         activate(device)?;
         // SAFETY: the handle is one the driver returned.
         check(unsafe { cuCtxSetCurrent(handle) })?;
+    } else if let Some(device) = primaries.iter().position(|&h| h == current) {
+        activate(device as i32)?;
     }
     Ok(())
 }
@@ -569,6 +575,76 @@ runtime_api! {
         check(unsafe { cuCtxSetCurrent(handle) })
     }
 
+    /// Records `flags` for the current device (the thread's device, initialised if need be),
+    /// whether its primary context is active or not (CUDA 11 and later): a scheduling policy
+    /// (at most one), `cudaDeviceMapHost` (implicit anyway), `cudaDeviceLmemResizeToMax`,
+    /// `cudaDeviceSyncMemops`; anything else is `cudaErrorInvalidValue`. The device keeps them
+    /// until `cudaDeviceReset`.
+    fn cudaSetDeviceFlags(flags: u32) {
+        const DEVICE_MASK: u32 = 0xFF;
+        if flags & !DEVICE_MASK != 0 || !matches!(flags & 0x7, 0 | 1 | 2 | 4) {
+            return Err(INVALID_VALUE);
+        }
+        context()?;
+        let device = current_device()?;
+        // SAFETY: plain driver call on a valid device.
+        check(unsafe { cuDevicePrimaryCtxSetFlags_v2(device, flags) })
+    }
+
+    /// The flags of the current device's primary context with `cudaDeviceMapHost` (implicit in
+    /// the runtime), or the thread's device's when no context is current (nothing is
+    /// initialised); the flags of a context made with `cuCtxCreate` when it is current.
+    fn cudaGetDeviceFlags(flags: *mut u32) {
+        const MAP_HOST: u32 = 0x8;
+        let primaries = primaries()?;
+        if flags.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let mut current = 0usize;
+        // SAFETY: `current` is a valid out-parameter.
+        check(unsafe { cuCtxGetCurrent(&mut current) })?;
+        let device = if current == 0 {
+            DEVICE.try_with(Cell::get).unwrap_or(0)
+        } else if let Some(device) = primaries.iter().position(|&h| h == current) {
+            device as i32
+        } else {
+            // SAFETY: the driver checks the out-parameter.
+            return check(unsafe { cuCtxGetFlags(flags) });
+        };
+        let (mut value, mut active) = (0u32, 0i32);
+        // SAFETY: valid out-parameters.
+        check(unsafe { cuDevicePrimaryCtxGetState(device, &mut value, &mut active) })?;
+        // SAFETY: checked non-null; the caller's out-parameter.
+        unsafe { put(flags, value | MAP_HOST) }
+    }
+
+    /// Destroys everything the current device's primary context holds (`cuDevicePrimaryCtxReset`:
+    /// allocations but for stream-ordered ones, page-locked memory, streams, events, flags, a
+    /// sticky fault; module variables are made afresh at their next use), leaving it current;
+    /// the next call retains it again. With a context made by `cuCtxCreate` current, only the
+    /// runtime's state for that context would go, and the shim's runtime keeps none.
+    fn cudaDeviceReset() {
+        context()?;
+        let mut current = 0usize;
+        // SAFETY: `current` is a valid out-parameter.
+        check(unsafe { cuCtxGetCurrent(&mut current) })?;
+        // Not cuCtxGetDevice, which returns a sticky fault: clearing one is what a reset is for.
+        let Some(device) = primaries()?.iter().position(|&h| h == current) else {
+            return Ok(());
+        };
+        let device = device as i32;
+        if let Ok(mut variables) = VARIABLES.lock() {
+            for variable in variables.get_or_insert_with(Default::default).values_mut() {
+                variable.on_device.retain(|&(d, _)| d != device);
+            }
+        }
+        if let Some(slot) = ACTIVE.get(device as usize) {
+            slot.store(false, Ordering::Release);
+        }
+        // SAFETY: plain driver call on a valid device.
+        check(unsafe { cuDevicePrimaryCtxReset_v2(device) })
+    }
+
     fn cudaGetDeviceCount(count: *mut i32) {
         context()?;
         let devices = primaries()?.len() as i32;
@@ -608,7 +684,13 @@ runtime_api! {
         p.can_map_host_memory = attribute(19)?;
         p.surface_alignment = attribute(30)? as usize;
         p.concurrent_kernels = attribute(31)?;
-        p.ecc_and_pci[1] = attribute(33)?;
+        // ECCEnabled, pciBusID, pciDeviceID, pciDomainID, tccDriver.
+        for (field, attr) in p.ecc_and_pci.iter_mut().zip([32, 33, 34, 50, 35]) {
+            *field = attribute(attr)?;
+        }
+        p.kernel_exec_timeout_enabled = attribute(17)?;
+        p.integrated = attribute(18)?;
+        p.compute_mode = attribute(20)?;
         p.async_engine_count = attribute(40)?;
         p.unified_addressing = attribute(41)?;
         p.memory_clock_rate = attribute(36)?;
@@ -618,8 +700,14 @@ runtime_api! {
         p.shared_mem_per_multiprocessor = attribute(81)? as usize;
         p.regs_per_multiprocessor = attribute(82)?;
         p.managed_memory = attribute(83)?;
-        p.board_and_launch[8] = attribute(95)?; // cooperativeLaunch
-        p.board_and_launch[9] = attribute(96)?; // cooperativeMultiDeviceLaunch
+        // isMultiGpuBoard, multiGpuBoardGroupID, hostNativeAtomicSupported,
+        // singleToDoublePrecisionPerfRatio, pageableMemoryAccess, concurrentManagedAccess,
+        // computePreemptionSupported, canUseHostPointerForRegisteredMem (84..=91),
+        // cooperativeLaunch, cooperativeMultiDeviceLaunch.
+        let launch = [84, 85, 86, 87, 88, 89, 90, 91, 95, 96];
+        for (field, attr) in p.board_and_launch.iter_mut().zip(launch) {
+            *field = attribute(attr)?;
+        }
         p.shared_mem_per_block_optin = attribute(97)? as usize;
         p.reserved_shared_mem_per_block = attribute(111)? as usize;
         p.features[4] = attribute(115)?;

@@ -1,0 +1,195 @@
+//! NVIDIA-style samples on the shim: programs written like NVIDIA's kernel-free cuda-samples
+//! (`tests/programs/samples/`: deviceQuery, deviceQueryDrv, topologyQuery, bandwidthTest and
+//! p2pBandwidthLatencyTest with copies for its kernels) are built here as a user builds them:
+//! against NVIDIA's own headers and linked to NVIDIA's own `libcudart.so.12` (from the
+//! `nvidia-cuda-runtime-cu12` wheel `tools/abi-check` caches; the driver-API sample links with
+//! `-lcuda`, as against the toolkit's stub, so it needs `libcuda.so.1`). Run with the shim's
+//! directory on the library path, each loads the shim's runtime and driver in place of NVIDIA's
+//! and must print PASS, with `LD_BIND_NOW=1` (every symbol it imports exists) on two devices:
+//! alone, and under itermem in record and pool mode.
+//!
+//! Without the wheel (offline, no pip) the test says it is SKIPPED and passes, unless
+//! `REQUIRE_NVIDIA_WHEELS=1`, which makes that a failure.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::{root, run_on_shim, run_under_itermem, scratch, shim_lib_dir};
+
+/// The samples: name, whether it uses the driver API alone (linked with `-lcuda`), and whether
+/// it calls a function itermem hooks (so that itermem starts and writes its statistics).
+const SAMPLES: [(&str, bool, bool); 5] = [
+    ("device_query", false, true),
+    ("device_query_drv", true, true),
+    ("topology_query", false, false),
+    ("bandwidth_test", false, true),
+    ("p2p_bandwidth", false, true),
+];
+
+const ENV: [(&str, &str); 2] = [("CUDA_SHIM_DEVICES", "2"), ("LD_BIND_NOW", "1")];
+
+/// Where NVIDIA's wheels are unpacked.
+struct Nvidia {
+    include: String,
+    crt_include: String,
+    lib: String,
+}
+
+/// NVIDIA's directories, fetching the wheels through `tools/abi-check --nvidia-dirs`; `None`
+/// when they cannot be downloaded.
+fn nvidia() -> Option<Nvidia> {
+    let output = Command::new(root().join("tools/abi-check"))
+        .arg("--nvidia-dirs")
+        .current_dir(root())
+        .output()
+        .expect("cannot run tools/abi-check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        assert!(
+            stderr.contains("could not download"),
+            "tools/abi-check --nvidia-dirs failed:\n{stdout}{stderr}"
+        );
+        assert!(
+            std::env::var("REQUIRE_NVIDIA_WHEELS").as_deref() != Ok("1"),
+            "NVIDIA's wheels are required (REQUIRE_NVIDIA_WHEELS=1):\n{stderr}"
+        );
+        return None;
+    }
+    let value = |key: &str| {
+        support::value_of(&stdout, key)
+            .unwrap_or_else(|| panic!("no {key}= in:\n{stdout}"))
+            .to_string()
+    };
+    Some(Nvidia {
+        include: value("NV_INC"),
+        crt_include: value("CRT_INC"),
+        lib: value("NV_LIB"),
+    })
+}
+
+/// Builds sample `name` into `dir` against NVIDIA's headers, linked to NVIDIA's runtime (or, for
+/// the driver-API sample, to a `libcuda.so` with the soname `libcuda.so.1`: the shim's, standing
+/// in for the toolkit's stub). No rpath: the library path decides what is loaded, as for a
+/// program built with the toolkit.
+fn build(nvidia: &Nvidia, dir: &Path, name: &str, driver_only: bool) -> PathBuf {
+    let source = root().join(format!("tests/programs/samples/{name}.c"));
+    let binary = dir.join(name);
+    let mut command = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    command
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", nvidia.include))
+        .arg(format!("-I{}", nvidia.crt_include))
+        .arg("-o")
+        .arg(&binary)
+        .arg(&source);
+    if driver_only {
+        command
+            .arg(format!("-L{}", shim_lib_dir().display()))
+            .arg("-lcuda");
+    } else {
+        command
+            .arg(format!("-L{}", nvidia.lib))
+            .arg("-l:libcudart.so.12");
+    }
+    command.arg("-pthread");
+    let output = command.output().expect("cannot run cc");
+    assert!(
+        output.status.success(),
+        "building {name}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    binary
+}
+
+/// What the dynamic linker loads for `binary` on the shim's library path (`ldd`): the shim's
+/// runtime and driver, never NVIDIA's.
+fn check_libraries(binary: &Path, nvidia: &Nvidia, driver_only: bool) {
+    let readelf = Command::new("readelf")
+        .arg("-d")
+        .arg(binary)
+        .output()
+        .unwrap();
+    let dynamic = String::from_utf8_lossy(&readelf.stdout);
+    let needed = if driver_only {
+        "[libcuda.so.1]"
+    } else {
+        "[libcudart.so.12]"
+    };
+    assert!(dynamic.contains(needed), "{dynamic}");
+    assert!(
+        !dynamic.contains("RPATH") && !dynamic.contains("RUNPATH"),
+        "{dynamic}"
+    );
+    let ldd = Command::new("ldd")
+        .arg(binary)
+        .env("LD_LIBRARY_PATH", shim_lib_dir())
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    let shim = shim_lib_dir();
+    for library in ["libcudart.so.12", "libcuda.so.1"] {
+        if driver_only && library == "libcudart.so.12" {
+            continue;
+        }
+        let line = ldd
+            .lines()
+            .find(|l| l.trim_start().starts_with(library))
+            .unwrap_or_else(|| panic!("{library} not loaded:\n{ldd}"));
+        assert!(
+            line.contains(&*shim.to_string_lossy()),
+            "{library} is not the shim's:\n{ldd}"
+        );
+    }
+    assert!(
+        !ldd.contains(&nvidia.lib),
+        "NVIDIA's runtime is loaded:\n{ldd}"
+    );
+}
+
+/// The output of a run that must have exited 0 with PASS as its last line.
+fn passed(name: &str, how: &str, output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("PASS"),
+        "{name} {how}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+#[test]
+fn nvidia_style_samples_built_against_nvidias_runtime_pass_on_the_shim() {
+    support::program("shim_checks"); // builds the shim
+    let Some(nvidia) = nvidia() else {
+        eprintln!(
+            "samples: SKIPPED: NVIDIA's nvidia-cuda-runtime-cu12 wheel could not be downloaded \
+             (offline?); set REQUIRE_NVIDIA_WHEELS=1 to make this a failure"
+        );
+        return;
+    };
+    let dir = scratch("samples");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, driver_only, hooked) in SAMPLES {
+        let binary = build(&nvidia, &dir, name, driver_only);
+        check_libraries(&binary, &nvidia, driver_only);
+        passed(name, "alone", &run_on_shim(&binary, &[], &ENV));
+        let program = binary.to_str().unwrap();
+        for mode in ["record", "pool"] {
+            let stats = dir.join(format!("{name}-{mode}.json"));
+            let output = run_under_itermem(
+                &["--mode", mode, "--stats", stats.to_str().unwrap()],
+                &[program],
+                &ENV,
+            );
+            passed(name, &format!("under itermem --mode {mode}"), &output);
+            if hooked {
+                let stats = support::read_json(&stats);
+                assert_eq!(stats["mode"], mode, "{name}: {stats:#}");
+                assert_eq!(stats["internal_error"], false, "{name}: {stats:#}");
+            }
+        }
+    }
+}
