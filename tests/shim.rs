@@ -268,3 +268,19 @@ fn functions_pytorch_binds_at_import_answer_as_cuda_does() {
     check("pytorch_memory", &[("CUDA_SHIM_JITTER_US", "100")]);
     check("pytorch_primary_state", &[("CUDA_SHIM_DEVICES", "2")]);
 }
+
+/// A program's exit handler (a C++ static destructor) calling CUDA after glibc destroyed the
+/// thread's locals gets an error code, and the shim prints nothing: torch's IPC cleanup did
+/// this and printed a Rust panic with its backtrace.
+#[test]
+fn a_cuda_call_from_an_exit_handler_gets_an_error_code_not_a_panic() {
+    let output = run_on_shim(&program("shim_checks"), &["calls_at_exit"], &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("at exit: cudaErrorCudartUnloading"),
+        "{stdout}"
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+}

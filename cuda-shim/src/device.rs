@@ -543,20 +543,29 @@ pub fn driver() -> CuResult<&'static Driver> {
     DRIVER.get().ok_or(NOT_INITIALIZED)
 }
 
+/// Runs `f` on the calling thread's context stack; `CUDA_ERROR_DEINITIALIZED` once the thread's
+/// locals are gone: glibc runs thread-local destructors before C++ static destructors, and a
+/// program's static destructor may still call CUDA (torch's IPC cleanup does).
+fn with_stack<T>(f: impl FnOnce(&mut Vec<&'static Context>) -> T) -> CuResult<T> {
+    CURRENT
+        .try_with(|stack| f(&mut stack.borrow_mut()))
+        .map_err(|_| DEINITIALIZED)
+}
+
 /// The calling thread's current context, if any (possibly destroyed).
-fn current_context() -> Option<&'static Context> {
-    CURRENT.with(|stack| stack.borrow().last().copied())
+fn current_context() -> CuResult<Option<&'static Context>> {
+    with_stack(|stack| stack.last().copied())
 }
 
 /// The ordinal of the device of the calling thread's current context, if any.
 fn current_ordinal() -> Option<usize> {
-    current_context().map(|c| c.ordinal)
+    current_context().ok().flatten().map(|c| c.ordinal)
 }
 
 /// The calling thread's current context, for calls that need one.
 pub fn current() -> CuResult<&'static Context> {
     DRIVER.get().ok_or(NOT_INITIALIZED)?;
-    let context = current_context().ok_or(INVALID_CONTEXT)?;
+    let context = current_context()?.ok_or(INVALID_CONTEXT)?;
     if context.destroyed.load(Ordering::Acquire) {
         return Err(CONTEXT_IS_DESTROYED);
     }
@@ -569,38 +578,34 @@ pub fn current() -> CuResult<&'static Context> {
 pub fn set_current(handle: usize) -> CuResult<()> {
     let driver = driver()?;
     if handle == 0 {
-        CURRENT.with(|stack| stack.borrow_mut().pop());
-        return Ok(());
+        return with_stack(|stack| {
+            stack.pop();
+        });
     }
     let context = driver.context_of_handle(handle)?;
-    CURRENT.with(|stack| {
-        let mut stack = stack.borrow_mut();
+    with_stack(|stack| {
         stack.pop();
         stack.push(context);
-    });
-    Ok(())
+    })
 }
 
 /// `cuCtxPushCurrent`.
 pub fn push_current(handle: usize) -> CuResult<()> {
     let context = driver()?.context_of_handle(handle)?;
-    CURRENT.with(|stack| stack.borrow_mut().push(context));
-    Ok(())
+    with_stack(|stack| stack.push(context))
 }
 
 /// `cuCtxPopCurrent`: the handle of the context popped (`CUDA_ERROR_INVALID_CONTEXT` if none).
 pub fn pop_current() -> CuResult<usize> {
     driver()?;
-    let context = CURRENT
-        .with(|stack| stack.borrow_mut().pop())
-        .ok_or(INVALID_CONTEXT)?;
+    let context = with_stack(|stack| stack.pop())?.ok_or(INVALID_CONTEXT)?;
     Ok(context.handle())
 }
 
 /// `cuCtxGetCurrent`: the handle of the current context, or 0.
 pub fn current_handle() -> CuResult<usize> {
     driver()?;
-    Ok(current_context().map_or(0, Context::handle))
+    Ok(current_context()?.map_or(0, Context::handle))
 }
 
 /// Valid `CU_CTX_*` flags: within `CU_CTX_FLAGS_MASK`, with at most one scheduling policy.
@@ -992,7 +997,7 @@ impl Driver {
             destroyed: AtomicBool::new(false),
         }));
         self.created.lock().push(context);
-        CURRENT.with(|stack| stack.borrow_mut().push(context));
+        with_stack(|stack| stack.push(context))?;
         Ok(context)
     }
 
@@ -1011,8 +1016,8 @@ impl Driver {
         };
         context.destroyed.store(true, Ordering::Release);
         self.release_resources(context);
-        CURRENT.with(|stack| {
-            let mut stack = stack.borrow_mut();
+        // A thread whose locals are gone has nothing current to pop.
+        let _ = with_stack(|stack| {
             if stack.last().is_some_and(|c| c.handle() == handle) {
                 stack.pop();
             }

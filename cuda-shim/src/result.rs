@@ -16,6 +16,7 @@ pub const CUDA_SUCCESS: u32 = 0;
 pub const INVALID_VALUE: CuError = CuError(1);
 pub const OUT_OF_MEMORY: CuError = CuError(2);
 pub const NOT_INITIALIZED: CuError = CuError(3);
+pub const DEINITIALIZED: CuError = CuError(4);
 pub const INVALID_DEVICE: CuError = CuError(101);
 pub const INVALID_CONTEXT: CuError = CuError(201);
 pub const PEER_ACCESS_UNSUPPORTED: CuError = CuError(217);

@@ -1982,6 +1982,22 @@ static void pytorch_primary_state(void) {
     printf("pytorch_primary_state ok\n");
 }
 
+/* A CUDA call from an exit handler, as a C++ static destructor makes one (torch's IPC cleanup):
+ * glibc has run the thread-local destructors by then. The call gets an error code (NVIDIA's
+ * runtime answers cudaErrorCudartUnloading while it unloads), never a crash. */
+static void cuda_call_at_exit(void) {
+    int device = -1;
+    printf("at exit: %s\n", cudaGetErrorName(cudaGetDevice(&device)));
+    fflush(stdout);
+}
+
+static void calls_at_exit(void) {
+    void *block;
+    OK(cudaMalloc(&block, 256));
+    EXPECT(atexit(cuda_call_at_exit) == 0);
+    printf("calls_at_exit ok\n");
+}
+
 /* All the multi-device cases in one process (for the statistics file). */
 static void multi_device(void) {
     multi_device_queries();
@@ -2024,6 +2040,7 @@ static const struct {
     {"pytorch_streams", pytorch_streams},
     {"pytorch_memory", pytorch_memory},
     {"pytorch_primary_state", pytorch_primary_state},
+    {"calls_at_exit", calls_at_exit},
 };
 
 int main(int argc, char **argv) {
