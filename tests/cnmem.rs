@@ -455,7 +455,8 @@ fn a_runtime_loaded_by_an_rtld_local_library_is_found_in_every_mode() {
     let plain = support::run_ok(&replay, &args[1..], &[]);
     let trace = support::scratch("rtld-local.itrace");
     for mode in ["off", "record", "pool", "cnmem"] {
-        let output = support::run_under_itermem(
+        // Not preloaded: only the library's own dependency brings the runtime in.
+        let output = support::run_under_itermem_unpreloaded(
             &["--mode", mode],
             &args,
             &[

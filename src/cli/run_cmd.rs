@@ -1,8 +1,15 @@
 //! `itermem run`: runs a program under the interposer, with the environment set up for it.
 //!
 //! It only prepares the environment (`LD_PRELOAD`, `ITERMEM_*`, and with `--shim` the simulated
-//! CUDA libraries first on the library path) and waits: the program's output is its own, and
-//! its exit code is `itermem run`'s (128 + N when killed by signal N).
+//! CUDA libraries) and waits: the program's output is its own, and its exit code is
+//! `itermem run`'s (128 + N when killed by signal N).
+//!
+//! `--shim` preloads the shim's `libcudart.so.12` and `libcuda.so.1` as well as putting them
+//! first on the library path: a library whose RPATH names NVIDIA's runtime by directory (torch's
+//! do) ignores `LD_LIBRARY_PATH`, but the loader satisfies a `DT_NEEDED` whose soname is already
+//! loaded without searching, so a preloaded runtime wins. They come last in `LD_PRELOAD`, after
+//! `libitermem.so` and the user's own preloads, so every interposer precedes the runtime in
+//! symbol lookup and `dlsym(RTLD_NEXT)` from the hooks finds the shim.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -76,12 +83,13 @@ impl InterposerArgs {
     /// Sets up `command`'s environment: `libitermem.so` preloaded in `--mode` (or `default`
     /// when not given; `None`: the environment's own setting, nothing preloaded here), the
     /// `ITERMEM_*` variables of the flags given, and with `--shim` the simulated CUDA libraries
-    /// first on the library path.
+    /// preloaded after every other preload and first on the library path.
     pub fn apply(
         &self,
         command: &mut Command,
         default: impl Into<Option<Mode>>,
     ) -> anyhow::Result<()> {
+        let mut preload = Vec::new();
         if let Some(mode) = self.mode.or(default.into()) {
             let lib = match &self.lib {
                 Some(lib) => lib.clone(),
@@ -93,13 +101,10 @@ impl InterposerArgs {
                     lib.display()
                 )));
             }
-            command
-                .env(
-                    "LD_PRELOAD",
-                    prepend(lib.as_os_str(), std::env::var_os("LD_PRELOAD"), " "),
-                )
-                .env("ITERMEM_MODE", mode.to_string());
+            preload.push(lib.into_os_string());
+            command.env("ITERMEM_MODE", mode.to_string());
         }
+        preload.extend(std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()));
         for (name, value) in [
             ("ITERMEM_TRACE", &self.trace),
             ("ITERMEM_STATS", &self.stats),
@@ -114,14 +119,26 @@ impl InterposerArgs {
         }
         if self.shim {
             let libs = shim_libraries()?;
+            preload.extend(SHIM_SONAMES.map(|soname| libs.join(soname).into_os_string()));
             command.env(
                 "LD_LIBRARY_PATH",
                 prepend(libs.as_os_str(), std::env::var_os("LD_LIBRARY_PATH"), ":"),
             );
         }
+        if let Some((first, rest)) = preload.split_first() {
+            let joined = rest.iter().fold(first.clone(), |mut joined, lib| {
+                joined.push(" ");
+                joined.push(lib);
+                joined
+            });
+            command.env("LD_PRELOAD", joined);
+        }
         Ok(())
     }
 }
+
+/// The shim's runtime and driver, in the order a program linked with `-lcudart` loads them.
+const SHIM_SONAMES: [&str; 2] = ["libcudart.so.12", "libcuda.so.1"];
 
 /// The interposer built with the running executable ([`itermem::interposer::library_beside`]).
 pub fn default_library() -> anyhow::Result<PathBuf> {

@@ -113,13 +113,29 @@ pub fn itermem() -> &'static str {
 /// `itermem run --shim [extra…] -- program args…`, with `env` added (and the shim's and
 /// itermem's own variables cleared first, so the caller's environment cannot leak in).
 pub fn run_under_itermem(extra: &[&str], program_args: &[&str], env: &[(&str, &str)]) -> Output {
+    itermem_run(true, extra, program_args, env)
+}
+
+/// As [`run_under_itermem`], but with the shim only first on the library path, as NVIDIA's
+/// libraries are found on a real machine, not preloaded: the program (or a library it
+/// `dlopen`s) loads the runtime itself.
+pub fn run_under_itermem_unpreloaded(
+    extra: &[&str],
+    program_args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    itermem_run(false, extra, program_args, env)
+}
+
+fn itermem_run(shim: bool, extra: &[&str], program_args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(itermem());
-    command
-        .arg("run")
-        .arg("--shim")
-        .args(extra)
-        .arg("--")
-        .args(program_args);
+    command.arg("run");
+    if shim {
+        command.arg("--shim");
+    } else {
+        command.env("LD_LIBRARY_PATH", shim_lib_dir());
+    }
+    command.args(extra).arg("--").args(program_args);
     for var in [
         "CUDA_SHIM_DEVICES",
         "CUDA_SHIM_DEVICE_MEMORY",

@@ -1,0 +1,171 @@
+"""A training-shaped PyTorch loop that needs no GPU kernel, for tools/torch-check.
+
+cuda-shim runs no device code (a torch kernel op fails with "invalid device function"), so
+every tensor is made on the host and moved with copies only: weights uploaded once and
+refreshed each iteration (the "optimizer step"), a pinned batch uploaded with
+non_blocking=True, activations of mixed sizes (torch.empty, then a host-to-device copy and a
+device-to-device copy of a weight slice), "gradients" copied from them on a side stream ordered
+with events, and every tensor copied back into pinned host memory and compared with what it must
+hold. Prints key=value lines (tools/torch-check reads them) and "workload ok"; exits 1 on the
+first wrong byte or error.
+
+Usage: python torch_workload.py [--iters N] [--snapshot FILE.pickle] [--pluggable LIBITERMEM]
+"""
+
+import argparse
+import pickle
+import sys
+
+import torch
+
+# Activation sizes in elements, mixed: float32 of 4 KiB to 3 MiB, odd sizes included.
+ACTIVATIONS = [1024, 262144, 65537, 786432, 3000, 524288, 131071]
+WEIGHTS = [262144, 131072, 1024]
+BATCH = 393216
+
+
+def pattern(iteration, role, index, numel):
+    """What a host tensor holds: a deterministic function of its name, from a seeded generator."""
+    generator = torch.Generator().manual_seed(iteration * 1000 + role * 100 + index)
+    return torch.randint(-(2**24), 2**24, (numel,), generator=generator, dtype=torch.int32).to(
+        torch.float32
+    )
+
+
+class Checker:
+    """Copies device tensors back into pinned memory and compares them once the device is done."""
+
+    def __init__(self):
+        self.pending = []
+        self.tensors = 0
+        self.bytes = 0
+
+    def expect(self, name, device_tensor, expected):
+        host = torch.empty(device_tensor.shape, dtype=device_tensor.dtype, pin_memory=True)
+        host.copy_(device_tensor, non_blocking=True)
+        self.pending.append((name, host, expected))
+
+    def check(self):
+        torch.cuda.synchronize()
+        for name, host, expected in self.pending:
+            if not torch.equal(host, expected):
+                wrong = (host != expected).nonzero()[0].item()
+                raise SystemExit(
+                    f"torch_workload: {name}: element {wrong} is {host[wrong].item()}, "
+                    f"expected {expected[wrong].item()}"
+                )
+            self.tensors += 1
+            self.bytes += host.numel() * host.element_size()
+        self.pending.clear()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--snapshot", help="dump torch.cuda.memory._snapshot() here (pickle)")
+    parser.add_argument("--pluggable", help="route torch's allocations through this libitermem.so")
+    args = parser.parse_args()
+
+    if args.pluggable:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(
+            args.pluggable, "itermem_malloc", "itermem_free"
+        )
+        torch.cuda.memory.change_current_allocator(allocator)
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_workload: torch.cuda.is_available() is False")
+    device = torch.device("cuda", 0)
+    if args.snapshot:
+        if args.pluggable:
+            raise SystemExit("torch_workload: a pluggable allocator records no history")
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+
+    main_stream = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    checker = Checker()
+
+    host_weights = [pattern(0, 0, i, n) for i, n in enumerate(WEIGHTS)]
+    weights = [w.pin_memory().to(device, non_blocking=True) for w in host_weights]
+    device_tensors = len(weights)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for iteration in range(args.iters):
+        batch_host = pattern(iteration, 1, 0, BATCH)
+        batch = batch_host.pin_memory().to(device, non_blocking=True)
+        device_tensors += 1
+        checker.expect(f"iteration {iteration} batch", batch, batch_host)
+
+        # Forward: each activation is uploaded, then a slice of a weight is copied over its head.
+        activations = []
+        for i, numel in enumerate(ACTIVATIONS):
+            expected = pattern(iteration, 2, i, numel)
+            activation = torch.empty(numel, dtype=torch.float32, device=device)
+            device_tensors += 1
+            activation.copy_(expected.pin_memory(), non_blocking=True)
+            weight = weights[i % len(weights)]
+            head = min(numel, weight.numel()) // 2
+            activation[:head].copy_(weight[:head])
+            expected[:head] = host_weights[i % len(weights)][:head]
+            activations.append((activation, expected))
+
+        # Backward, last layer first: each gradient is a device-to-device copy of its
+        # activation on a side stream, ordered with events; both are checked, then freed, so
+        # the first activations stay idle on the device from the forward to the end.
+        side.wait_stream(main_stream)
+        for i in reversed(range(len(activations))):
+            activation, expected = activations.pop()
+            with torch.cuda.stream(side):
+                gradient = torch.empty_like(activation)
+                device_tensors += 1
+                gradient.copy_(activation, non_blocking=True)
+                activation.record_stream(side)
+                done = torch.cuda.Event()
+                done.record(side)
+            main_stream.wait_event(done)
+            gradient.record_stream(main_stream)
+            checker.expect(f"iteration {iteration} activation {i}", activation, expected)
+            checker.expect(f"iteration {iteration} gradient {i}", gradient, expected)
+            # Checked before the frees: a pluggable allocator ignores record_stream and frees
+            # on the allocating stream, so a tensor freed while another stream still reads it
+            # could be reused (the shim poisons it) before that read.
+            checker.check()
+            del activation, gradient
+
+        # Optimizer step: the weights are refreshed from the host.
+        host_weights = [pattern(iteration + 1, 0, i, n) for i, n in enumerate(WEIGHTS)]
+        for weight, host in zip(weights, host_weights):
+            weight.copy_(host.pin_memory(), non_blocking=True)
+        checker.check()
+        del batch
+    end.record()
+    torch.cuda.synchronize()
+    for i, (weight, host) in enumerate(zip(weights, host_weights)):
+        checker.expect(f"weight {i}", weight, host)
+    checker.check()
+
+    free, total = torch.cuda.mem_get_info()
+    print(f"iterations={args.iters}")
+    print(f"device_tensors={device_tensors}")
+    print(f"tensors_checked={checker.tensors}")
+    print(f"bytes_checked={checker.bytes}")
+    print(f"device_free_bytes={free} device_total_bytes={total}")
+    print(f"loop_ms={start.elapsed_time(end):.1f}")
+    if not args.pluggable:  # a pluggable allocator keeps no statistics (torch raises)
+        stats = torch.cuda.memory_stats()
+        print(f"segments={stats.get('segment.all.allocated', 0)}")
+        print(f"torch_peak_allocated_bytes={torch.cuda.max_memory_allocated()}")
+        print(f"torch_peak_reserved_bytes={torch.cuda.max_memory_reserved()}")
+    if args.snapshot:
+        snapshot = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        with open(args.snapshot, "wb") as out:
+            pickle.dump(snapshot, out)
+        print(f"snapshot_segments={len(snapshot['segments'])}")
+    print("workload ok")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as error:  # one line, no traceback: torch-check prints it per case
+        print(f"torch_workload: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(1)
