@@ -228,3 +228,37 @@ fn an_allocation_the_idle_pool_would_block_gets_the_pool_memory_back() {
     );
     std::fs::remove_file(&stats).unwrap();
 }
+
+/// A device reset between two phases of training (NVIDIA's samples reset before they exit):
+/// the blocks it took (each phase's weights) are freed in the record, and pool and cnmem mode,
+/// whose memory went too, start afresh instead of serving from memory the driver took back.
+#[test]
+fn a_device_reset_frees_what_it_took_and_itermem_allocators_start_afresh() {
+    let program = program("reset_midway");
+    let args = [program.to_str().unwrap(), "30"];
+    let plain = run_ok(&program, &args[1..], &[]);
+    for mode in ["record", "pool", "cnmem"] {
+        let stats = scratch(&format!("reset-midway-{mode}.json"));
+        let output = run_under_itermem(
+            &["--mode", mode, "--stats", stats.to_str().unwrap()],
+            &args,
+            &[],
+        );
+        assert_eq!(stdout_ok(&output), plain, "{mode}");
+        let summary = read_json(&stats);
+        assert_eq!(summary["live_bytes_at_exit"], 0, "{mode}: {summary:#}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            stderr.contains("starts afresh"),
+            mode != "record",
+            "{mode}: {stderr}"
+        );
+        if mode == "pool" {
+            assert!(
+                summary["pool"]["served"].as_u64().unwrap() > 0,
+                "{summary:#}"
+            );
+        }
+        std::fs::remove_file(&stats).unwrap();
+    }
+}

@@ -17,6 +17,7 @@
 //! then grows region by region like the re-creation.
 
 use super::driver as cuda;
+use super::real::allocation_gone;
 use crate::policy::{Cnmem, CnmemConfig, RegionSource};
 use rustc_hash::FxHashSet;
 use std::ffi::{CString, c_void};
@@ -228,6 +229,18 @@ impl CnmemState {
             Some(Allocator::Recreated(cnmem)) => cnmem.region_of(addr).is_some(),
             Some(Allocator::Real(cnmem)) => cnmem.live.contains(&addr),
             None => false,
+        }
+    }
+
+    /// Whether a region of the re-creation is no allocation any more (a device reset took
+    /// it). A real cnmem library keeps its own state, which itermem cannot renew: never.
+    pub fn memory_lost(&self) -> bool {
+        match &self.allocator {
+            Some(Allocator::Recreated(cnmem)) => cnmem
+                .regions()
+                .iter()
+                .any(|region| allocation_gone(region.base)),
+            Some(Allocator::Real(_)) | None => false,
         }
     }
 

@@ -133,34 +133,65 @@ impl DeviceState {
                 "swap mode swaps on device 0 only; the other devices are recorded"
             ));
         }
-        let pool = match config.mode {
-            Mode::Pool => Some(Mutex::new(PoolState::default())),
-            Mode::Swap if swapping => Some(Mutex::new(PoolState::for_swaps(SwapConfig {
-                limit: config.limit,
-                copy: config.bandwidth,
-                min_bytes: config.swap_min_bytes,
-                verify: config.swap_verify,
-                plan_out: config.plan_out.clone(),
-                trace: config.trace.clone(),
-            }))),
-            _ => None,
-        };
-        let cnmem = (config.mode == Mode::Cnmem).then(|| {
-            Mutex::new(CnmemState::new(
-                config.cnmem_reservation,
-                config.cnmem_library.as_deref(),
-            ))
-        });
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer::new(swapping, batch)),
-            pool,
-            cnmem,
+            pool: pool_state(swapping, config).map(Mutex::new),
+            cnmem: cnmem_state(config).map(Mutex::new),
             captured: Mutex::new(None),
             capture_done: AtomicBool::new(false),
         }
     }
+
+    /// After a device reset or a context destroyed: if itermem's own memory on this device
+    /// went with it, its allocator starts afresh, as at the first event (the old one's memory
+    /// is not freed again: the driver may have given those addresses to someone else since),
+    /// keeping its statistics. Whether it did.
+    pub fn renew_lost_allocator(&self, config: &Config) -> bool {
+        let swapping = self.sequencer.lock().swap_live.is_some();
+        let pool_lost = self.pool.as_ref().is_some_and(|pool| {
+            let mut pool = pool.lock();
+            let lost = pool.memory_lost();
+            if lost && let Some(mut fresh) = pool_state(swapping, config) {
+                fresh.stats = std::mem::take(&mut pool.stats);
+                *pool = fresh;
+            }
+            lost
+        });
+        let cnmem_lost = self.cnmem.as_ref().is_some_and(|cnmem| {
+            let mut cnmem = cnmem.lock();
+            let lost = cnmem.memory_lost();
+            if lost && let Some(mut fresh) = cnmem_state(config) {
+                fresh.stats = std::mem::take(&mut cnmem.stats);
+                *cnmem = fresh;
+            }
+            lost
+        });
+        pool_lost || cnmem_lost
+    }
+}
+
+/// Pool and swap modes' state of a device (`swapping`: swap mode's device), None otherwise.
+fn pool_state(swapping: bool, config: &Config) -> Option<PoolState> {
+    match config.mode {
+        Mode::Pool => Some(PoolState::default()),
+        Mode::Swap if swapping => Some(PoolState::for_swaps(SwapConfig {
+            limit: config.limit,
+            copy: config.bandwidth,
+            min_bytes: config.swap_min_bytes,
+            verify: config.swap_verify,
+            plan_out: config.plan_out.clone(),
+            trace: config.trace.clone(),
+        })),
+        _ => None,
+    }
+}
+
+/// cnmem mode's allocator, None in other modes.
+fn cnmem_state(config: &Config) -> Option<CnmemState> {
+    (config.mode == Mode::Cnmem)
+        .then(|| CnmemState::new(config.cnmem_reservation, config.cnmem_library.as_deref()))
 }
 
 /// The devices seen so far, by ordinal.

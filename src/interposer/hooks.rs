@@ -186,6 +186,15 @@ fn clear_last_error() {
     }
 }
 
+/// A device reset or a context destroyed: what it held is gone with it (after a success).
+fn on_context_gone(rec: &Recorder, run: Run) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        rec.after_context_gone();
+    }
+    result
+}
+
 /// `device`: whether the freed pointer may come from itermem's own allocator (`cudaFree`,
 /// `cudaFreeAsync`, `cuMemFree_v2`, `cuMemFreeAsync`; not the page-locked host frees).
 fn on_free(rec: &Recorder, run: Run, ptr: u64, stream: u64, device: bool) -> u32 {
@@ -665,6 +674,7 @@ hooks! {
     fn cudaEventSynchronize(event: usize) => |_, run, _| run();
     fn cudaEventDestroy(event: usize) => |_, run, _| run();
     fn cudaDeviceSynchronize() => |_, run| run();
+    fn cudaDeviceReset() => |rec, run| on_context_gone(rec, run);
 
     // ---- the driver API (CUdeviceptr: u64; CUstream, CUfunction, CUcontext: handles) ----
     // A runtime call that reaches the driver is observed once: the runtime's hook runs the
@@ -694,6 +704,9 @@ hooks! {
     fn cuMemUnmap(ptr: u64, size: usize) => |rec, run, ptr, size| on_unmap(rec, run, ptr, size);
     fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) => |_, run, _, _, _, _| run();
     fn cuMemRelease(handle: u64) => |_, run, _| run();
+
+    fn cuDevicePrimaryCtxReset_v2(device: i32) => |rec, run, _| on_context_gone(rec, run);
+    fn cuCtxDestroy_v2(context: usize) => |rec, run, _| on_context_gone(rec, run);
 
     fn cuMemcpy(dst: u64, src: u64, count: usize) =>
         |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src, count), CopyKind::Default, 0, false);

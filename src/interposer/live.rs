@@ -43,6 +43,11 @@ impl LiveIndex {
         self.by_start.insert(start, block);
     }
 
+    /// The start of every live block.
+    pub fn starts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.by_start.keys().copied()
+    }
+
     pub fn remove(&mut self, start: u64) -> Option<Block> {
         self.by_start.remove(&start)
     }

@@ -28,6 +28,7 @@
 //!   Real `cudaFree` synchronises the device; this gives the same safety without the stall.
 
 use super::driver as cuda;
+use super::real::allocation_gone;
 use super::swap::{Executor, Schedule, SwapConfig};
 use crate::event::AllocId;
 use crate::plan::{Absence, Buffer, Instance};
@@ -564,6 +565,13 @@ impl PoolState {
             executor: Some(Executor::new(config)),
             ..PoolState::default()
         }
+    }
+
+    /// Whether memory of itermem's here is no allocation any more (a device reset took it):
+    /// a pool's, or swap mode's page-locked host slots.
+    pub fn memory_lost(&self) -> bool {
+        self.pools.iter().any(|pool| allocation_gone(pool.base))
+            || self.executor.as_ref().is_some_and(Executor::memory_lost)
     }
 
     /// Plans the period of `period` events that ended at `boundary` ([`History::window`]) on

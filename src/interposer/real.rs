@@ -362,18 +362,32 @@ pub unsafe fn driver_function<F: Copy>(name: &CStr) -> Option<F> {
 /// The start of the allocation containing `addr`, as the driver knows it
 /// (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`); None for memory the driver did not allocate.
 pub fn range_start(addr: u64) -> Option<u64> {
+    query_range_start(addr).ok()
+}
+
+/// Whether the driver says `addr` lies in no allocation (`CUDA_ERROR_INVALID_VALUE`); false
+/// when it cannot tell (no context current, no driver): a block is never dropped on a guess.
+pub fn allocation_gone(addr: u64) -> bool {
+    const INVALID_VALUE: u32 = 1;
+    query_range_start(addr) == Err(INVALID_VALUE)
+}
+
+/// `cuPointerGetAttribute(RANGE_START_ADDR)` of `addr`, or the driver's error.
+fn query_range_start(addr: u64) -> Result<u64, u32> {
     const RANGE_START_ADDR: i32 = 11;
-    let get = introspection().pointer_attribute?;
+    let get = introspection()
+        .pointer_attribute
+        .ok_or(super::CUDA_ERROR_SYMBOL_NOT_FOUND)?;
     let mut start = 0u64;
     // SAFETY: RANGE_START_ADDR writes a CUdeviceptr (u64) into `start`.
-    let found = unsafe {
+    let result = unsafe {
         get(
             &mut start as *mut u64 as *mut c_void,
             RANGE_START_ADDR,
             addr,
         )
-    } == 0;
-    found.then_some(start)
+    };
+    if result == 0 { Ok(start) } else { Err(result) }
 }
 
 /// Name and total memory of device 0, from the driver (empty and 0 when it cannot tell).

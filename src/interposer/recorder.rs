@@ -16,7 +16,7 @@ use super::cnmem::CnmemStats;
 use super::device::{DeviceState, Devices, Sequencer};
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
-use super::real::{KernelLayout, function_layout, kernel_layout, range_start};
+use super::real::{KernelLayout, allocation_gone, function_layout, kernel_layout, range_start};
 use super::swap::{Capture, Prepared, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::{Config, Mode};
@@ -221,6 +221,34 @@ impl Recorder {
             .pool
             .as_ref()
             .map_or(0, |pool| pool.lock().release_unused())
+    }
+
+    /// After a device reset or a context destroyed (`cudaDeviceReset`,
+    /// `cuDevicePrimaryCtxReset`, `cuCtxDestroy`): every live block the driver no longer knows
+    /// is freed in the record, and an allocator of itermem's whose memory went too starts
+    /// afresh (said once per device). A block the driver cannot be asked about (no context
+    /// current after a destroy) stays live.
+    pub fn after_context_gone(&self) {
+        let gone: Vec<u64> = self
+            .live
+            .read()
+            .starts()
+            .filter(|&addr| allocation_gone(addr))
+            .collect();
+        log::info!("a context went: {} allocations with it", gone.len());
+        for addr in gone {
+            let taken = self.begin_free(addr);
+            self.end_free(taken, true, 0);
+        }
+        for dev in self.devices.seen() {
+            if dev.renew_lost_allocator(&self.config) {
+                super::report(format_args!(
+                    "device {}: a reset took itermem's memory with the program's; its {} \
+                     starts afresh",
+                    dev.ordinal, self.config.mode
+                ));
+            }
+        }
     }
 
     /// Swap mode, at an internal error: brings back every tensor that is away (nothing will

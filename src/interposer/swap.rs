@@ -29,6 +29,7 @@
 
 use super::driver as cuda;
 use super::pool::{Pool, PoolPlan, PoolState, Waits};
+use super::real::allocation_gone;
 use crate::event::{AllocId, Event, EventKind, StreamHandle};
 use crate::ops::{self, LoadOptions};
 use crate::swap::CopyModel;
@@ -238,6 +239,11 @@ pub struct Executor {
 }
 
 impl Executor {
+    /// Whether the page-locked host slots are no allocation any more (a device reset).
+    pub fn memory_lost(&self) -> bool {
+        self.host_base != 0 && allocation_gone(self.host_base)
+    }
+
     pub fn new(config: SwapConfig) -> Executor {
         Executor {
             config,
