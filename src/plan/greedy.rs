@@ -326,41 +326,44 @@ pub(crate) fn run(instance: &Instance, prep: &Prepared, order: Order, fit: Fit) 
     }
 }
 
-/// Every (order, fit) but `incumbent`'s own, each replacing the incumbent only if strictly
-/// smaller; stops as soon as the lower bound is met or `cutoff` passes (a run cut short is not
-/// a candidate).
+/// Every order of [`Order::ALL`] with each fit, in that order: the runs of best-of.
+pub(crate) fn every_run() -> impl Iterator<Item = (Order, Fit)> {
+    Order::ALL
+        .into_iter()
+        .flat_map(|order| [(order, Fit::Best), (order, Fit::First)])
+}
+
+/// The greedy `runs`, each replacing the incumbent only if strictly smaller; stops as soon as
+/// the lower bound is met or `cutoff` passes (a run cut short is not a candidate). Consecutive
+/// runs of one order share its indices.
 pub(crate) fn best_of(
     instance: &Instance,
     prep: &Prepared,
     incumbent: Outcome,
+    runs: impl IntoIterator<Item = (Order, Fit)>,
     cutoff: Cutoff,
 ) -> Outcome {
-    let skip = incumbent.method;
     let mut best = incumbent;
-    for order in Order::ALL {
+    let mut indices: Option<(Order, Vec<usize>)> = None;
+    for (order, fit) in runs {
         if best.footprint == prep.lower_bound || cutoff.passed() {
-            return best;
+            break;
         }
-        // One order serves both fits.
-        let idx = order_indices(instance, prep, order);
-        for fit in [Fit::Best, Fit::First] {
-            if best.footprint == prep.lower_bound {
-                return best;
-            }
-            if skip == (Method::Greedy { order, fit }) {
-                continue;
-            }
-            let Some((offsets, footprint)) = place_until(prep, &idx, fit, cutoff) else {
-                return best;
+        let idx = match indices.take() {
+            Some((same, idx)) if same == order => idx,
+            _ => order_indices(instance, prep, order),
+        };
+        let Some((offsets, footprint)) = place_until(prep, &idx, fit, cutoff) else {
+            break;
+        };
+        if footprint < best.footprint {
+            best = Outcome {
+                offsets,
+                footprint,
+                method: Method::Greedy { order, fit },
             };
-            if footprint < best.footprint {
-                best = Outcome {
-                    offsets,
-                    footprint,
-                    method: Method::Greedy { order, fit },
-                };
-            }
         }
+        indices = Some((order, idx));
     }
     best
 }

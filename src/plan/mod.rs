@@ -35,16 +35,17 @@
 //! * [`Policy::BestOf`]: both fits over every [`Order`]; keeps the smallest footprint (best-fit
 //!   by size is the incumbent; another run replaces it only if strictly smaller).
 //! * [`Policy::Search`] (beyond the paper): best-fit is the incumbent; one dive of a canonical
-//!   depth-first search (MiniMalloc-style) tries to meet `LB` at once, then best-of runs, then
-//!   the placements of the online allocators cnmem (tuned and grown) and PyTorch's caching
-//!   allocator are offered (see `online.rs`: so that SmartPool never needs more than they do),
-//!   then, while `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts,
-//!   the depth-first search at `LB` and at capacities between `LB` and the incumbent,
-//!   alternating with a seeded randomised iterated greedy (see `search.rs`). A plan replaces
-//!   the incumbent only if strictly smaller, and the search stops as soon as `footprint = LB`
-//!   (then the plan is optimal). A wall-clock budget is a wall for everything after best-fit
-//!   (the candidates before the budgeted search included); a budget of steps lets those
-//!   candidates complete (see [`PlanOptions`]).
+//!   depth-first search (MiniMalloc-style) tries to meet `LB` at once; then the placements of the
+//!   other policies `itermem compare` reports are offered: cnmem (tuned and grown) and PyTorch's
+//!   caching allocator as their simulators place them, and first-fit (see `online.rs`: so that
+//!   SmartPool never needs more than any of them); the rest of best-of runs, then, while
+//!   `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the
+//!   depth-first search at `LB` and at capacities between `LB` and the incumbent, alternating with
+//!   a seeded randomised iterated greedy (see `search.rs`). A plan replaces the incumbent only if
+//!   strictly smaller, and the search stops as soon as `footprint = LB` (then the plan is optimal).
+//!   A wall-clock budget is a wall for everything after best-fit (the candidates before the
+//!   budgeted search included); a budget of steps lets those candidates complete (see
+//!   [`PlanOptions`]).
 //!
 //! Every planner supports absence windows: a greedy run records each buffer once per resident
 //! interval and asks for the bytes taken during any of them; the DFS builds its conflict pairs
@@ -160,12 +161,13 @@ pub struct PlanOptions {
     /// Wall-clock budget of [`Policy::Search`], from the start of planning: a wall. The search
     /// returns within it unless best-fit alone takes longer (best-fit is the floor and always
     /// completes; on the scaling instance it takes about 2 µs per buffer, 200 ms on 100k):
-    /// everything after it reads the clock and stops at the budget. A greedy run or a list of
-    /// DFS pairs cut short is dropped; an online allocator's placement (which cannot be cut)
-    /// starts only if one greedy run's time remains. Measured overrun (`itermem bench plan
-    /// --budget-ms`): under 1 ms whenever best-fit fits. So the property `search ≤ best-of,
-    /// cnmem, cnmem grown, caching` holds only when the budget let those candidates run; with
-    /// [`PlanOptions::steps`] it always holds (see there).
+    /// everything after it reads the clock and stops at the budget. A greedy run, an online
+    /// allocator's replay or a list of DFS pairs cut short is dropped; the validation of a replayed
+    /// placement (which cannot be cut) starts only if the replay's time remains. Measured overrun
+    /// (`itermem bench plan --budget-ms`): under 1 ms whenever best-fit fits. So the property
+    /// `search ≤ cnmem, cnmem grown, caching, first-fit` (and `≤ best-of`) holds only when the
+    /// budget let those candidates run (the dive before them leaves them two greedy runs' time:
+    /// `online.rs`); with [`PlanOptions::steps`] it always holds (see there).
     pub budget: Duration,
     /// A budget of work instead of time: when set, [`Policy::Search`] stops after this many
     /// steps (one depth-first search node; a greedy run on `n` buffers counts `n`) and
@@ -256,7 +258,8 @@ pub fn plan(
         Policy::FirstFit => greedy::run(instance, &prep, Order::SizeDesc, Fit::First),
         Policy::BestOf => {
             let incumbent = greedy::run(instance, &prep, Order::SizeDesc, Fit::Best);
-            greedy::best_of(instance, &prep, incumbent, Cutoff::NEVER)
+            let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
+            greedy::best_of(instance, &prep, incumbent, others, Cutoff::NEVER)
         }
         Policy::Search => search::search(
             instance,

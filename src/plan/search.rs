@@ -29,8 +29,8 @@
 //!    The state (minimum offsets in a tournament tree over ranks, per-segment sums in a max
 //!    segment tree) is undone exactly on backtrack from change logs, and the search is
 //!    iterative, so deep instances cannot overflow the stack. A first *dive* (one ranking, a
-//!    node limit of `2n`) runs right after best-fit: on every real trace measured it meets `LB`
-//!    at once. The full search doubles its node limit per round over three static rankings
+//!    node limit of `2n`) runs early (below): on every real trace measured it meets `LB` at
+//!    once. The full search doubles its node limit per round over three static rankings
 //!    (MiniMalloc's "TWA", "TAW", "WAT": contention, lifetime, area), so one bad ranking cannot
 //!    eat the budget. It needs the list of time-overlapping pairs; on instances with more than
 //!    [`MAX_OVERLAP_PAIRS`] pairs it is skipped (greedy orders still run).
@@ -38,11 +38,17 @@
 //! 2. **Randomised iterated greedy** (idealloc's randomised restarts, with our greedy placers):
 //!    a base order with seeded noise on the ranks, best or first fit.
 //!
-//! After the dive, best-of and the online allocators' placements (`online.rs`), half of the
-//! remaining budget goes to the DFS at `LB`; the rest alternates slices of randomised greedy
-//! and of DFS halfway between the largest capacity proved infeasible and the incumbent. The
-//! incumbent is replaced only by a strictly smaller footprint, and the search stops as soon as
-//! `footprint = LB`.
+//! The order: best-fit (the floor); the dive, which on a wall clock stops early enough to
+//! leave two greedy runs' time before the deadline; the placements of the other policies
+//! `itermem compare` reports (`online.rs`: cnmem tuned and grown, the caching allocator,
+//! first-fit), which cost about those two runs and make the plan never worse than any of them;
+//! the rest of best-of; then half of the remaining budget goes to the DFS at `LB`, and the
+//! rest alternates slices of randomised greedy and of DFS halfway between the largest capacity
+//! proved infeasible and the incumbent. The incumbent is replaced only by a strictly smaller
+//! footprint, and the search stops as soon as `footprint = LB`. Why the dive first: on real
+//! traces it meets `LB` at once, and nothing is smaller; why it leaves time: offered after the
+//! DFS's pair lists and a dive that may use the whole budget, the other policies' placements
+//! were cut on large crowded instances (docs/BENCHMARKS.md).
 //!
 //! **The budget** is measured by a [`Clock`]: wall-clock time since planning started (the CLI,
 //! the interposer), or steps of work ([`super::PlanOptions::steps`]: one DFS node, or `n` per
@@ -131,6 +137,15 @@ impl Clock {
         }
     }
 
+    /// The deadline that leaves `time` before `deadline` on a wall clock for work that must
+    /// follow; `deadline` itself on a clock of steps, where that work is not counted.
+    fn leave(&self, deadline: u64, time: Duration) -> u64 {
+        match *self {
+            Clock::Wall(_) => deadline.saturating_sub(nanos(time)),
+            Clock::Steps { .. } => deadline,
+        }
+    }
+
     /// Ticks elapsed: nanoseconds since the start, or the steps `stats` counts.
     fn now(&self, stats: &SearchStats) -> u64 {
         match *self {
@@ -147,9 +162,9 @@ fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// [`super::Policy::Search`]: best-fit, a first DFS dive at the lower bound, the rest of
-/// best-of, the online allocators' placements (`online.rs`), then [`improve`] until `deadline`
-/// on `clock`. On a wall clock everything after best-fit stops at the deadline
+/// [`super::Policy::Search`]: best-fit, a first DFS dive at the lower bound, the other
+/// policies' placements (`online.rs`), the rest of best-of, then [`improve`] until `deadline`
+/// on `clock` (module doc). On a wall clock everything after best-fit stops at the deadline
 /// ([`Clock::cutoff`]); on a clock of steps only the dive and [`improve`] count.
 pub(crate) fn search(
     instance: &Instance,
@@ -167,13 +182,16 @@ pub(crate) fn search(
         return best;
     }
     let cutoff = clock.cutoff(deadline);
-    let dfs = Dfs::new(instance, prep, cutoff);
-    if let Some(dfs) = dfs.as_ref().filter(|_| !cutoff.passed()) {
-        // One dive with the first ranking and little backtracking: on real traces the canonical
-        // placement usually meets the bound at once, for about the cost of a greedy run.
+    // The dive first, leaving the other policies' placements two greedy runs' time (module doc).
+    let dive_deadline = clock.leave(deadline, 2 * greedy_run);
+    let dive_cutoff = clock.cutoff(dive_deadline);
+    let mut dfs = Dfs::new(instance, prep, dive_cutoff);
+    let dfs_cut = dfs.is_none() && dive_cutoff.passed();
+    if let Some(dfs) = dfs.as_ref().filter(|_| !dive_cutoff.passed()) {
+        // One ranking and little backtracking: about the cost of a greedy run.
         let limit = 2 * prep.len() as u64 + 64;
         stats.dfs_runs += 1;
-        let until = (clock, deadline);
+        let until = (clock, dive_deadline);
         if let Ok(offsets) = dfs.run(&dfs.rankings[0], lb, limit, until, false, stats) {
             offer(
                 &mut best,
@@ -185,8 +203,21 @@ pub(crate) fn search(
             return best;
         }
     }
-    let best = greedy::best_of(instance, prep, best, cutoff);
+    // The other policies of `itermem compare` (`online.rs`): what makes the plan never worse
+    // than any of them. Then the DFS's lists, if the dive's share of the budget cut them short.
     let best = online::best_of_online(instance, prep, best, (cutoff, greedy_run));
+    let best = greedy::best_of(instance, prep, best, online::GREEDY_COLUMNS, cutoff);
+    if best.footprint == lb {
+        return best;
+    }
+    if dfs_cut && !cutoff.passed() {
+        dfs = Dfs::new(instance, prep, cutoff);
+    }
+    let done = |run: &(Order, Fit)| {
+        *run == (Order::SizeDesc, Fit::Best) || online::GREEDY_COLUMNS.contains(run)
+    };
+    let rest = greedy::every_run().filter(|run| !done(run));
+    let best = greedy::best_of(instance, prep, best, rest, cutoff);
     improve(
         instance,
         prep,
@@ -533,10 +564,10 @@ enum Stop {
 
 impl<'a> Dfs<'a> {
     /// The DFS's data, or `None` when the instance has more than [`MAX_OVERLAP_PAIRS`] pairs
-    /// found (before deduplication) or `cutoff` passes while they are listed.
+    /// found (before deduplication) or `cutoff` passes first.
     fn new(instance: &Instance, prep: &'a Prepared, cutoff: Cutoff) -> Option<Dfs<'a>> {
         let n = prep.len();
-        if n > u32::MAX as usize {
+        if n > u32::MAX as usize || cutoff.passed() {
             return None;
         }
         // Pairs resident at a common instant, by a sweep over the resident intervals (at each

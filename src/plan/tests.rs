@@ -189,6 +189,20 @@ fn random_intervals(rng: &mut SplitMix64, n: usize, horizon: u64, max_size: u64)
     inst(buffers)
 }
 
+/// One buffer born per instant, living 1 + Exp(mean 80) instants, of 512 · 2^U(0, 8) bytes:
+/// about 80 live at once, in 512-byte units, the shape on which greedy by size loses most to
+/// first-fit and cnmem (issue 13's large instances, scaled down).
+fn crowded(rng: &mut SplitMix64, n: usize) -> Instance {
+    let buffers = (0..n as u64)
+        .map(|t| {
+            let len = 1 + (-80.0 * (1.0 - rng.unit()).ln()) as u64;
+            let units = 2f64.powf(8.0 * rng.unit()) as u64;
+            b(t, t, t + len, 512 * units)
+        })
+        .collect();
+    inst(buffers)
+}
+
 /// A "tight" instance whose optimum is its peak: a `horizon × width` box cut recursively
 /// (guillotine) into `pieces` rectangles, each a buffer (lifetime = its time span, size = its
 /// height). Every instant is covered exactly, so the peak is `width` and the box is a plan.
@@ -884,11 +898,9 @@ fn assert_search_beats_online(instance: &Instance, opts: &PlanOptions, what: &st
     best
 }
 
-#[test]
-fn search_takes_the_cnmem_placement_where_greedy_and_the_dive_miss() {
-    // Sizes in 512-byte units; the peak is 24. cnmem's address-ordered best fit packs it at 24,
-    // best-of does not, and with no budget the search has only the candidates (and its first
-    // dive, which misses here).
+/// Sizes in 512-byte units; the peak is 24. cnmem's address-ordered best fit packs it at 24,
+/// best-of does not.
+fn cnmem_packs_what_best_of_does_not() -> Instance {
     let units: [(u64, u64, u64, u64); 15] = [
         (0, 2, 4, 6),
         (1, 3, 7, 5),
@@ -906,12 +918,19 @@ fn search_takes_the_cnmem_placement_where_greedy_and_the_dive_miss() {
         (13, 7, 9, 7),
         (14, 6, 11, 2),
     ];
-    let i = inst(
+    inst(
         units
             .iter()
             .map(|&(id, l, u, s)| b(id, l, u, s * 512))
             .collect(),
-    );
+    )
+}
+
+#[test]
+fn search_takes_the_cnmem_placement_where_greedy_and_the_dive_miss() {
+    // With no budget the search has only its first dive, which misses here, and the
+    // candidates: cnmem's, offered before best-of, meets the bound.
+    let i = cnmem_packs_what_best_of_does_not();
     let no_budget = options(512, 0);
     assert!(plan(&i, Policy::BestOf, &no_budget).unwrap().footprint > 24 * 512);
     assert_eq!(
@@ -927,6 +946,22 @@ fn search_takes_the_cnmem_placement_where_greedy_and_the_dive_miss() {
         }
     );
     assert_eq!(r.method.to_string(), "online-cnmem");
+}
+
+#[test]
+fn a_passed_cutoff_drops_the_online_candidates() {
+    // A replay cut short is no candidate: the incumbent stays.
+    let i = cnmem_packs_what_best_of_does_not();
+    let prep = greedy::Prepared::new(&i, Alignment::DEFAULT).unwrap();
+    let floor = greedy::run(&i, &prep, Order::SizeDesc, Fit::Best);
+    let passed = Cutoff::at(std::time::Instant::now());
+    let kept = online::best_of_online(&i, &prep, floor.clone(), (passed, Duration::ZERO));
+    assert_eq!((&kept.offsets, kept.method), (&floor.offsets, floor.method));
+    let taken = online::best_of_online(&i, &prep, floor, (Cutoff::NEVER, Duration::ZERO));
+    let cnmem = Method::Online {
+        policy: Baseline::Cnmem,
+    };
+    assert_eq!((taken.footprint, taken.method), (24 * 512, cnmem));
 }
 
 #[test]
@@ -960,13 +995,13 @@ fn online_placements_end_to_end_need_what_compare_reports() {
 
 #[test]
 fn property_search_never_loses_to_an_online_policy() {
-    // Small and larger random instances and tight ones in 512-byte units, every alignment
-    // kind (dividing 512 or not), with no search budget (only the candidates can help) and
-    // with some.
+    // Small and larger random instances, tight ones in 512-byte units and crowded ones (many
+    // long lifetimes, where greedy fragments most), every alignment kind (dividing 512 or
+    // not), with no search budget (only the candidates can help) and with some.
     let mut rng = SplitMix64::new(0x0041_113E);
     let mut kept_online = 0;
     for round in 0..300 {
-        let i = match round % 3 {
+        let i = match round % 4 {
             0 => {
                 let (n, horizon) = (1 + rng.below(60) as usize, 2 + rng.below(80));
                 random_intervals(&mut rng, n, horizon, 5000)
@@ -980,9 +1015,13 @@ fn property_search_never_loses_to_an_online_policy() {
                     .map(|x| b(x.id, x.lower, x.upper, x.size * 512));
                 inst(bytes.collect())
             }
-            _ => {
+            2 => {
                 let (n, horizon) = (100 + rng.below(200) as usize, 2 + rng.below(300));
                 random_intervals(&mut rng, n, horizon, 1 << 20)
+            }
+            _ => {
+                let n = 200 + rng.below(200) as usize;
+                crowded(&mut rng, n)
             }
         };
         let alignment = [512, 1, 256, 3, 4096][round % 5];
@@ -1096,14 +1135,21 @@ const TRACES: &[Trace] = &[
     },
 ];
 
+/// The shared folder; None (after saying the test is skipped) when it is absent.
+fn real_root() -> Option<&'static std::path::Path> {
+    let root = std::path::Path::new(REAL_TRACES);
+    if root.is_dir() {
+        Some(root)
+    } else {
+        println!("skipped: ../shared/real-traces not found");
+        None
+    }
+}
+
 /// Every instance of [`TRACES`], read; None (after saying the test is skipped) when the shared
 /// folder is absent.
 fn real_instances() -> Option<Vec<(&'static Trace, Instance)>> {
-    let root = std::path::Path::new(REAL_TRACES);
-    if !root.is_dir() {
-        println!("skipped: ../shared/real-traces not found");
-        return None;
-    }
+    let root = real_root()?;
     let read = |trace: &'static Trace| {
         let path = root.join(trace.path);
         let instance = crate::import::read_dsa_csv(&path)
@@ -1160,6 +1206,41 @@ fn real_traces_search_beats_every_online_policy() {
             assert_search_beats_online(&instance, &options(512, steps), &what);
         }
     }
+}
+
+/// The recordings of the `itermem compare` table of docs/BENCHMARKS.md (its two DSA files are
+/// in [`TRACES`]).
+const RECORDINGS: [&str; 4] = [
+    "pytorch-snapshots/cs336_lm2.7b_b4_ctx128_fp32_fullstep.pickle",
+    "pytorch-snapshots/cs336_lm_small_b32_ctx256_fp32_fwdbwd.pickle",
+    "pytorch-snapshots/vit_l16_b1_adam_3steps.pickle",
+    "kineto/hta_v100_ddp_rank1_profile_memory.json.gz",
+];
+
+#[test]
+fn real_recordings_search_beats_every_online_policy() {
+    // Each recording as `itermem compare` forms it: whole, and its iteration when one is found.
+    let Some(root) = real_root() else { return };
+    let mut iterations = 0;
+    for file in RECORDINGS {
+        let loaded = crate::import::load(root.join(file)).unwrap();
+        let crate::import::Loaded::Recording(recording) = loaded else {
+            panic!("{file} is not a recording");
+        };
+        let mut instances = vec![("whole", recording.to_instance(None).unwrap())];
+        let config = crate::detect::DetectorConfig::for_cuda_events();
+        if let Some(it) = recording.iteration(&config).unwrap() {
+            instances.push(("one iteration", recording.iteration_instance(&it)));
+            iterations += 1;
+        }
+        for (which, instance) in &instances {
+            for steps in [0, SHORT] {
+                let what = format!("{file}, {which}, {steps} steps");
+                assert_search_beats_online(instance, &options(512, steps), &what);
+            }
+        }
+    }
+    assert_eq!(iterations, 2, "the table's ViT and V100 iterations");
 }
 
 // ---------------------------------------------------------------- timing (manual)

@@ -38,7 +38,7 @@ pub use region::{FakeAddressSpace, Region, RegionSource};
 pub use sim::{
     CNMEM_TUNING_STEPS, CnmemTuning, CudaMallocModel, Op, Placement, PlacementError, Policy,
     Simulation, replay, replay_order, simulate, simulate_caching, simulate_cnmem,
-    simulate_cuda_malloc, tune_cnmem, unbounded_reservation,
+    simulate_cuda_malloc, simulate_until, tune_cnmem, unbounded_reservation,
 };
 
 use std::fmt;

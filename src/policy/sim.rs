@@ -168,62 +168,12 @@ pub fn replay<A: BlockAllocator>(
     instance: &Instance,
     allocator: &mut A,
 ) -> Result<Vec<Placement>, PolicyError> {
-    let buffers = instance.buffers();
-    let mut placements: Vec<Option<Placement>> = vec![None; buffers.len()];
-    for op in replay_order(instance) {
-        match op {
-            Op::Alloc(i) => {
-                let address = allocator.alloc(buffers[i].size)?;
-                let size = allocator
-                    .block_size(address)
-                    .expect("a block just allocated has a size");
-                let (region, bounds) = allocator
-                    .region_of(address)
-                    .expect("a block just allocated lies in a region");
-                placements[i] = Some(Placement {
-                    id: buffers[i].id,
-                    address,
-                    region,
-                    offset: address - bounds.base,
-                    size,
-                });
-            }
-            Op::Free(i) => {
-                let address = placements[i]
-                    .expect("replay_order frees a buffer after allocating it")
-                    .address;
-                allocator.free(address)?;
-            }
-        }
-    }
-    Ok(placements
-        .into_iter()
-        .map(|p| p.expect("every buffer is allocated once"))
-        .collect())
-}
-
-fn run<A: BlockAllocator>(
-    instance: &Instance,
-    mut allocator: A,
-) -> Result<Simulation, PolicyError> {
-    let placements = replay(instance, &mut allocator)?;
-    Ok(Simulation {
-        footprint: allocator.reserved(),
-        placements,
-        regions: allocator.regions(),
-    })
+    completed(Replay::new(instance, &never).placements(allocator))
 }
 
 /// cnmem with an initial reservation of `reservation` bytes (0 = none) and growth allowed.
 pub fn simulate_cnmem(instance: &Instance, reservation: u64) -> Result<Simulation, PolicyError> {
-    let cnmem = Cnmem::new(
-        FakeAddressSpace::new(),
-        CnmemConfig {
-            reservation,
-            can_grow: true,
-        },
-    )?;
-    run(instance, cnmem)
+    completed(Replay::new(instance, &never).cnmem(reservation))
 }
 
 /// A reservation that makes cnmem behave as with an unbounded region: twice Σ of all rounded
@@ -268,80 +218,197 @@ pub const CNMEM_TUNING_STEPS: u64 = 16;
 /// without growth (each abandoned at its first miss) pick the first reservation that suffices;
 /// S itself needs no probe.
 pub fn tune_cnmem(instance: &Instance) -> Result<CnmemTuning, PolicyError> {
-    if instance.is_empty() {
-        return Ok(CnmemTuning::default());
-    }
-    let mut cnmem = Cnmem::new(
-        FakeAddressSpace::new(),
-        CnmemConfig {
-            reservation: unbounded_reservation(instance)?,
-            can_grow: false,
-        },
-    )?;
-    let base = cnmem.regions()[0].base;
-    let buffers = instance.buffers();
-    let mut addresses = vec![0u64; buffers.len()];
-    let (mut high_water, mut safe) = (0u64, 0u64);
-    for op in replay_order(instance) {
-        match op {
-            Op::Alloc(i) => {
-                let size = buffers[i].size;
-                // The unbounded region always has a free tail and always fits (see
-                // `unbounded_reservation`).
-                let tail = cnmem.last_free_block().map(|(a, _)| a);
-                let chosen = cnmem.best_fit(size);
-                let address = cnmem.alloc(size)?;
-                let end = address - base + cnmem.block_size(address).unwrap_or(0);
-                high_water = high_water.max(end);
-                match (tail, chosen) {
-                    (Some(tail), Some((chosen, chosen_size))) if chosen != tail => {
-                        safe = safe.max(tail - base + chosen_size);
-                    }
-                    _ => {}
-                }
-                addresses[i] = address;
-            }
-            Op::Free(i) => {
-                cnmem.free(addresses[i])?;
-            }
-        }
-    }
-    let safe = safe.max(high_water);
-    let step = (safe - high_water).div_ceil(CNMEM_TUNING_STEPS);
-    let mut reservation = safe;
-    for k in 0..CNMEM_TUNING_STEPS {
-        let candidate = round_up(high_water + k * step, CNMEM_GRANULARITY)?.min(safe);
-        if fits_without_growth(instance, candidate)? {
-            reservation = candidate;
-            break;
-        }
-    }
-    Ok(CnmemTuning {
-        high_water,
-        safe_reservation: safe,
-        reservation,
-    })
+    completed(Replay::new(instance, &never).tune())
 }
 
-/// Whether cnmem with `reservation` serves the whole replay without growing.
-fn fits_without_growth(instance: &Instance, reservation: u64) -> Result<bool, PolicyError> {
-    let mut cnmem = Cnmem::new(
-        FakeAddressSpace::new(),
-        CnmemConfig {
+/// Calls of a replay between two questions to its `stop` ([`simulate_until`]).
+const STOP_EVERY: usize = 1024;
+
+/// The `stop` of a replay that always completes.
+fn never() -> bool {
+    false
+}
+
+/// What a replay that is never stopped returns.
+fn completed<T>(result: Result<Option<T>, PolicyError>) -> Result<T, PolicyError> {
+    result.map(|done| done.expect("a replay that is never stopped completes"))
+}
+
+/// The replays of one simulation: the instance, its call sequence, sorted once for all of them
+/// (the tuned cnmem replays it up to [`CNMEM_TUNING_STEPS`] + 2 times), and the `stop` each
+/// asks every [`STOP_EVERY`] calls: a replay is abandoned (`Ok(None)`) once it returns true.
+struct Replay<'a> {
+    instance: &'a Instance,
+    order: Vec<Op>,
+    stop: &'a dyn Fn() -> bool,
+}
+
+impl<'a> Replay<'a> {
+    fn new(instance: &'a Instance, stop: &'a dyn Fn() -> bool) -> Replay<'a> {
+        Replay {
+            instance,
+            order: replay_order(instance),
+            stop,
+        }
+    }
+
+    /// Whether the replay must stop before its `k`-th call.
+    fn stops_at(&self, k: usize) -> bool {
+        k.is_multiple_of(STOP_EVERY) && (self.stop)()
+    }
+
+    /// [`replay`].
+    fn placements<A: BlockAllocator>(
+        &self,
+        allocator: &mut A,
+    ) -> Result<Option<Vec<Placement>>, PolicyError> {
+        let buffers = self.instance.buffers();
+        let mut placements: Vec<Option<Placement>> = vec![None; buffers.len()];
+        for (k, &op) in self.order.iter().enumerate() {
+            if self.stops_at(k) {
+                return Ok(None);
+            }
+            match op {
+                Op::Alloc(i) => {
+                    let address = allocator.alloc(buffers[i].size)?;
+                    let size = allocator
+                        .block_size(address)
+                        .expect("a block just allocated has a size");
+                    let (region, bounds) = allocator
+                        .region_of(address)
+                        .expect("a block just allocated lies in a region");
+                    placements[i] = Some(Placement {
+                        id: buffers[i].id,
+                        address,
+                        region,
+                        offset: address - bounds.base,
+                        size,
+                    });
+                }
+                Op::Free(i) => {
+                    let address = placements[i]
+                        .expect("replay_order frees a buffer after allocating it")
+                        .address;
+                    allocator.free(address)?;
+                }
+            }
+        }
+        Ok(Some(
+            placements
+                .into_iter()
+                .map(|p| p.expect("every buffer is allocated once"))
+                .collect(),
+        ))
+    }
+
+    fn run<A: BlockAllocator>(&self, mut allocator: A) -> Result<Option<Simulation>, PolicyError> {
+        let Some(placements) = self.placements(&mut allocator)? else {
+            return Ok(None);
+        };
+        Ok(Some(Simulation {
+            footprint: allocator.reserved(),
+            placements,
+            regions: allocator.regions(),
+        }))
+    }
+
+    /// [`simulate_cnmem`].
+    fn cnmem(&self, reservation: u64) -> Result<Option<Simulation>, PolicyError> {
+        let cnmem = Cnmem::new(
+            FakeAddressSpace::new(),
+            CnmemConfig {
+                reservation,
+                can_grow: true,
+            },
+        )?;
+        self.run(cnmem)
+    }
+
+    /// [`tune_cnmem`].
+    fn tune(&self) -> Result<Option<CnmemTuning>, PolicyError> {
+        let instance = self.instance;
+        if instance.is_empty() {
+            return Ok(Some(CnmemTuning::default()));
+        }
+        let mut cnmem = Cnmem::new(
+            FakeAddressSpace::new(),
+            CnmemConfig {
+                reservation: unbounded_reservation(instance)?,
+                can_grow: false,
+            },
+        )?;
+        let base = cnmem.regions()[0].base;
+        let buffers = instance.buffers();
+        let mut addresses = vec![0u64; buffers.len()];
+        let (mut high_water, mut safe) = (0u64, 0u64);
+        for (k, &op) in self.order.iter().enumerate() {
+            if self.stops_at(k) {
+                return Ok(None);
+            }
+            match op {
+                Op::Alloc(i) => {
+                    let size = buffers[i].size;
+                    // The unbounded region always has a free tail and always fits (see
+                    // `unbounded_reservation`).
+                    let tail = cnmem.last_free_block().map(|(a, _)| a);
+                    let chosen = cnmem.best_fit(size);
+                    let address = cnmem.alloc(size)?;
+                    let end = address - base + cnmem.block_size(address).unwrap_or(0);
+                    high_water = high_water.max(end);
+                    match (tail, chosen) {
+                        (Some(tail), Some((chosen, chosen_size))) if chosen != tail => {
+                            safe = safe.max(tail - base + chosen_size);
+                        }
+                        _ => {}
+                    }
+                    addresses[i] = address;
+                }
+                Op::Free(i) => {
+                    cnmem.free(addresses[i])?;
+                }
+            }
+        }
+        let safe = safe.max(high_water);
+        let step = (safe - high_water).div_ceil(CNMEM_TUNING_STEPS);
+        let mut reservation = safe;
+        for k in 0..CNMEM_TUNING_STEPS {
+            let candidate = round_up(high_water + k * step, CNMEM_GRANULARITY)?.min(safe);
+            match self.fits_without_growth(candidate)? {
+                Some(true) => {
+                    reservation = candidate;
+                    break;
+                }
+                Some(false) => {}
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(CnmemTuning {
+            high_water,
+            safe_reservation: safe,
             reservation,
-            can_grow: false,
-        },
-    )?;
-    match replay(instance, &mut cnmem) {
-        Ok(_) => Ok(true),
-        Err(PolicyError::OutOfMemory { .. }) => Ok(false),
-        Err(e) => Err(e),
+        }))
+    }
+
+    /// Whether cnmem with `reservation` serves the whole replay without growing.
+    fn fits_without_growth(&self, reservation: u64) -> Result<Option<bool>, PolicyError> {
+        let mut cnmem = Cnmem::new(
+            FakeAddressSpace::new(),
+            CnmemConfig {
+                reservation,
+                can_grow: false,
+            },
+        )?;
+        match self.placements(&mut cnmem) {
+            Ok(done) => Ok(done.map(|_| true)),
+            Err(PolicyError::OutOfMemory { .. }) => Ok(Some(false)),
+            Err(e) => Err(e),
+        }
     }
 }
 
 /// PyTorch's caching allocator (default configuration, unlimited device memory).
 pub fn simulate_caching(instance: &Instance) -> Result<Simulation, PolicyError> {
-    run(instance, CachingAllocator::new(FakeAddressSpace::new()))
+    completed(simulate_until(instance, Policy::Caching, &never))
 }
 
 /// Plain `cudaMalloc`/`cudaFree` per buffer.
@@ -458,10 +525,31 @@ impl fmt::Display for Policy {
 
 /// Replays `instance` through `policy` (module doc) and returns its footprint and placements.
 pub fn simulate(instance: &Instance, policy: Policy) -> Result<Simulation, PolicyError> {
+    completed(simulate_until(instance, policy, &never))
+}
+
+/// [`simulate`], abandoned (`Ok(None)`) once `stop` returns true: it is asked before anything
+/// starts, and by every replay every 1,024 calls. Why: the planner offers these placements
+/// under a wall-clock budget (`plan/online.rs`), and nothing else could cut a replay short.
+pub fn simulate_until(
+    instance: &Instance,
+    policy: Policy,
+    stop: &dyn Fn() -> bool,
+) -> Result<Option<Simulation>, PolicyError> {
+    if stop() {
+        return Ok(None);
+    }
+    let replay = || Replay::new(instance, stop);
     match policy {
-        Policy::Cnmem => simulate_cnmem(instance, tune_cnmem(instance)?.reservation),
-        Policy::CnmemGrow => simulate_cnmem(instance, 0),
-        Policy::CudaMalloc => simulate_cuda_malloc(instance, CudaMallocModel::default()),
-        Policy::Caching => simulate_caching(instance),
+        Policy::Cnmem => {
+            let replay = replay();
+            match replay.tune()? {
+                Some(tuning) => replay.cnmem(tuning.reservation),
+                None => Ok(None),
+            }
+        }
+        Policy::CnmemGrow => replay().cnmem(0),
+        Policy::CudaMalloc => simulate_cuda_malloc(instance, CudaMallocModel::default()).map(Some),
+        Policy::Caching => replay().run(CachingAllocator::new(FakeAddressSpace::new())),
     }
 }

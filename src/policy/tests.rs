@@ -207,6 +207,28 @@ fn random_instance(seed: u64, n: usize, steps: u64) -> Instance {
     instance(buffers)
 }
 
+#[test]
+fn a_stopped_replay_is_abandoned_and_an_unstopped_one_is_simulate() {
+    // 3,000 buffers, 6,000 calls: every replay asks `stop` several times (every 1,024 calls).
+    let i = random_instance(0x5709, 3_000, 400);
+    for policy in Policy::ALL {
+        assert_eq!(simulate_until(&i, policy, &|| true), Ok(None), "{policy}");
+        let whole = simulate_until(&i, policy, &|| false).unwrap();
+        assert_eq!(whole, Some(simulate(&i, policy).unwrap()), "{policy}");
+    }
+    for policy in [Policy::Cnmem, Policy::CnmemGrow, Policy::Caching] {
+        // Asked before anything starts, before the first call, then after 1,024: stopped in
+        // the middle of the (first) replay.
+        let asked = std::cell::Cell::new(0);
+        let at_third = || {
+            asked.set(asked.get() + 1);
+            asked.get() == 3
+        };
+        assert_eq!(simulate_until(&i, policy, &at_third), Ok(None), "{policy}");
+        assert_eq!(asked.get(), 3, "{policy}");
+    }
+}
+
 /// The instance with every size rounded up to 512: its peak live is the lower bound.
 fn rounded_peak(i: &Instance) -> u64 {
     let rounded = i
