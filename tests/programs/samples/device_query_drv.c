@@ -13,27 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        CUresult err_ = (call);                                                            \
-        if (err_ != CUDA_SUCCESS) {                                                        \
-            const char *name_ = NULL;                                                      \
-            cuGetErrorName(err_, &name_);                                                  \
-            fprintf(stderr, "FAIL: %s returned %d (%s) at line %d\n", #call, (int)err_,     \
-                    name_ ? name_ : "?", __LINE__);                                        \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                  \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL: %s: ", #cond);                                          \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#define SAMPLE_DRIVER_API
+#include "check.h"
 
 #define ATTR(a) {#a, a}
 static const struct {

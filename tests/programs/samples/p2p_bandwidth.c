@@ -13,25 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "FAIL: %s returned %d (%s) at line %d\n", #call, (int)err_,     \
-                    cudaGetErrorName(err_), __LINE__);                                     \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                  \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL: %s: ", #cond);                                          \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 enum { MAX_DEVICES = 16, SIZE = 2 << 20, REPEAT = 5, LATENCY_SIZE = 4, LATENCY_REPEAT = 100 };
 

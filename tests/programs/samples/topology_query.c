@@ -8,25 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "FAIL: %s returned %d (%s) at line %d\n", #call, (int)err_,     \
-                    cudaGetErrorName(err_), __LINE__);                                     \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                  \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL: %s: ", #cond);                                          \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 int main(void) {
     int count = 0;
