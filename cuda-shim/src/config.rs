@@ -125,6 +125,30 @@ impl Setting {
     }
 }
 
+/// The CUDA version the driver reports by default (12.9).
+pub const DEFAULT_DRIVER_VERSION: i32 = 12090;
+
+/// `CUDA_SHIM_DRIVER_VERSION`: the version `cuDriverGetVersion` reports, 1000 × major + 10 ×
+/// minor (`13050` for 13.5), from 12000 (what the CUDA 12 runtime needs) to 99999; default
+/// [`DEFAULT_DRIVER_VERSION`]. Read on its own, not in [`Config`]: the driver reports its version
+/// before `cuInit`. The shim's CUDA 13 runtime needs 13000 or more (docs/cuda13.md).
+pub fn driver_version(lookup: impl Fn(&str) -> Option<String>) -> i32 {
+    const NAME: &str = "CUDA_SHIM_DRIVER_VERSION";
+    let Some(raw) = lookup(NAME) else {
+        return DEFAULT_DRIVER_VERSION;
+    };
+    match raw.trim().parse::<i32>() {
+        Ok(version) if (12000..=99999).contains(&version) => version,
+        _ => {
+            eprintln!(
+                "cuda-shim: ignoring {NAME}={raw:?}: expected a CUDA version from 12000 to 99999 \
+                 (1000 × major + 10 × minor, e.g. 13050)"
+            );
+            DEFAULT_DRIVER_VERSION
+        }
+    }
+}
+
 /// Parses `123`, `64K`, `512M`, `8G`, `1T` (binary multiples, optional `B`/`iB`), with overflow
 /// checked.
 pub fn parse_bytes(text: &str) -> Option<u64> {
@@ -155,6 +179,21 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn driver_version_is_checked_and_defaults_to_12_9() {
+        let version = |raw: Option<&str>| driver_version(|_| raw.map(str::to_string));
+        assert_eq!(version(None), 12090);
+        assert_eq!(version(Some("13050")), 13050);
+        assert_eq!(version(Some(" 12000 ")), 12000);
+        assert_eq!(
+            version(Some("11080")),
+            12090,
+            "too old for the CUDA 12 runtime"
+        );
+        assert_eq!(version(Some("13.5")), 12090);
+        assert_eq!(version(Some("")), 12090);
     }
 
     #[test]

@@ -18,8 +18,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// CUDA version this driver reports (12.9).
-pub const DRIVER_VERSION: i32 = 12090;
+/// CUDA version this driver reports: 12.9 unless `CUDA_SHIM_DRIVER_VERSION` says otherwise
+/// (`config::driver_version`), read once.
+pub fn driver_version() -> i32 {
+    static VERSION: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| crate::config::driver_version(|name| std::env::var(name).ok()))
+}
 const DEVICE_NAME: &str = "cuda-shim simulated GPU";
 
 /// The name of device `ordinal`: with several devices each name ends with its ordinal, so
@@ -137,7 +141,7 @@ driver_api! {
 
     fn cuDriverGetVersion(version: *mut i32) {
         // SAFETY: out-parameter contract of `put`, given by the C caller.
-        unsafe { put(version, DRIVER_VERSION) }
+        unsafe { put(version, driver_version()) }
     }
 
     fn cuDeviceGet(device: *mut i32, ordinal: i32) {

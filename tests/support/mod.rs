@@ -56,6 +56,7 @@ pub fn run_on_shim(program_path: &Path, args: &[&str], env: &[(&str, &str)]) -> 
         "CUDA_SHIM_JITTER_US",
         "CUDA_SHIM_SEED",
         "CUDA_SHIM_STATS",
+        "CUDA_SHIM_DRIVER_VERSION",
     ] {
         command.env_remove(var);
     }
@@ -144,6 +145,7 @@ fn itermem_run(shim: bool, extra: &[&str], program_args: &[&str], env: &[(&str, 
         "CUDA_SHIM_JITTER_US",
         "CUDA_SHIM_SEED",
         "CUDA_SHIM_STATS",
+        "CUDA_SHIM_DRIVER_VERSION",
         "ITERMEM_MODE",
         "ITERMEM_TRACE",
         "ITERMEM_LIMIT",

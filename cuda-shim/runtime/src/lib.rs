@@ -24,8 +24,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// CUDA runtime version implemented (12.9).
+/// CUDA runtime version implemented: 12.9 (`libcudart.so.12`), or 13.5 when built with the
+/// `cuda13` feature (`libcudart.so.13`, see docs/cuda13.md).
+#[cfg(not(feature = "cuda13"))]
 const RUNTIME_VERSION: i32 = 12090;
+#[cfg(feature = "cuda13")]
+const RUNTIME_VERSION: i32 = 13050;
 
 const SUCCESS: u32 = 0;
 const INVALID_VALUE: u32 = 1;
@@ -34,6 +38,9 @@ const INVALID_CONFIGURATION: u32 = 9;
 const INVALID_PITCH_VALUE: u32 = 12;
 const INVALID_SYMBOL: u32 = 13;
 const INVALID_MEMCPY_DIRECTION: u32 = 21;
+/// `cudaErrorInsufficientDriver`: the driver is older than the runtime's major version.
+#[cfg(feature = "cuda13")]
+const INSUFFICIENT_DRIVER: u32 = 35;
 const MISSING_CONFIGURATION: u32 = 52;
 const INVALID_DEVICE_FUNCTION: u32 = 98;
 const INVALID_DEVICE: u32 = 101;
@@ -95,6 +102,15 @@ fn primaries() -> Result<&'static [usize], u32> {
     let primaries = PRIMARIES.get_or_init(|| {
         // SAFETY: plain driver calls; `count` and `handle` are valid out-parameters.
         unsafe {
+            // As NVIDIA's runtime 13: a CUDA 12 driver cannot run it.
+            #[cfg(feature = "cuda13")]
+            {
+                let mut version = 0;
+                check(cuDriverGetVersion(&mut version))?;
+                if version < 13000 {
+                    return Err(INSUFFICIENT_DRIVER);
+                }
+            }
             check(cuInit(0))?;
             let mut count = 0;
             check(cuDeviceGetCount(&mut count))?;
@@ -108,10 +124,14 @@ fn primaries() -> Result<&'static [usize], u32> {
                 .collect()
         }
     });
-    primaries
-        .as_ref()
-        .map(Vec::as_slice)
-        .map_err(|_| INITIALIZATION_ERROR)
+    primaries.as_ref().map(Vec::as_slice).map_err(|&code| {
+        #[cfg(feature = "cuda13")]
+        if code == INSUFFICIENT_DRIVER {
+            return code;
+        }
+        let _ = code;
+        INITIALIZATION_ERROR
+    })
 }
 
 /// Whether the runtime holds a retain of each device's primary context.
@@ -320,6 +340,70 @@ fn attribute(attr: i32, device: i32) -> Result<i32, u32> {
     Ok(value)
 }
 
+/// The device's properties in CUDA 12's layout, from the driver's attributes (the same values
+/// `cudaDeviceGetAttribute` gives); `cudaErrorInvalidDevice` for no such device.
+fn device_properties(device: i32) -> Result<DeviceProp, u32> {
+    primary(device)?;
+    let attribute = |attr| attribute(attr, device);
+    // SAFETY: all-zero bytes are a valid DeviceProp (integers and arrays of them).
+    let mut p: DeviceProp = unsafe { std::mem::zeroed() };
+    // SAFETY: the name buffer holds 256 bytes; the memory size is a valid out-parameter.
+    unsafe {
+        check(cuDeviceGetName(
+            p.name.as_mut_ptr() as *mut c_char,
+            256,
+            device,
+        ))?;
+        check(cuDeviceTotalMem_v2(&mut p.total_global_mem, device))?;
+    }
+    p.shared_mem_per_block = attribute(8)? as usize;
+    p.regs_per_block = attribute(12)?;
+    p.warp_size = attribute(10)?;
+    p.mem_pitch = attribute(11)? as usize;
+    p.max_threads_per_block = attribute(1)?;
+    p.max_threads_dim = [attribute(2)?, attribute(3)?, attribute(4)?];
+    p.max_grid_size = [attribute(5)?, attribute(6)?, attribute(7)?];
+    p.clock_rate = attribute(13)?;
+    p.total_const_mem = attribute(9)? as usize;
+    p.major = attribute(75)?;
+    p.minor = attribute(76)?;
+    p.texture_alignment = attribute(14)? as usize;
+    p.texture_pitch_alignment = attribute(51)? as usize;
+    p.device_overlap = attribute(15)?;
+    p.multi_processor_count = attribute(16)?;
+    p.can_map_host_memory = attribute(19)?;
+    p.surface_alignment = attribute(30)? as usize;
+    p.concurrent_kernels = attribute(31)?;
+    // ECCEnabled, pciBusID, pciDeviceID, pciDomainID, tccDriver.
+    for (field, attr) in p.ecc_and_pci.iter_mut().zip([32, 33, 34, 50, 35]) {
+        *field = attribute(attr)?;
+    }
+    p.kernel_exec_timeout_enabled = attribute(17)?;
+    p.integrated = attribute(18)?;
+    p.compute_mode = attribute(20)?;
+    p.async_engine_count = attribute(40)?;
+    p.unified_addressing = attribute(41)?;
+    p.memory_clock_rate = attribute(36)?;
+    p.memory_bus_width = attribute(37)?;
+    p.l2_cache_size = attribute(38)?;
+    p.max_threads_per_multi_processor = attribute(39)?;
+    p.shared_mem_per_multiprocessor = attribute(81)? as usize;
+    p.regs_per_multiprocessor = attribute(82)?;
+    p.managed_memory = attribute(83)?;
+    // isMultiGpuBoard, multiGpuBoardGroupID, hostNativeAtomicSupported,
+    // singleToDoublePrecisionPerfRatio, pageableMemoryAccess, concurrentManagedAccess,
+    // computePreemptionSupported, canUseHostPointerForRegisteredMem (84..=91),
+    // cooperativeLaunch, cooperativeMultiDeviceLaunch.
+    let launch = [84, 85, 86, 87, 88, 89, 90, 91, 95, 96];
+    for (field, attr) in p.board_and_launch.iter_mut().zip(launch) {
+        *field = attribute(attr)?;
+    }
+    p.shared_mem_per_block_optin = attribute(97)? as usize;
+    p.reserved_shared_mem_per_block = attribute(111)? as usize;
+    p.features[4] = attribute(115)?;
+    Ok(p)
+}
+
 macro_rules! runtime_api {
     ($( $(#[$doc:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $(
@@ -469,6 +553,8 @@ runtime_api! {
                     device: if known { device } else { INVALID_DEVICE_ID },
                     device_pointer: value.1,
                     host_pointer: value.2,
+                    #[cfg(feature = "cuda13")]
+                    locality_and_reserved: [0; 8],
                 },
             )
         }
@@ -652,65 +738,31 @@ runtime_api! {
         unsafe { put(count, devices) }
     }
 
+    /// CUDA 12's entry point (`cudaGetDeviceProperties` is a macro naming it).
+    #[cfg(not(feature = "cuda13"))]
     fn cudaGetDeviceProperties_v2(prop: *mut DeviceProp, device: i32) {
         context()?;
         if prop.is_null() {
             return Err(INVALID_VALUE);
         }
-        primary(device)?;
-        let attribute = |attr| attribute(attr, device);
-        // SAFETY: all-zero bytes are a valid DeviceProp (integers and arrays of them).
-        let mut p: DeviceProp = unsafe { std::mem::zeroed() };
-        // SAFETY: the name buffer holds 256 bytes; the memory size is a valid out-parameter.
-        unsafe {
-            check(cuDeviceGetName(p.name.as_mut_ptr() as *mut c_char, 256, device))?;
-            check(cuDeviceTotalMem_v2(&mut p.total_global_mem, device))?;
+        let p = device_properties(device)?;
+        // SAFETY: checked non-null; the caller's struct has this layout.
+        unsafe { put(prop, p) }
+    }
+
+    /// CUDA 13's: the function is `cudaGetDeviceProperties` again, with CUDA 13's struct.
+    #[cfg(feature = "cuda13")]
+    fn cudaGetDeviceProperties(prop: *mut props::DeviceProp13, device: i32) {
+        context()?;
+        if prop.is_null() {
+            return Err(INVALID_VALUE);
         }
-        p.shared_mem_per_block = attribute(8)? as usize;
-        p.regs_per_block = attribute(12)?;
-        p.warp_size = attribute(10)?;
-        p.mem_pitch = attribute(11)? as usize;
-        p.max_threads_per_block = attribute(1)?;
-        p.max_threads_dim = [attribute(2)?, attribute(3)?, attribute(4)?];
-        p.max_grid_size = [attribute(5)?, attribute(6)?, attribute(7)?];
-        p.clock_rate = attribute(13)?;
-        p.total_const_mem = attribute(9)? as usize;
-        p.major = attribute(75)?;
-        p.minor = attribute(76)?;
-        p.texture_alignment = attribute(14)? as usize;
-        p.texture_pitch_alignment = attribute(51)? as usize;
-        p.device_overlap = attribute(15)?;
-        p.multi_processor_count = attribute(16)?;
-        p.can_map_host_memory = attribute(19)?;
-        p.surface_alignment = attribute(30)? as usize;
-        p.concurrent_kernels = attribute(31)?;
-        // ECCEnabled, pciBusID, pciDeviceID, pciDomainID, tccDriver.
-        for (field, attr) in p.ecc_and_pci.iter_mut().zip([32, 33, 34, 50, 35]) {
-            *field = attribute(attr)?;
+        let mut p = props::DeviceProp13::from_cuda12(&device_properties(device)?);
+        // deviceNumaConfig, deviceNumaId, mpsEnabled, hostNumaId, gpuPciDeviceID,
+        // gpuPciSubsystemID, hostNumaMultinodeIpcSupported.
+        for (field, attr) in p.numa_and_pci.iter_mut().zip([130, 131, 133, 134, 139, 140, 143]) {
+            *field = attribute(attr, device)?;
         }
-        p.kernel_exec_timeout_enabled = attribute(17)?;
-        p.integrated = attribute(18)?;
-        p.compute_mode = attribute(20)?;
-        p.async_engine_count = attribute(40)?;
-        p.unified_addressing = attribute(41)?;
-        p.memory_clock_rate = attribute(36)?;
-        p.memory_bus_width = attribute(37)?;
-        p.l2_cache_size = attribute(38)?;
-        p.max_threads_per_multi_processor = attribute(39)?;
-        p.shared_mem_per_multiprocessor = attribute(81)? as usize;
-        p.regs_per_multiprocessor = attribute(82)?;
-        p.managed_memory = attribute(83)?;
-        // isMultiGpuBoard, multiGpuBoardGroupID, hostNativeAtomicSupported,
-        // singleToDoublePrecisionPerfRatio, pageableMemoryAccess, concurrentManagedAccess,
-        // computePreemptionSupported, canUseHostPointerForRegisteredMem (84..=91),
-        // cooperativeLaunch, cooperativeMultiDeviceLaunch.
-        let launch = [84, 85, 86, 87, 88, 89, 90, 91, 95, 96];
-        for (field, attr) in p.board_and_launch.iter_mut().zip(launch) {
-            *field = attribute(attr)?;
-        }
-        p.shared_mem_per_block_optin = attribute(97)? as usize;
-        p.reserved_shared_mem_per_block = attribute(111)? as usize;
-        p.features[4] = attribute(115)?;
         // SAFETY: checked non-null; the caller's struct has this layout.
         unsafe { put(prop, p) }
     }
@@ -1061,12 +1113,30 @@ runtime_api! {
 
     /// The status is `cudaStreamCaptureStatusNone`; the other outputs, meaningful only during
     /// a capture, are not written.
+    #[cfg(not(feature = "cuda13"))]
     fn cudaStreamGetCaptureInfo_v2(
         stream: usize,
         status: *mut u32,
         _id: *mut u64,
         _graph: *mut usize,
         _dependencies: *mut *const usize,
+        _count: *mut usize,
+    ) {
+        context()?;
+        stream_flags(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, 0) }
+    }
+
+    /// CUDA 13's (CUDA 12's `_v3`, with edge data): as CUDA 12's `_v2`.
+    #[cfg(feature = "cuda13")]
+    fn cudaStreamGetCaptureInfo(
+        stream: usize,
+        status: *mut u32,
+        _id: *mut u64,
+        _graph: *mut usize,
+        _dependencies: *mut *const usize,
+        _edge_data: *mut *const c_void,
         _count: *mut usize,
     ) {
         context()?;
@@ -1116,7 +1186,19 @@ runtime_api! {
         no_graph(graph)
     }
 
+    #[cfg(not(feature = "cuda13"))]
     fn cudaGraphNodeGetDependencies(node: usize, _dependencies: *mut usize, _count: *mut usize) {
+        no_graph(node)
+    }
+
+    /// CUDA 13's, with edge data (CUDA 12's `_v2`).
+    #[cfg(feature = "cuda13")]
+    fn cudaGraphNodeGetDependencies(
+        node: usize,
+        _dependencies: *mut usize,
+        _edge_data: *mut c_void,
+        _count: *mut usize,
+    ) {
         no_graph(node)
     }
 

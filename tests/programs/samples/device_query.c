@@ -1,8 +1,10 @@
 /* device_query: what NVIDIA's deviceQuery sample checks, written for itermem's tests.
  *
- * Built against NVIDIA's headers and linked to NVIDIA's libcudart.so.12 (tests/samples.rs), run
- * on cuda-shim. For every device: the properties of cudaGetDeviceProperties must agree with
- * cudaDeviceGetAttribute, and the memory the runtime reports with the device's size; peer access
+ * Built against NVIDIA's headers and linked to NVIDIA's libcudart.so.12 (tests/samples.rs) or,
+ * with CUDA 13's headers, libcudart.so.13 (tests/cuda13.rs), run on cuda-shim. For every
+ * device: the properties of cudaGetDeviceProperties must agree with cudaDeviceGetAttribute (CUDA
+ * 13 removed some fields of struct cudaDeviceProp, compared only before 13, and added others),
+ * and the memory the runtime reports with the device's size; peer access
  * is queried between every pair; cudaSetDeviceFlags/cudaGetDeviceFlags round-trip; and
  * cudaDeviceReset destroys the device's allocations and state, the next call starting afresh.
  * Prints PASS and exits 0, or names the failing call and exits 1. */
@@ -37,8 +39,10 @@ static void check_properties(int dev, const struct cudaDeviceProp *p) {
         {"totalConstMem", cudaDevAttrTotalConstantMemory, (long long)p->totalConstMem},
         {"regsPerBlock", cudaDevAttrMaxRegistersPerBlock, p->regsPerBlock},
         {"memPitch", cudaDevAttrMaxPitch, (long long)p->memPitch},
+#if CUDART_VERSION < 13000
         {"clockRate", cudaDevAttrClockRate, p->clockRate},
         {"memoryClockRate", cudaDevAttrMemoryClockRate, p->memoryClockRate},
+#endif
         {"memoryBusWidth", cudaDevAttrGlobalMemoryBusWidth, p->memoryBusWidth},
         {"l2CacheSize", cudaDevAttrL2CacheSize, p->l2CacheSize},
         {"maxThreadsPerMultiProcessor", cudaDevAttrMaxThreadsPerMultiProcessor,
@@ -47,12 +51,14 @@ static void check_properties(int dev, const struct cudaDeviceProp *p) {
          (long long)p->sharedMemPerMultiprocessor},
         {"textureAlignment", cudaDevAttrTextureAlignment, (long long)p->textureAlignment},
         {"surfaceAlignment", cudaDevAttrSurfaceAlignment, (long long)p->surfaceAlignment},
+#if CUDART_VERSION < 13000
         {"deviceOverlap", cudaDevAttrGpuOverlap, p->deviceOverlap},
-        {"asyncEngineCount", cudaDevAttrAsyncEngineCount, p->asyncEngineCount},
         {"kernelExecTimeoutEnabled", cudaDevAttrKernelExecTimeout, p->kernelExecTimeoutEnabled},
+        {"computeMode", cudaDevAttrComputeMode, p->computeMode},
+#endif
+        {"asyncEngineCount", cudaDevAttrAsyncEngineCount, p->asyncEngineCount},
         {"integrated", cudaDevAttrIntegrated, p->integrated},
         {"canMapHostMemory", cudaDevAttrCanMapHostMemory, p->canMapHostMemory},
-        {"computeMode", cudaDevAttrComputeMode, p->computeMode},
         {"concurrentKernels", cudaDevAttrConcurrentKernels, p->concurrentKernels},
         {"ECCEnabled", cudaDevAttrEccEnabled, p->ECCEnabled},
         {"pciBusID", cudaDevAttrPciBusId, p->pciBusID},
@@ -64,8 +70,19 @@ static void check_properties(int dev, const struct cudaDeviceProp *p) {
         {"computePreemptionSupported", cudaDevAttrComputePreemptionSupported,
          p->computePreemptionSupported},
         {"cooperativeLaunch", cudaDevAttrCooperativeLaunch, p->cooperativeLaunch},
+#if CUDART_VERSION < 13000
         {"cooperativeMultiDeviceLaunch", cudaDevAttrCooperativeMultiDeviceLaunch,
          p->cooperativeMultiDeviceLaunch},
+#else
+        {"deviceNumaConfig", cudaDevAttrNumaConfig, p->deviceNumaConfig},
+        {"deviceNumaId", cudaDevAttrNumaId, p->deviceNumaId},
+        {"mpsEnabled", cudaDevAttrMpsEnabled, p->mpsEnabled},
+        {"hostNumaId", cudaDevAttrHostNumaId, p->hostNumaId},
+        {"gpuPciDeviceID", cudaDevAttrGpuPciDeviceId, p->gpuPciDeviceID},
+        {"gpuPciSubsystemID", cudaDevAttrGpuPciSubsystemId, p->gpuPciSubsystemID},
+        {"hostNumaMultinodeIpcSupported", cudaDevAttrHostNumaMultinodeIpcSupported,
+         p->hostNumaMultinodeIpcSupported},
+#endif
         {"maxTexture1D", cudaDevAttrMaxTexture1DWidth, p->maxTexture1D},
         {"maxTexture2D[0]", cudaDevAttrMaxTexture2DWidth, p->maxTexture2D[0]},
         {"maxTexture2D[1]", cudaDevAttrMaxTexture2DHeight, p->maxTexture2D[1]},
@@ -131,6 +148,20 @@ static void check_reset(int dev) {
     CHECK(cudaMemcpy(block, host, sizeof host, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(back, block, sizeof back, cudaMemcpyDeviceToHost));
     EXPECT(memcmp(host, back, sizeof host) == 0, "device %d: data differs after reset", dev);
+    /* The runtime writes its whole struct cudaPointerAttributes: 24 bytes in CUDA 12, 88 in 13. */
+    struct cudaPointerAttributes attributes;
+    memset(&attributes, 0xAB, sizeof attributes);
+    CHECK(cudaPointerGetAttributes(&attributes, block));
+    EXPECT(attributes.type == cudaMemoryTypeDevice && attributes.device == dev &&
+               attributes.devicePointer == block && attributes.hostPointer == NULL,
+           "device %d: wrong attributes of a device block", dev);
+#if CUDART_VERSION >= 13000
+    EXPECT(attributes.localityDomainOrdinal == 0, "device %d: localityDomainOrdinal not written",
+           dev);
+    for (size_t i = 0; i < sizeof attributes.reserved / sizeof attributes.reserved[0]; i++) {
+        EXPECT(attributes.reserved[i] == 0, "device %d: reserved[%zu] not zeroed", dev, i);
+    }
+#endif
     CHECK(cudaFree(block));
     CHECK(cudaDeviceReset());
 }

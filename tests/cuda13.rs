@@ -1,0 +1,225 @@
+//! The CUDA 13 runtime (`libcudart.so.13`, docs/cuda13.md): the NVIDIA-style samples of
+//! `tests/programs/samples/` are built as a CUDA 13 user builds them, against NVIDIA's CUDA 13
+//! headers and linked to NVIDIA's own `libcudart.so.13` (from the `nvidia-cuda-runtime` 13 wheel
+//! that `tools/abi-check --nvidia-dirs 13` caches), so every runtime function they call is
+//! recorded as `name@libcudart.so.13` with CUDA 13's prototype (`cudaGetDeviceProperties` with
+//! CUDA 13's `struct cudaDeviceProp`, the 88-byte `struct cudaPointerAttributes`). On the shim's
+//! library path they load the shim's `libcudart.so.13` and `libcuda.so.1` instead and must print
+//! PASS with `LD_BIND_NOW=1` on two devices, with the driver reporting CUDA 13.5
+//! (`CUDA_SHIM_DRIVER_VERSION=13050`), alone, preloaded by `tools/with-shim --cuda 13` and under
+//! itermem; with the default CUDA 12.9 driver the runtime refuses to start, as NVIDIA's does
+//! (`cudaErrorInsufficientDriver`).
+//!
+//! Without the wheel (offline, no pip) the test says it is SKIPPED and passes, unless
+//! `REQUIRE_NVIDIA_WHEELS=1`, which makes that a failure.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::{root, run_on_shim, run_under_itermem_unpreloaded, scratch, shim_lib_dir};
+
+/// The samples that use the runtime (device_query_drv uses the driver only).
+const SAMPLES: [&str; 4] = [
+    "device_query",
+    "topology_query",
+    "bandwidth_test",
+    "p2p_bandwidth",
+];
+
+const CUDA13_DRIVER: (&str, &str) = ("CUDA_SHIM_DRIVER_VERSION", "13050");
+const ENV: [(&str, &str); 3] = [
+    ("CUDA_SHIM_DEVICES", "2"),
+    ("LD_BIND_NOW", "1"),
+    CUDA13_DRIVER,
+];
+
+/// NVIDIA's CUDA 13 include directories and the directory of its `libcudart.so.13`.
+struct Nvidia13 {
+    include: String,
+    crt_include: String,
+    lib: String,
+}
+
+fn nvidia13() -> Option<Nvidia13> {
+    let output = Command::new(root().join("tools/abi-check"))
+        .args(["--nvidia-dirs", "13"])
+        .current_dir(root())
+        .output()
+        .expect("cannot run tools/abi-check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        assert!(
+            stderr.contains("could not download"),
+            "tools/abi-check --nvidia-dirs 13 failed:\n{stdout}{stderr}"
+        );
+        assert!(
+            std::env::var("REQUIRE_NVIDIA_WHEELS").as_deref() != Ok("1"),
+            "NVIDIA's wheels are required (REQUIRE_NVIDIA_WHEELS=1):\n{stderr}"
+        );
+        return None;
+    }
+    let value = |key: &str| {
+        support::value_of(&stdout, key)
+            .unwrap_or_else(|| panic!("no {key}= in:\n{stdout}"))
+            .to_string()
+    };
+    Some(Nvidia13 {
+        include: value("NV_INC"),
+        crt_include: value("CRT_INC"),
+        lib: value("NV_LIB"),
+    })
+}
+
+/// Builds sample `name` against NVIDIA's CUDA 13 headers, linked to NVIDIA's `libcudart.so.13`
+/// (no rpath: the library path decides what is loaded).
+fn build(nvidia: &Nvidia13, dir: &Path, name: &str) -> PathBuf {
+    let binary = dir.join(name);
+    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", nvidia.include))
+        .arg(format!("-I{}", nvidia.crt_include))
+        .arg("-o")
+        .arg(&binary)
+        .arg(root().join(format!("tests/programs/samples/{name}.c")))
+        .arg(format!("-L{}", nvidia.lib))
+        .args(["-l:libcudart.so.13", "-pthread"])
+        .output()
+        .expect("cannot run cc");
+    assert!(
+        output.status.success(),
+        "building {name} against CUDA 13:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    binary
+}
+
+/// The binary needs `libcudart.so.13` and imports every runtime function at version
+/// `libcudart.so.13`; on the shim's library path both CUDA libraries are the shim's.
+fn check_libraries(binary: &Path, nvidia: &Nvidia13) {
+    let readelf = |args: &[&str]| {
+        let output = Command::new("readelf").args(args).arg(binary).output();
+        String::from_utf8_lossy(&output.unwrap().stdout).into_owned()
+    };
+    let dynamic = readelf(&["-d"]);
+    assert!(dynamic.contains("[libcudart.so.13]"), "{dynamic}");
+    assert!(
+        !dynamic.contains("RPATH") && !dynamic.contains("RUNPATH"),
+        "{dynamic}"
+    );
+    let symbols = readelf(&["-W", "--dyn-syms"]);
+    let imports: Vec<&str> = symbols
+        .split_whitespace()
+        .filter(|word| word.starts_with("cuda"))
+        .collect();
+    assert!(
+        imports.contains(&"cudaGetDeviceProperties@libcudart.so.13")
+            || !binary.ends_with("device_query"),
+        "{imports:?}"
+    );
+    for import in &imports {
+        assert!(
+            import.ends_with("@libcudart.so.13"),
+            "{} imports {import}",
+            binary.display()
+        );
+    }
+    let ldd = Command::new("ldd")
+        .arg(binary)
+        .env("LD_LIBRARY_PATH", shim_lib_dir())
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    let shim = shim_lib_dir();
+    for library in ["libcudart.so.13", "libcuda.so.1"] {
+        let line = ldd
+            .lines()
+            .find(|l| l.trim_start().starts_with(library))
+            .unwrap_or_else(|| panic!("{library} not loaded:\n{ldd}"));
+        assert!(
+            line.contains(&*shim.to_string_lossy()),
+            "{library} is not the shim's:\n{ldd}"
+        );
+    }
+    assert!(
+        !ldd.contains(&nvidia.lib),
+        "NVIDIA's runtime is loaded:\n{ldd}"
+    );
+    assert!(!ldd.contains("libcudart.so.12"), "{ldd}");
+}
+
+fn passed(name: &str, how: &str, output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("PASS"),
+        "{name} {how}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+#[test]
+fn samples_built_against_nvidias_cuda_13_runtime_pass_on_the_shims_libcudart_so_13() {
+    support::program("shim_checks"); // builds the shim
+    let Some(nvidia) = nvidia13() else {
+        eprintln!(
+            "cuda13: SKIPPED: NVIDIA's nvidia-cuda-runtime 13 wheel could not be downloaded \
+             (offline?); set REQUIRE_NVIDIA_WHEELS=1 to make this a failure"
+        );
+        return;
+    };
+    let dir = scratch("cuda13");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in SAMPLES {
+        let binary = build(&nvidia, &dir, name);
+        check_libraries(&binary, &nvidia);
+        let stdout = passed(name, "alone", &run_on_shim(&binary, &[], &ENV));
+        if name == "device_query" {
+            assert!(
+                stdout.contains("CUDA driver version 13.5, runtime version 13.5"),
+                "{stdout}"
+            );
+        }
+
+        // tools/with-shim --cuda 13 preloads libcudart.so.13 and reports a CUDA 13 driver.
+        let output = Command::new(root().join("tools/with-shim"))
+            .args(["--cuda", "13"])
+            .arg(&binary)
+            .env_remove("CUDA_SHIM_DRIVER_VERSION")
+            .envs(ENV[..2].iter().copied())
+            .output()
+            .unwrap();
+        passed(name, "with tools/with-shim --cuda 13", &output);
+
+        // A CUDA 12 driver (the shim's default) is too old for the CUDA 13 runtime.
+        let old_driver = run_on_shim(&binary, &[], &ENV[..2]);
+        let stderr = String::from_utf8_lossy(&old_driver.stderr);
+        assert!(
+            !old_driver.status.success() && stderr.contains("cudaErrorInsufficientDriver"),
+            "{name} on a CUDA 12 driver: {}\n{stderr}",
+            old_driver.status
+        );
+
+        // itermem's hooks forward to the runtime the program loaded (the only one loaded).
+        for mode in ["record", "pool"] {
+            let stats = dir.join(format!("{name}-{mode}.json"));
+            let output = run_under_itermem_unpreloaded(
+                &["--mode", mode, "--stats", stats.to_str().unwrap()],
+                &[binary.to_str().unwrap()],
+                &ENV,
+            );
+            passed(name, &format!("under itermem --mode {mode}"), &output);
+            if name != "topology_query" {
+                let stats = support::read_json(&stats);
+                assert_eq!(stats["mode"], mode, "{name}: {stats:#}");
+                assert_eq!(stats["internal_error"], false, "{name}: {stats:#}");
+                assert!(
+                    stats["hooked_calls"].as_u64() > Some(0),
+                    "{name}: {stats:#}"
+                );
+            }
+        }
+    }
+}
