@@ -7,8 +7,9 @@
 //! and through the driver API) alternately
 //! on the simulated platform alone and under `LD_PRELOAD=libitermem.so` in each mode asked for
 //! (record with the trace on by default; swap with a limit of the whole device, so nothing is
-//! swapped), and reports the medians of each and their differences. Alternating runs and
-//! taking medians keeps a noisy machine from favouring either side.
+//! swapped), and reports the medians of each and, as the added cost, the median of each
+//! hooked run's difference to the shim-alone run of the same round. Alternating runs and
+//! pairing them keeps a noisy machine from favouring either side.
 //!
 //! `itermem bench plan`, `swap` and `bo`: planning times (SmartPool best-fit, AutoSwap's plan
 //! and evaluation, Bayesian optimisation's own cost), medians over runs. `bench plan
@@ -162,10 +163,22 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
         }
     }
     let _ = std::fs::remove_file(&trace);
-    let median = |samples: &[Sample], pick: fn(&Sample) -> f64| {
-        let mut values: Vec<f64> = samples.iter().map(pick).collect();
+    let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
+    };
+    let typical = |samples: &[Sample], pick: Pick| median(samples.iter().map(pick).collect());
+    // The added cost is the median of each round's difference to the shim alone in the same
+    // round, not the difference of two medians: the shim's own launch time swings (its stream
+    // thread sleeps or not) between rounds far more than the hooks cost.
+    let added = |samples: &[Sample], pick: Pick| {
+        median(
+            samples
+                .iter()
+                .zip(&plain)
+                .map(|(with, alone)| pick(with) - pick(alone))
+                .collect(),
+        )
     };
     let operations: [(&str, Pick); 4] = [
         ("malloc+free pair", |s| s.pair_ns),
@@ -176,18 +189,19 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     if args.json {
         let mut json = Vec::new();
         for (name, pick) in operations {
-            let base = median(&plain, pick);
+            let base = typical(&plain, pick);
             for (mode, samples) in args.modes.iter().zip(&hooked) {
-                let with = median(samples, pick);
-                json.push(serde_json::json!({"operation": name, "mode": mode, "shim_ns": base, "itermem_ns": with, "added_ns": with - base}));
+                let with = typical(samples, pick);
+                let added = added(samples, pick);
+                json.push(serde_json::json!({"operation": name, "mode": mode, "shim_ns": base, "itermem_ns": with, "added_ns": added}));
             }
         }
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     println!(
-        "hook overhead, {} live allocations, median of {} runs (ns per operation; added over the \
-         shim alone in brackets):",
+        "hook overhead, {} live allocations, median of {} runs (ns per operation; in brackets \
+         the added cost: the median of each run's difference to the shim alone run beside it):",
         args.live, args.runs
     );
     print!("{:<20} {:>10}", "operation", "shim");
@@ -196,11 +210,14 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     }
     println!();
     for (name, pick) in operations {
-        let base = median(&plain, pick);
+        let base = typical(&plain, pick);
         print!("{name:<20} {base:>10.1}");
         for samples in &hooked {
-            let with = median(samples, pick);
-            print!(" {:>18}", format!("{with:.1} (+{:.1})", with - base));
+            let with = typical(samples, pick);
+            print!(
+                " {:>18}",
+                format!("{with:.1} ({:+.1})", added(samples, pick))
+            );
         }
         println!();
     }
