@@ -14,7 +14,9 @@ const MIB: u64 = 1 << 20;
 /// Four layers: forward f1..f4 make 64 MiB activations, backward b4..b1 read them in reverse
 /// order; each op takes 10 ms (a 64 MiB copy takes about 5 ms each way over PCIe 3). The
 /// activations of the first layers idle longest.
-fn toy_log() -> PathBuf {
+/// The toy DTR log, written to a file of the calling test's own (`name`): tests run in parallel
+/// in one process, and each removes its file at the end.
+fn toy_log(name: &str) -> PathBuf {
     let mut lines = vec![
         r#"{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}"#.to_string(),
         r#"{"INSTRUCTION":"CONSTANT","NAME":"w"}"#.to_string(),
@@ -50,7 +52,7 @@ fn toy_log() -> PathBuf {
     lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"a1"}"#.into());
     lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"g2"}"#.into());
     lines.push(r#"{"INSTRUCTION":"RELEASE","NAME":"g1"}"#.into());
-    let path = scratch("toy-dtr.log");
+    let path = scratch(&format!("toy-dtr-{name}.log"));
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path
 }
@@ -70,7 +72,7 @@ fn json(args: &[&str], trace: &Path) -> serde_json::Value {
 
 #[test]
 fn swaps_bring_an_iteration_under_the_limit_and_the_pool_keeps_one_address_per_tensor() {
-    let log = toy_log();
+    let log = toy_log("swaps");
     let full = json(&["--json", "--limit", "100%"], &log);
     let peak = full["peak_bytes"].as_u64().unwrap();
     assert_eq!(
@@ -131,7 +133,7 @@ fn swaps_bring_an_iteration_under_the_limit_and_the_pool_keeps_one_address_per_t
 
 #[test]
 fn sweep_json_is_stable_and_bo_is_never_worse_than_a_single_score() {
-    let log = toy_log();
+    let log = toy_log("sweep");
     let sweep = json(&["--sweep", "--json"], &log);
     for key in [
         "trace",
@@ -188,7 +190,7 @@ fn real_dtr_logs_sweep_with_bo_never_worse() {
 
 #[test]
 fn bad_arguments_are_reported() {
-    let log = toy_log();
+    let log = toy_log("bad-arguments");
     let output = plan(&["--limit", "12Q"], &log);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--limit \"12Q\""));
