@@ -34,18 +34,20 @@
 //! * [`Policy::FirstFit`]: same order, lowest gap that fits.
 //! * [`Policy::BestOf`]: both fits over every [`Order`]; keeps the smallest footprint (best-fit
 //!   by size is the incumbent; another run replaces it only if strictly smaller).
-//! * [`Policy::Search`] (beyond the paper): best-fit is the incumbent; one dive of a canonical
-//!   depth-first search (MiniMalloc-style) tries to meet `LB` at once; then the placements of the
-//!   other policies `itermem compare` reports are offered: cnmem (tuned and grown) and PyTorch's
-//!   caching allocator as their simulators place them, and first-fit (see `online.rs`: so that
-//!   SmartPool never needs more than any of them); the rest of best-of runs, then, while
-//!   `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the
-//!   depth-first search at `LB` and at capacities between `LB` and the incumbent, alternating with
-//!   a seeded randomised iterated greedy (see `search.rs`). A plan replaces the incumbent only if
+//! * [`Policy::Search`] (beyond the paper): the floor (best-fit in birth order with a free
+//!   list, `floor.rs`: a tenth of best-fit's time) is the first incumbent, and best-fit replaces
+//!   it unless larger; one dive of a canonical depth-first search (MiniMalloc-style) tries to
+//!   meet `LB` at once; then the placements of the other policies `itermem compare` reports
+//!   are offered: cnmem (tuned and grown) and PyTorch's caching allocator as their simulators
+//!   place them, and first-fit (see `online.rs`: so that SmartPool never needs more than any
+//!   of them); the rest of best-of runs, then, while `footprint > LB` and
+//!   [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the depth-first search at `LB`
+//!   and at capacities between `LB` and the incumbent, alternating with a seeded randomised
+//!   iterated greedy (see `search.rs`). A plan replaces the incumbent only if
 //!   strictly smaller, and the search stops as soon as `footprint = LB` (then the plan is optimal).
-//!   A wall-clock budget is a wall for everything after best-fit (the candidates before the
-//!   budgeted search included); a budget of steps lets those candidates complete (see
-//!   [`PlanOptions`]).
+//!   A wall-clock budget is a wall for everything after the floor (best-fit and the candidates
+//!   before the budgeted search included); a budget of steps lets those candidates complete
+//!   (see [`PlanOptions`]).
 //!
 //! Every planner supports absence windows: a greedy run records each buffer once per resident
 //! interval and asks for the bytes taken during any of them; the DFS builds its conflict pairs
@@ -53,14 +55,16 @@
 //! windows the work is what it was.
 //!
 //! Every greedy run costs O(n log n) plus the gap lists it reads (see `greedy.rs`): 100k
-//! buffers plan in about 0.2 s ([`bench_scaling`]). Planning time is measured and
-//! reported ([`PlanReport::elapsed`]). Nothing here prints, panics on a valid instance, or uses
-//! `unsafe`; randomness comes only from [`PlanOptions::seed`]. In debug builds every plan is
-//! checked by [`validate`] before it is returned (`debug_assert`, O(n log n)).
+//! buffers plan in about 0.2 s ([`bench_scaling`]), the search's floor in about 20 ms
+//! (`floor.rs`). Planning time is measured and reported ([`PlanReport::elapsed`]). Nothing
+//! here prints, panics on a valid instance, or uses `unsafe`; randomness comes only from
+//! [`PlanOptions::seed`]. In debug builds every plan is checked by [`validate`] before it is
+//! returned (`debug_assert`, O(n log n)).
 
 mod align;
 mod bench;
 mod check;
+mod floor;
 mod greedy;
 mod instance;
 mod online;
@@ -159,23 +163,25 @@ pub struct PlanOptions {
     /// Pool granularity; sizes are rounded up to it (default 512 B).
     pub alignment: Alignment,
     /// Wall-clock budget of [`Policy::Search`], from the start of planning: a wall. The search
-    /// returns within it unless best-fit alone takes longer (best-fit is the floor and always
-    /// completes; on the scaling instance it takes about 2 µs per buffer, 200 ms on 100k):
-    /// everything after it reads the clock and stops at the budget. A greedy run, an online
+    /// returns within it unless the instance's preparation and the floor alone take longer (they
+    /// always complete: about 30 ms on the 100k-buffer scaling instance, where best-fit takes
+    /// 200 ms): everything after them, best-fit included, reads the clock and stops at the
+    /// budget, and when best-fit is cut the plan is the floor's. A greedy run, an online
     /// allocator's replay or a list of DFS pairs cut short is dropped; the validation of a replayed
     /// placement (which cannot be cut) starts only if the replay's time remains. Measured overrun
-    /// (`itermem bench plan --budget-ms`): under 1 ms whenever best-fit fits. So the property
-    /// `search ≤ cnmem, cnmem grown, caching, first-fit` (and `≤ best-of`) holds only when the
-    /// budget let those candidates run (the dive before them leaves them two greedy runs' time:
-    /// `online.rs`); with [`PlanOptions::steps`] it always holds (see there).
+    /// (`itermem bench plan --budget-ms`, up to 100k buffers): under 5 ms, mostly under 0.5 ms,
+    /// whenever the floor fits. So the property `search ≤ best-fit, cnmem, cnmem grown,
+    /// caching, first-fit` (and `≤ best-of`) holds only when the budget let those candidates run
+    /// (the dive before the online ones leaves them two greedy runs' time: `online.rs`); with
+    /// [`PlanOptions::steps`] it always holds (see there).
     pub budget: Duration,
     /// A budget of work instead of time: when set, [`Policy::Search`] stops after this many
     /// steps (one depth-first search node; a greedy run on `n` buffers counts `n`) and
     /// `budget` is not used. The same instance, seed and steps then give the same plan on any
     /// machine under any load (what tests use); the time it takes still varies, and is not
-    /// bounded: best-of, the online allocators' placements and the DFS's pair lists are not
-    /// counted in steps and always complete, so even zero steps gives a plan no worse than any
-    /// of them.
+    /// bounded: the floor, best-fit, best-of, the online allocators' placements and the DFS's
+    /// pair lists are not counted in steps and always complete, so even zero steps gives a plan
+    /// no worse than any of them.
     pub steps: Option<u64>,
     /// Seed of every randomised choice of [`Policy::Search`].
     pub seed: u64,
@@ -203,6 +209,9 @@ pub enum Method {
     Perturbed { fit: Fit, round: u64 },
     /// The placement an online allocator makes, its regions laid end to end (`online.rs`).
     Online { policy: crate::policy::Policy },
+    /// Best-fit in birth order with a free list (`floor.rs`): the placement of `Greedy {
+    /// Birth, Best }` when no buffer has absence windows.
+    Floor,
 }
 
 impl fmt::Display for Method {
@@ -212,6 +221,7 @@ impl fmt::Display for Method {
             Method::Dfs { capacity } => write!(f, "dfs@{capacity}"),
             Method::Perturbed { fit, round } => write!(f, "perturbed-{}#{round}", fit.name()),
             Method::Online { policy } => write!(f, "online-{}", policy.name()),
+            Method::Floor => f.write_str("floor"),
         }
     }
 }

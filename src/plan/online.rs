@@ -6,15 +6,15 @@
 //! address-ordered packing beats every greedy order tried within the budget. So the placements
 //! the policies produce are offered as they are, replayed by the policies' own simulators
 //! ([`crate::policy::sim::simulate`]), never re-implemented here, and so is the other greedy
-//! column, first-fit by size ([`GREEDY_COLUMNS`]; `bestfit` is the search's floor). Plain
+//! column, first-fit by size ([`GREEDY_COLUMNS`]; `bestfit` the search runs first). Plain
 //! `cudaMalloc` is not matched: its column is the peak of the live 512-byte-rounded sizes, the
 //! lower bound itself at the default alignment. (The online best-fit and first-fit in
 //! allocation order need no simulator either: placed by birth ([`super::Order::Birth`]), a
-//! buffer meets exactly the buffers live at its birth, as an online allocator does; they are
-//! best-of's runs in that order, tried after the dive.)
+//! buffer meets exactly the buffers live at its birth, as an online allocator does; best-fit
+//! so is the search's floor (`floor.rs`), first-fit best-of's run in that order.)
 //!
-//! The search offers these after its floor and one dive, which leaves them two greedy runs'
-//! time, about what they cost (`search.rs`), so its plan needs at most each of their
+//! The search offers these after its floor, best-fit and one dive, which leaves them two
+//! greedy runs' time, about what they cost (`search.rs`), so its plan needs at most each of their
 //! footprints whenever they ran: always under a budget of steps; on a wall clock whenever the
 //! budget leaves them their time after best-fit (not when best-fit alone takes most of it).
 //!
