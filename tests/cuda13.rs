@@ -223,3 +223,152 @@ fn samples_built_against_nvidias_cuda_13_runtime_pass_on_the_shims_libcudart_so_
         }
     }
 }
+
+/// `itermem run --shim` with `--cuda 13` preloads the shim's `libcudart.so.13`, not `.12`, and
+/// sets `CUDA_SHIM_DRIVER_VERSION=13050` unless the caller set it; `--cuda` needs `--shim`.
+#[test]
+fn itermem_run_shim_cuda_13_preloads_libcudart_so_13_and_a_cuda_13_driver() {
+    support::program("shim_checks"); // builds the shim
+    let run = |extra: &[&str], command: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["--mode", "off"];
+        args.extend_from_slice(extra);
+        support::stdout_ok(&support::run_under_itermem(&args, command, env))
+    };
+    let maps = run(&["--cuda", "13"], &["cat", "/proc/self/maps"], &[]);
+    let shim = shim_lib_dir().join("libcudart.so.13");
+    assert!(maps.contains(&*shim.to_string_lossy()), "{maps}");
+    assert!(!maps.contains("libcudart.so.12"), "{maps}");
+    assert!(maps.contains("libcuda.so.1"), "{maps}");
+    let maps = run(&[], &["cat", "/proc/self/maps"], &[]);
+    assert!(maps.contains("libcudart.so.12"), "{maps}");
+    assert!(!maps.contains("libcudart.so.13"), "{maps}");
+
+    let version = |extra: &[&str], env: &[(&str, &str)]| {
+        run(
+            extra,
+            &["sh", "-c", "echo \"v=$CUDA_SHIM_DRIVER_VERSION\""],
+            env,
+        )
+    };
+    assert_eq!(version(&["--cuda", "13"], &[]), "v=13050\n");
+    assert_eq!(version(&["--cuda", "12"], &[]), "v=\n");
+    assert_eq!(version(&[], &[]), "v=\n");
+    assert_eq!(
+        version(&["--cuda", "13"], &[("CUDA_SHIM_DRIVER_VERSION", "13010")]),
+        "v=13010\n"
+    );
+
+    for (args, message) in [
+        (&["run", "--cuda", "13", "--", "true"][..], "--shim"),
+        (
+            &["run", "--shim", "--cuda", "11", "--", "true"][..],
+            "12 or 13",
+        ),
+    ] {
+        let output = Command::new(support::itermem())
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(message),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// `itermem replay --shim --cuda 13` replays on the shim's CUDA 13 runtime (the replayer uses the
+/// preloaded runtime rather than loading `libcudart.so.12` beside it): it verifies every tensor
+/// with the CUDA 13.5 driver it sets, and fails as NVIDIA's CUDA 13 runtime does on a CUDA 12
+/// driver, which only `libcudart.so.13` refuses.
+#[test]
+fn itermem_replay_shim_cuda_13_replays_on_libcudart_so_13() {
+    let program = support::program("mlp_train");
+    let dir = scratch("cuda13-replay");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("mlp.itrace");
+    support::stdout_ok(&support::run_under_itermem(
+        &["--mode", "record", "--trace", trace.to_str().unwrap()],
+        &[program.to_str().unwrap(), "--iters", "4"],
+        &[],
+    ));
+    let replay = |driver: Option<&str>| {
+        let mut command = Command::new(support::itermem());
+        command
+            .args([
+                "replay", "--shim", "--cuda", "13", "--mode", "record", "--iters", "2",
+            ])
+            .arg(&trace)
+            .env_remove("CUDA_SHIM_DRIVER_VERSION")
+            .env_remove("LD_PRELOAD");
+        if let Some(version) = driver {
+            command.env("CUDA_SHIM_DRIVER_VERSION", version);
+        }
+        command.output().unwrap()
+    };
+    let out = support::stdout_ok(&replay(None));
+    assert!(out.contains("every tensor held what was written"), "{out}");
+    let old = replay(Some("12090"));
+    let stderr = String::from_utf8_lossy(&old.stderr);
+    assert!(
+        !old.status.success() && stderr.contains("insufficient") && stderr.contains("(error 35)"),
+        "{}\n{stderr}",
+        old.status
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The runtime functions torch 2.15 imports beyond the CUDA 12 set (nvcc 13's
+/// `__cudaGetKernel`/`__cudaLaunchKernel`, cooperative launches, occupancy, graph memory, graph
+/// and capture calls, user objects, `cudaLibrary*`), called by `tests/programs/cuda13/
+/// torch215_api.c` built against NVIDIA's CUDA 13 headers and linked to NVIDIA's
+/// `libcudart.so.13`: PASS on the shim's, alone and under itermem.
+#[test]
+fn the_functions_torch_2_15_adds_work_on_the_shims_libcudart_so_13() {
+    support::program("shim_checks"); // builds the shim
+    let Some(nvidia) = nvidia13() else {
+        eprintln!("cuda13: SKIPPED: NVIDIA's nvidia-cuda-runtime 13 wheel could not be downloaded");
+        return;
+    };
+    let dir = scratch("cuda13-api");
+    std::fs::create_dir_all(&dir).unwrap();
+    let binary = dir.join("torch215_api");
+    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", nvidia.include))
+        .arg(format!("-I{}", nvidia.crt_include))
+        .arg("-o")
+        .arg(&binary)
+        .arg(root().join("tests/programs/cuda13/torch215_api.c"))
+        .arg(format!("-L{}", nvidia.lib))
+        .args(["-l:libcudart.so.13", "-pthread", "-ldl"])
+        .output()
+        .expect("cannot run cc");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    check_libraries(&binary, &nvidia);
+    passed("torch215_api", "alone", &run_on_shim(&binary, &[], &ENV));
+    for mode in ["record", "pool"] {
+        let output =
+            run_under_itermem_unpreloaded(&["--mode", mode], &[binary.to_str().unwrap()], &ENV);
+        passed(
+            "torch215_api",
+            &format!("under itermem --mode {mode}"),
+            &output,
+        );
+    }
+    let output = support::run_under_itermem(
+        &["--cuda", "13", "--mode", "record"],
+        &[binary.to_str().unwrap()],
+        &ENV[..2],
+    );
+    passed(
+        "torch215_api",
+        "under itermem run --shim --cuda 13",
+        &output,
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -5,7 +5,10 @@
 //! `RTLD_GLOBAL` and looks each name up with `dlsym(RTLD_DEFAULT)`, i.e. in the global scope in
 //! the order a program linked with `-lcudart` would resolve it. So a preloaded `libitermem.so`
 //! comes first and sees every call, exactly as for a program linked against the runtime (a
-//! lookup through the runtime's own handle would bypass it).
+//! lookup through the runtime's own handle would bypass it). A runtime already loaded (the
+//! shim's `libcudart.so.13` preloaded by `itermem replay --shim --cuda 13`) is used instead, so a
+//! process never holds two runtimes; every function called here has the same prototype in CUDA
+//! 12 and 13.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
@@ -63,17 +66,29 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Loads `libcudart.so.12` into the global scope and resolves every function.
+    /// Loads `libcudart.so.12` into the global scope (unless a CUDA 13 or 12 runtime is loaded
+    /// already, e.g. preloaded) and resolves every function.
     pub fn load() -> anyhow::Result<Runtime> {
-        let soname = c"libcudart.so.12";
-        // SAFETY: dlopen of a NUL-terminated soname; the handle is kept for the process's life
-        // (never dlclosed), so every pointer resolved below stays valid.
-        let handle = unsafe { libc::dlopen(soname.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if handle.is_null() {
-            bail!(
-                "cannot load the CUDA runtime: {} (on cuda-shim, pass --shim)",
-                last_dl_error()
-            );
+        let loaded = [c"libcudart.so.13", c"libcudart.so.12"]
+            .into_iter()
+            .any(|soname| {
+                // SAFETY: RTLD_NOLOAD only looks for a loaded library of that NUL-terminated soname
+                // (taking a reference that is never dropped: the runtime stays for the process).
+                !unsafe { libc::dlopen(soname.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) }
+                    .is_null()
+            });
+        if !loaded {
+            let soname = c"libcudart.so.12";
+            // SAFETY: dlopen of a NUL-terminated soname; the handle is kept for the process's
+            // life (never dlclosed), so every pointer resolved below stays valid.
+            let handle =
+                unsafe { libc::dlopen(soname.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            if handle.is_null() {
+                bail!(
+                    "cannot load the CUDA runtime: {} (on cuda-shim, pass --shim)",
+                    last_dl_error()
+                );
+            }
         }
         Ok(Runtime {
             // SAFETY (every `resolve` below): each type is the prototype of the named function

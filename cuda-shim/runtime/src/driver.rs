@@ -118,6 +118,19 @@ unsafe extern "C" {
         extra: *mut *mut c_void,
     ) -> u32;
 
+    pub fn cuLaunchCooperativeKernel(
+        function: usize,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        shared_mem: u32,
+        stream: usize,
+        params: *mut *mut c_void,
+    ) -> u32;
+
     pub fn cuDevicePrimaryCtxRelease_v2(device: i32) -> u32;
     pub fn cuDevicePrimaryCtxReset_v2(device: i32) -> u32;
     pub fn cuDevicePrimaryCtxSetFlags_v2(device: i32, flags: u32) -> u32;

@@ -221,9 +221,32 @@ fn launch_configuration_valid(grid: Dim3, block: Dim3) -> bool {
     grid.x > 0 && grid.y > 0 && grid.z > 0 && threads > 0 && threads <= 1024
 }
 
-/// Every kernel launch entry point ends here.
+/// Every kernel launch entry point of a host stub ends here.
 fn launch(
     func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: usize,
+) -> RtResult {
+    launch_function(
+        || function_of(func),
+        false,
+        grid,
+        block,
+        args,
+        shared_mem,
+        stream,
+    )
+}
+
+/// Launches the driver function `function()` gives (looked up after the context and the
+/// configuration are checked, the order of CUDA's errors); `cooperative`: all blocks resident
+/// at once (`cuLaunchCooperativeKernel`).
+fn launch_function(
+    function: impl FnOnce() -> Result<usize, u32>,
+    cooperative: bool,
     grid: Dim3,
     block: Dim3,
     args: *mut *mut c_void,
@@ -234,23 +257,19 @@ fn launch(
     if !launch_configuration_valid(grid, block) {
         return Err(INVALID_CONFIGURATION);
     }
-    let function = function_of(func)?;
+    let function = function()?;
     let shared_mem = u32::try_from(shared_mem).map_err(|_| INVALID_VALUE)?;
+    let [gx, gy, gz, bx, by, bz] = [grid.x, grid.y, grid.z, block.x, block.y, block.z];
     // SAFETY: `args` holds one pointer per parameter (the cudaLaunchKernel contract).
     let code = unsafe {
-        cuLaunchKernel(
-            function,
-            grid.x,
-            grid.y,
-            grid.z,
-            block.x,
-            block.y,
-            block.z,
-            shared_mem,
-            stream,
-            args,
-            std::ptr::null_mut(),
-        )
+        if cooperative {
+            cuLaunchCooperativeKernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream, args)
+        } else {
+            let extra = std::ptr::null_mut();
+            cuLaunchKernel(
+                function, gx, gy, gz, bx, by, bz, shared_mem, stream, args, extra,
+            )
+        }
     };
     match code {
         SYMBOL_NOT_FOUND => Err(INVALID_DEVICE_FUNCTION),
@@ -419,6 +438,10 @@ macro_rules! runtime_api {
         )*
     };
 }
+
+/// The functions only the CUDA 13 runtime exports (what torch 2.15 needs beyond CUDA 12's set).
+#[cfg(feature = "cuda13")]
+mod cuda13;
 
 runtime_api! {
     /// Allocating 0 bytes succeeds with a NULL pointer, as on CUDA.
