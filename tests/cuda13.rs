@@ -17,7 +17,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::{root, run_on_shim, run_under_itermem_unpreloaded, scratch, shim_lib_dir};
+use support::{
+    NvidiaDirs, nvidia_dirs, root, run_on_shim, run_under_itermem_unpreloaded, scratch,
+    shim_lib_dir,
+};
 
 /// The samples that use the runtime (device_query_drv uses the driver only).
 const SAMPLES: [&str; 4] = [
@@ -34,47 +37,9 @@ const ENV: [(&str, &str); 3] = [
     CUDA13_DRIVER,
 ];
 
-/// NVIDIA's CUDA 13 include directories and the directory of its `libcudart.so.13`.
-struct Nvidia13 {
-    include: String,
-    crt_include: String,
-    lib: String,
-}
-
-fn nvidia13() -> Option<Nvidia13> {
-    let output = Command::new(root().join("tools/abi-check"))
-        .args(["--nvidia-dirs", "13"])
-        .current_dir(root())
-        .output()
-        .expect("cannot run tools/abi-check");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        assert!(
-            stderr.contains("could not download"),
-            "tools/abi-check --nvidia-dirs 13 failed:\n{stdout}{stderr}"
-        );
-        assert!(
-            std::env::var("REQUIRE_NVIDIA_WHEELS").as_deref() != Ok("1"),
-            "NVIDIA's wheels are required (REQUIRE_NVIDIA_WHEELS=1):\n{stderr}"
-        );
-        return None;
-    }
-    let value = |key: &str| {
-        support::value_of(&stdout, key)
-            .unwrap_or_else(|| panic!("no {key}= in:\n{stdout}"))
-            .to_string()
-    };
-    Some(Nvidia13 {
-        include: value("NV_INC"),
-        crt_include: value("CRT_INC"),
-        lib: value("NV_LIB"),
-    })
-}
-
 /// Builds sample `name` against NVIDIA's CUDA 13 headers, linked to NVIDIA's `libcudart.so.13`
 /// (no rpath: the library path decides what is loaded).
-fn build(nvidia: &Nvidia13, dir: &Path, name: &str) -> PathBuf {
+fn build(nvidia: &NvidiaDirs, dir: &Path, name: &str) -> PathBuf {
     let binary = dir.join(name);
     let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
@@ -97,7 +62,7 @@ fn build(nvidia: &Nvidia13, dir: &Path, name: &str) -> PathBuf {
 
 /// The binary needs `libcudart.so.13` and imports every runtime function at version
 /// `libcudart.so.13`; on the shim's library path both CUDA libraries are the shim's.
-fn check_libraries(binary: &Path, nvidia: &Nvidia13) {
+fn check_libraries(binary: &Path, nvidia: &NvidiaDirs) {
     let readelf = |args: &[&str]| {
         let output = Command::new("readelf").args(args).arg(binary).output();
         String::from_utf8_lossy(&output.unwrap().stdout).into_owned()
@@ -163,7 +128,7 @@ fn passed(name: &str, how: &str, output: &Output) -> String {
 #[test]
 fn samples_built_against_nvidias_cuda_13_runtime_pass_on_the_shims_libcudart_so_13() {
     support::program("shim_checks"); // builds the shim
-    let Some(nvidia) = nvidia13() else {
+    let Some(nvidia) = nvidia_dirs(13) else {
         eprintln!(
             "cuda13: SKIPPED: NVIDIA's nvidia-cuda-runtime 13 wheel could not be downloaded \
              (offline?); set REQUIRE_NVIDIA_WHEELS=1 to make this a failure"
@@ -326,7 +291,7 @@ fn itermem_replay_shim_cuda_13_replays_on_libcudart_so_13() {
 #[test]
 fn the_functions_torch_2_15_adds_work_on_the_shims_libcudart_so_13() {
     support::program("shim_checks"); // builds the shim
-    let Some(nvidia) = nvidia13() else {
+    let Some(nvidia) = nvidia_dirs(13) else {
         eprintln!("cuda13: SKIPPED: NVIDIA's nvidia-cuda-runtime 13 wheel could not be downloaded");
         return;
     };

@@ -15,7 +15,9 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::{root, run_on_shim, run_under_itermem, scratch, shim_lib_dir};
+use support::{
+    NvidiaDirs, nvidia_dirs, root, run_on_shim, run_under_itermem, scratch, shim_lib_dir,
+};
 
 /// The samples: name, whether it uses the driver API alone (linked with `-lcuda`), and whether
 /// it calls a function itermem hooks (so that itermem starts and writes its statistics).
@@ -29,51 +31,11 @@ const SAMPLES: [(&str, bool, bool); 5] = [
 
 const ENV: [(&str, &str); 2] = [("CUDA_SHIM_DEVICES", "2"), ("LD_BIND_NOW", "1")];
 
-/// Where NVIDIA's wheels are unpacked.
-struct Nvidia {
-    include: String,
-    crt_include: String,
-    lib: String,
-}
-
-/// NVIDIA's directories, fetching the wheels through `tools/abi-check --nvidia-dirs`; `None`
-/// when they cannot be downloaded.
-fn nvidia() -> Option<Nvidia> {
-    let output = Command::new(root().join("tools/abi-check"))
-        .arg("--nvidia-dirs")
-        .current_dir(root())
-        .output()
-        .expect("cannot run tools/abi-check");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        assert!(
-            stderr.contains("could not download"),
-            "tools/abi-check --nvidia-dirs failed:\n{stdout}{stderr}"
-        );
-        assert!(
-            std::env::var("REQUIRE_NVIDIA_WHEELS").as_deref() != Ok("1"),
-            "NVIDIA's wheels are required (REQUIRE_NVIDIA_WHEELS=1):\n{stderr}"
-        );
-        return None;
-    }
-    let value = |key: &str| {
-        support::value_of(&stdout, key)
-            .unwrap_or_else(|| panic!("no {key}= in:\n{stdout}"))
-            .to_string()
-    };
-    Some(Nvidia {
-        include: value("NV_INC"),
-        crt_include: value("CRT_INC"),
-        lib: value("NV_LIB"),
-    })
-}
-
 /// Builds sample `name` into `dir` against NVIDIA's headers, linked to NVIDIA's runtime (or, for
 /// the driver-API sample, to a `libcuda.so` with the soname `libcuda.so.1`: the shim's, standing
 /// in for the toolkit's stub). No rpath: the library path decides what is loaded, as for a
 /// program built with the toolkit.
-fn build(nvidia: &Nvidia, dir: &Path, name: &str, driver_only: bool) -> PathBuf {
+fn build(nvidia: &NvidiaDirs, dir: &Path, name: &str, driver_only: bool) -> PathBuf {
     let source = root().join(format!("tests/programs/samples/{name}.c"));
     let binary = dir.join(name);
     let mut command = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
@@ -105,7 +67,7 @@ fn build(nvidia: &Nvidia, dir: &Path, name: &str, driver_only: bool) -> PathBuf 
 
 /// What the dynamic linker loads for `binary` on the shim's library path (`ldd`): the shim's
 /// runtime and driver, never NVIDIA's.
-fn check_libraries(binary: &Path, nvidia: &Nvidia, driver_only: bool) {
+fn check_libraries(binary: &Path, nvidia: &NvidiaDirs, driver_only: bool) {
     let readelf = Command::new("readelf")
         .arg("-d")
         .arg(binary)
@@ -163,7 +125,7 @@ fn passed(name: &str, how: &str, output: &Output) -> String {
 #[test]
 fn nvidia_style_samples_built_against_nvidias_runtime_pass_on_the_shim() {
     support::program("shim_checks"); // builds the shim
-    let Some(nvidia) = nvidia() else {
+    let Some(nvidia) = nvidia_dirs(12) else {
         eprintln!(
             "samples: SKIPPED: NVIDIA's nvidia-cuda-runtime-cu12 wheel could not be downloaded \
              (offline?); set REQUIRE_NVIDIA_WHEELS=1 to make this a failure"

@@ -193,3 +193,45 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
+
+/// Where NVIDIA's wheels of one CUDA major version are unpacked: its C headers, its C++ headers
+/// (nvcc's `crt/`), and the directory of its `libcudart.so.<major>`.
+pub struct NvidiaDirs {
+    pub include: String,
+    pub crt_include: String,
+    pub lib: String,
+}
+
+/// NVIDIA's directories for CUDA `major` (12 or 13), fetching the wheels through
+/// `tools/abi-check --nvidia-dirs <major>`; `None` when they cannot be downloaded (the caller
+/// says it skipped), a failure instead with `REQUIRE_NVIDIA_WHEELS=1`.
+pub fn nvidia_dirs(major: u32) -> Option<NvidiaDirs> {
+    let output = Command::new(root().join("tools/abi-check"))
+        .args(["--nvidia-dirs", &major.to_string()])
+        .current_dir(root())
+        .output()
+        .expect("cannot run tools/abi-check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        assert!(
+            stderr.contains("could not download"),
+            "tools/abi-check --nvidia-dirs {major} failed:\n{stdout}{stderr}"
+        );
+        assert!(
+            std::env::var("REQUIRE_NVIDIA_WHEELS").as_deref() != Ok("1"),
+            "NVIDIA's wheels are required (REQUIRE_NVIDIA_WHEELS=1):\n{stderr}"
+        );
+        return None;
+    }
+    let value = |key: &str| {
+        value_of(&stdout, key)
+            .unwrap_or_else(|| panic!("no {key}= in:\n{stdout}"))
+            .to_string()
+    };
+    Some(NvidiaDirs {
+        include: value("NV_INC"),
+        crt_include: value("CRT_INC"),
+        lib: value("NV_LIB"),
+    })
+}
