@@ -16,9 +16,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use support::{
-    NvidiaDirs, nvidia_dirs, root, run_on_shim, run_under_itermem_unpreloaded, scratch,
+    NvidiaDirs, nvidia_dirs, passed, root, run_on_shim, run_under_itermem_unpreloaded, scratch,
     shim_lib_dir,
 };
 
@@ -37,43 +37,32 @@ const ENV: [(&str, &str); 3] = [
     CUDA13_DRIVER,
 ];
 
-/// Builds sample `name` against NVIDIA's CUDA 13 headers, linked to NVIDIA's `libcudart.so.13`
-/// (no rpath: the library path decides what is loaded).
-fn build(nvidia: &NvidiaDirs, dir: &Path, name: &str) -> PathBuf {
+/// Builds `source` against NVIDIA's CUDA 13 headers into `dir`, linked to NVIDIA's
+/// `libcudart.so.13`.
+fn build(nvidia: &NvidiaDirs, dir: &Path, source: &str, name: &str) -> PathBuf {
     let binary = dir.join(name);
-    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", nvidia.include))
-        .arg(format!("-I{}", nvidia.crt_include))
-        .arg("-o")
-        .arg(&binary)
-        .arg(root().join(format!("tests/programs/samples/{name}.c")))
-        .arg(format!("-L{}", nvidia.lib))
-        .args(["-l:libcudart.so.13", "-pthread"])
-        .output()
-        .expect("cannot run cc");
-    assert!(
-        output.status.success(),
-        "building {name} against CUDA 13:\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let lib = format!("-L{}", nvidia.lib);
+    nvidia.build(
+        &root().join(source),
+        &binary,
+        &[&lib, "-l:libcudart.so.13", "-ldl"],
     );
     binary
 }
 
 /// The binary needs `libcudart.so.13` and imports every runtime function at version
-/// `libcudart.so.13`; on the shim's library path both CUDA libraries are the shim's.
+/// `libcudart.so.13`; on the shim's library path both CUDA libraries are the shim's, and no
+/// CUDA 12 runtime is loaded.
 fn check_libraries(binary: &Path, nvidia: &NvidiaDirs) {
-    let readelf = |args: &[&str]| {
-        let output = Command::new("readelf").args(args).arg(binary).output();
-        String::from_utf8_lossy(&output.unwrap().stdout).into_owned()
-    };
-    let dynamic = readelf(&["-d"]);
-    assert!(dynamic.contains("[libcudart.so.13]"), "{dynamic}");
-    assert!(
-        !dynamic.contains("RPATH") && !dynamic.contains("RUNPATH"),
-        "{dynamic}"
-    );
-    let symbols = readelf(&["-W", "--dyn-syms"]);
+    let loaded = ["libcudart.so.13", "libcuda.so.1"];
+    let ldd = nvidia.assert_loads_the_shims(binary, "libcudart.so.13", &loaded);
+    assert!(!ldd.contains("libcudart.so.12"), "{ldd}");
+    let symbols = Command::new("readelf")
+        .args(["-W", "--dyn-syms"])
+        .arg(binary)
+        .output()
+        .unwrap();
+    let symbols = String::from_utf8_lossy(&symbols.stdout);
     let imports: Vec<&str> = symbols
         .split_whitespace()
         .filter(|word| word.starts_with("cuda"))
@@ -90,39 +79,6 @@ fn check_libraries(binary: &Path, nvidia: &NvidiaDirs) {
             binary.display()
         );
     }
-    let ldd = Command::new("ldd")
-        .arg(binary)
-        .env("LD_LIBRARY_PATH", shim_lib_dir())
-        .output()
-        .unwrap();
-    let ldd = String::from_utf8_lossy(&ldd.stdout);
-    let shim = shim_lib_dir();
-    for library in ["libcudart.so.13", "libcuda.so.1"] {
-        let line = ldd
-            .lines()
-            .find(|l| l.trim_start().starts_with(library))
-            .unwrap_or_else(|| panic!("{library} not loaded:\n{ldd}"));
-        assert!(
-            line.contains(&*shim.to_string_lossy()),
-            "{library} is not the shim's:\n{ldd}"
-        );
-    }
-    assert!(
-        !ldd.contains(&nvidia.lib),
-        "NVIDIA's runtime is loaded:\n{ldd}"
-    );
-    assert!(!ldd.contains("libcudart.so.12"), "{ldd}");
-}
-
-fn passed(name: &str, how: &str, output: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.lines().last() == Some("PASS"),
-        "{name} {how}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    stdout
 }
 
 #[test]
@@ -138,7 +94,8 @@ fn samples_built_against_nvidias_cuda_13_runtime_pass_on_the_shims_libcudart_so_
     let dir = scratch("cuda13");
     std::fs::create_dir_all(&dir).unwrap();
     for name in SAMPLES {
-        let binary = build(&nvidia, &dir, name);
+        let source = format!("tests/programs/samples/{name}.c");
+        let binary = build(&nvidia, &dir, &source, name);
         check_libraries(&binary, &nvidia);
         let stdout = passed(name, "alone", &run_on_shim(&binary, &[], &ENV));
         if name == "device_query" {
@@ -297,23 +254,8 @@ fn the_functions_torch_2_15_adds_work_on_the_shims_libcudart_so_13() {
     };
     let dir = scratch("cuda13-api");
     std::fs::create_dir_all(&dir).unwrap();
-    let binary = dir.join("torch215_api");
-    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", nvidia.include))
-        .arg(format!("-I{}", nvidia.crt_include))
-        .arg("-o")
-        .arg(&binary)
-        .arg(root().join("tests/programs/cuda13/torch215_api.c"))
-        .arg(format!("-L{}", nvidia.lib))
-        .args(["-l:libcudart.so.13", "-pthread", "-ldl"])
-        .output()
-        .expect("cannot run cc");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let source = "tests/programs/cuda13/torch215_api.c";
+    let binary = build(&nvidia, &dir, source, "torch215_api");
     check_libraries(&binary, &nvidia);
     passed("torch215_api", "alone", &run_on_shim(&binary, &[], &ENV));
     for mode in ["record", "pool"] {

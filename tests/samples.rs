@@ -14,9 +14,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use support::{
-    NvidiaDirs, nvidia_dirs, root, run_on_shim, run_under_itermem, scratch, shim_lib_dir,
+    NvidiaDirs, nvidia_dirs, passed, root, run_on_shim, run_under_itermem, scratch, shim_lib_dir,
 };
 
 /// The samples: name, whether it uses the driver API alone (linked with `-lcuda`), and whether
@@ -33,93 +32,17 @@ const ENV: [(&str, &str); 2] = [("CUDA_SHIM_DEVICES", "2"), ("LD_BIND_NOW", "1")
 
 /// Builds sample `name` into `dir` against NVIDIA's headers, linked to NVIDIA's runtime (or, for
 /// the driver-API sample, to a `libcuda.so` with the soname `libcuda.so.1`: the shim's, standing
-/// in for the toolkit's stub). No rpath: the library path decides what is loaded, as for a
-/// program built with the toolkit.
+/// in for the toolkit's stub).
 fn build(nvidia: &NvidiaDirs, dir: &Path, name: &str, driver_only: bool) -> PathBuf {
-    let source = root().join(format!("tests/programs/samples/{name}.c"));
     let binary = dir.join(name);
-    let mut command = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
-    command
-        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", nvidia.include))
-        .arg(format!("-I{}", nvidia.crt_include))
-        .arg("-o")
-        .arg(&binary)
-        .arg(&source);
-    if driver_only {
-        command
-            .arg(format!("-L{}", shim_lib_dir().display()))
-            .arg("-lcuda");
+    let (search, lib) = if driver_only {
+        (shim_lib_dir().display().to_string(), "-lcuda")
     } else {
-        command
-            .arg(format!("-L{}", nvidia.lib))
-            .arg("-l:libcudart.so.12");
-    }
-    command.arg("-pthread");
-    let output = command.output().expect("cannot run cc");
-    assert!(
-        output.status.success(),
-        "building {name}:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    binary
-}
-
-/// What the dynamic linker loads for `binary` on the shim's library path (`ldd`): the shim's
-/// runtime and driver, never NVIDIA's.
-fn check_libraries(binary: &Path, nvidia: &NvidiaDirs, driver_only: bool) {
-    let readelf = Command::new("readelf")
-        .arg("-d")
-        .arg(binary)
-        .output()
-        .unwrap();
-    let dynamic = String::from_utf8_lossy(&readelf.stdout);
-    let needed = if driver_only {
-        "[libcuda.so.1]"
-    } else {
-        "[libcudart.so.12]"
+        (nvidia.lib.clone(), "-l:libcudart.so.12")
     };
-    assert!(dynamic.contains(needed), "{dynamic}");
-    assert!(
-        !dynamic.contains("RPATH") && !dynamic.contains("RUNPATH"),
-        "{dynamic}"
-    );
-    let ldd = Command::new("ldd")
-        .arg(binary)
-        .env("LD_LIBRARY_PATH", shim_lib_dir())
-        .output()
-        .unwrap();
-    let ldd = String::from_utf8_lossy(&ldd.stdout);
-    let shim = shim_lib_dir();
-    for library in ["libcudart.so.12", "libcuda.so.1"] {
-        if driver_only && library == "libcudart.so.12" {
-            continue;
-        }
-        let line = ldd
-            .lines()
-            .find(|l| l.trim_start().starts_with(library))
-            .unwrap_or_else(|| panic!("{library} not loaded:\n{ldd}"));
-        assert!(
-            line.contains(&*shim.to_string_lossy()),
-            "{library} is not the shim's:\n{ldd}"
-        );
-    }
-    assert!(
-        !ldd.contains(&nvidia.lib),
-        "NVIDIA's runtime is loaded:\n{ldd}"
-    );
-}
-
-/// The output of a run that must have exited 0 with PASS as its last line.
-fn passed(name: &str, how: &str, output: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.lines().last() == Some("PASS"),
-        "{name} {how}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    stdout
+    let source = root().join(format!("tests/programs/samples/{name}.c"));
+    nvidia.build(&source, &binary, &[&format!("-L{search}"), lib]);
+    binary
 }
 
 #[test]
@@ -136,7 +59,12 @@ fn nvidia_style_samples_built_against_nvidias_runtime_pass_on_the_shim() {
     std::fs::create_dir_all(&dir).unwrap();
     for (name, driver_only, hooked) in SAMPLES {
         let binary = build(&nvidia, &dir, name, driver_only);
-        check_libraries(&binary, &nvidia, driver_only);
+        if driver_only {
+            nvidia.assert_loads_the_shims(&binary, "libcuda.so.1", &["libcuda.so.1"]);
+        } else {
+            let loaded = ["libcudart.so.12", "libcuda.so.1"];
+            nvidia.assert_loads_the_shims(&binary, "libcudart.so.12", &loaded);
+        }
         passed(name, "alone", &run_on_shim(&binary, &[], &ENV));
         let program = binary.to_str().unwrap();
         for mode in ["record", "pool"] {

@@ -235,3 +235,79 @@ pub fn nvidia_dirs(major: u32) -> Option<NvidiaDirs> {
         lib: value("NV_LIB"),
     })
 }
+
+impl NvidiaDirs {
+    /// Compiles `source` (C11, warnings as errors) against NVIDIA's headers into `binary`,
+    /// linked with `libs`. No rpath: the library path decides what is loaded, as for a program
+    /// built with the toolkit.
+    pub fn build(&self, source: &Path, binary: &Path, libs: &[&str]) {
+        let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-I{}", self.include))
+            .arg(format!("-I{}", self.crt_include))
+            .arg("-o")
+            .arg(binary)
+            .arg(source)
+            .args(libs)
+            .arg("-pthread")
+            .output()
+            .expect("cannot run cc");
+        assert!(
+            output.status.success(),
+            "building {}:\n{}",
+            source.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// `binary` needs `needed` and has no rpath, and on the shim's library path each of
+    /// `loaded` comes from the shim and nothing from NVIDIA's directory; `ldd`'s output.
+    pub fn assert_loads_the_shims(&self, binary: &Path, needed: &str, loaded: &[&str]) -> String {
+        let readelf = Command::new("readelf")
+            .arg("-d")
+            .arg(binary)
+            .output()
+            .unwrap();
+        let dynamic = String::from_utf8_lossy(&readelf.stdout);
+        assert!(dynamic.contains(&format!("[{needed}]")), "{dynamic}");
+        assert!(
+            !dynamic.contains("RPATH") && !dynamic.contains("RUNPATH"),
+            "{dynamic}"
+        );
+        let ldd = Command::new("ldd")
+            .arg(binary)
+            .env("LD_LIBRARY_PATH", shim_lib_dir())
+            .output()
+            .unwrap();
+        let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+        let shim = shim_lib_dir();
+        for library in loaded {
+            let line = ldd
+                .lines()
+                .find(|l| l.trim_start().starts_with(library))
+                .unwrap_or_else(|| panic!("{library} not loaded:\n{ldd}"));
+            assert!(
+                line.contains(&*shim.to_string_lossy()),
+                "{library} is not the shim's:\n{ldd}"
+            );
+        }
+        assert!(
+            !ldd.contains(&self.lib),
+            "NVIDIA's runtime is loaded:\n{ldd}"
+        );
+        ldd
+    }
+}
+
+/// The stdout of a sample's run (`name`, run `how`), which must have exited 0 with PASS as its
+/// last line.
+pub fn passed(name: &str, how: &str, output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("PASS"),
+        "{name} {how}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    stdout
+}
