@@ -127,7 +127,7 @@ pub(super) struct DeviceState {
 
 impl DeviceState {
     fn new(ordinal: u32, config: &Config, batch: usize) -> DeviceState {
-        let swapping = config.mode == Mode::Swap && ordinal == 0;
+        let swapping = swaps(ordinal, config);
         if config.mode == Mode::Swap && ordinal == 1 {
             super::report(format_args!(
                 "swap mode swaps on device 0 only; the other devices are recorded"
@@ -149,7 +149,7 @@ impl DeviceState {
     /// is not freed again: the driver may have given those addresses to someone else since),
     /// keeping its statistics. Whether it did.
     pub fn renew_lost_allocator(&self, config: &Config) -> bool {
-        let swapping = self.sequencer.lock().swap_live.is_some();
+        let swapping = swaps(self.ordinal, config);
         let pool_lost = self.pool.as_ref().is_some_and(|pool| {
             let mut pool = pool.lock();
             let lost = pool.memory_lost();
@@ -170,6 +170,11 @@ impl DeviceState {
         });
         pool_lost || cnmem_lost
     }
+}
+
+/// Whether device `ordinal` is swap mode's (device 0 only).
+fn swaps(ordinal: u32, config: &Config) -> bool {
+    config.mode == Mode::Swap && ordinal == 0
 }
 
 /// Pool and swap modes' state of a device (`swapping`: swap mode's device), None otherwise.

@@ -229,10 +229,10 @@ impl Recorder {
     /// afresh (said once per device). A block the driver cannot be asked about (no context
     /// current after a destroy) stays live.
     pub fn after_context_gone(&self) {
-        let gone: Vec<u64> = self
-            .live
-            .read()
-            .starts()
+        // The driver is asked without the live index's lock: other threads' hooks need it.
+        let starts: Vec<u64> = self.live.read().starts().collect();
+        let gone: Vec<u64> = starts
+            .into_iter()
             .filter(|&addr| allocation_gone(addr))
             .collect();
         log::info!("a context went: {} allocations with it", gone.len());
