@@ -224,6 +224,11 @@ extern "C" fn next_dlsym() -> *mut c_void {
 #[cfg_attr(not(test), unsafe(no_mangle))]
 #[unsafe(naked)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: a stub of the C ABI: it either jumps to `lookup` (an `extern "C"` function of
+    // dlsym's prototype, which cannot unwind) with the caller's arguments and return address
+    // untouched, or saves both argument registers around a call of `next_dlsym` (no arguments,
+    // cannot unwind) with the stack 16-byte aligned, restores them and jumps to glibc's dlsym
+    // (or returns null) with the program's return address on top of the stack.
     core::arch::naked_asm!(
         "cmp rdi, -1",
         "jne {lookup}",
@@ -254,6 +259,9 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 #[cfg_attr(not(test), unsafe(no_mangle))]
 #[unsafe(naked)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: as the x86_64 stub: x0, x1 and x30 are saved around the call of `next_dlsym` on a
+    // 16-byte aligned stack and restored before the branch, so glibc's dlsym sees the
+    // program's arguments and return address.
     core::arch::naked_asm!(
         "cmn x0, #1",
         "b.eq 1f",
