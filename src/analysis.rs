@@ -2,10 +2,14 @@
 //! peak, the busiest kernels, and the training iteration found by [`crate::detect`].
 //!
 //! It owns one convention that every consumer of a trace shares with the live recorder
-//! (`interposer::recorder`): **event indices count access events only**. Malloc, free, memcpy,
-//! memset and launch events are numbered 0, 1, 2, … in trace order; `KernelName` records are
-//! metadata and get no index and no token. So the period, the boundary and the peak index
-//! reported offline are the ones the interposer computes online for the same run.
+//! (`interposer::recorder`): **event indices count access events only** ([`Numbering`]).
+//! Device mallocs and frees, memcpy, memset and launch events are numbered 0, 1, 2, … in trace
+//! order. `KernelName` records are metadata, and pinned host allocations and their frees are
+//! not accesses of device memory: neither gets an index or a token. A framework allocates
+//! pinned memory at moments that depend on timing (PyTorch's pinned-memory cache calls
+//! `cudaHostAlloc` whenever its blocks are still in flight), so counting those calls would
+//! move every later device event and break the period. The period, the boundary and the peak
+//! index reported offline are the ones the interposer computes online for the same run.
 //!
 //! Tokens (what the detector compares) are exactly the recorder's: malloc → size class, free →
 //! lifetime in events (free index − malloc index), launch → kernel id, memcpy → direction and
@@ -17,7 +21,7 @@
 //! (the detector's offline entry point wants the whole stream), plus the live allocations.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -197,10 +201,50 @@ pub fn token(kind: &EventKind, index: u64, malloc_index: Option<u64>) -> Option<
 /// The transfer kind memsets are tokenised with (copy kinds are 0–4).
 pub const MEMSET_TRANSFER_KIND: u64 = 5;
 
+/// The access-event index of each event of one device's stream, in trace order (the module
+/// doc's convention).
+#[derive(Clone, Debug, Default)]
+pub struct Numbering {
+    next: u64,
+    /// Live pinned host allocations: their frees take no index either.
+    host: HashSet<AllocId>,
+}
+
+impl Numbering {
+    /// The index `kind` takes, or `None` for a kernel name, a pinned host malloc or the free
+    /// of one.
+    pub fn number(&mut self, kind: &EventKind) -> Option<u64> {
+        let indexed = match kind {
+            EventKind::KernelName { .. } => false,
+            EventKind::Malloc { id, kind, .. } if !kind.is_device() => {
+                self.host.insert(*id);
+                false
+            }
+            EventKind::Malloc { id, .. } => {
+                // A device malloc reusing a host block's id ends that block.
+                self.host.remove(id);
+                true
+            }
+            EventKind::Free { id, .. } => !self.host.remove(id),
+            _ => true,
+        };
+        indexed.then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    /// Access events numbered so far.
+    pub fn count(&self) -> u64 {
+        self.next
+    }
+}
+
 /// A live allocation.
 #[derive(Clone, Copy, Debug)]
 struct Live {
-    index: u64,
+    /// `None` for a pinned host block (see [`Numbering`]).
+    index: Option<u64>,
     size: u64,
     kind: MemKind,
 }
@@ -208,7 +252,7 @@ struct Live {
 /// Feeds events one by one; [`Analyzer::finish`] runs the detector and returns the summary.
 #[derive(Debug, Default)]
 pub struct Analyzer {
-    events: u64,
+    numbering: Numbering,
     counts: EventCounts,
     host: HostCounts,
     kernel_names: u64,
@@ -235,13 +279,13 @@ impl Analyzer {
 
     /// Access events pushed so far.
     pub fn events(&self) -> u64 {
-        self.events
+        self.numbering.count()
     }
 
     pub fn push(&mut self, event: &Event) {
         self.first_time_ns.get_or_insert(event.time_ns);
         self.last_time_ns = Some(event.time_ns);
-        let index = self.events;
+        let index = self.numbering.number(&event.kind);
         let mut malloc_index = None;
         match &event.kind {
             EventKind::KernelName { kernel, name } => {
@@ -279,7 +323,7 @@ impl Analyzer {
                 self.streams.insert(*stream);
                 match self.live.remove(id) {
                     Some(block) => {
-                        malloc_index = Some(block.index);
+                        malloc_index = block.index;
                         if block.kind.is_device() {
                             self.counts.free += 1;
                             self.live_bytes = self.live_bytes.saturating_sub(block.size);
@@ -304,6 +348,9 @@ impl Analyzer {
                 *self.launches.entry(*kernel).or_insert(0) += 1;
             }
         }
+        let Some(index) = index else {
+            return;
+        };
         if let Some(token) = token(&event.kind, index, malloc_index) {
             self.tokens.push(token);
         }
@@ -313,7 +360,6 @@ impl Analyzer {
             self.peak_event = Some(index);
             self.peak_time_ns = Some(event.time_ns);
         }
-        self.events += 1;
     }
 
     /// Runs the detector over the whole stream and returns the summary. Fails only for an
@@ -336,7 +382,7 @@ impl Analyzer {
         // Named kernels that were never launched are not listed.
         kernels.sort_by(|a, b| b.launches.cmp(&a.launches).then(a.id.cmp(&b.id)));
         Ok(Analysis {
-            events: self.events,
+            events: self.numbering.count(),
             counts: self.counts,
             host: self.host,
             kernel_names: self.kernel_names,
@@ -386,7 +432,7 @@ pub fn iteration_buffers(
     let end = start.saturating_add(length);
     let mut live: HashMap<AllocId, (u64, u64)> = HashMap::new(); // id → (malloc index, size)
     let mut out = Vec::new();
-    let mut index = 0u64;
+    let mut numbering = Numbering::default();
     let clip = |id, from: u64, to: u64, size, out: &mut Vec<Buffer>| {
         let lower = from.max(start);
         let upper = to.min(end);
@@ -400,19 +446,18 @@ pub fn iteration_buffers(
         }
     };
     for event in events {
+        let kind = &event.borrow().kind;
+        let Some(index) = numbering.number(kind) else {
+            continue;
+        };
         if index >= end {
             break;
         }
-        match &event.borrow().kind {
-            EventKind::KernelName { .. } => continue,
-            EventKind::Malloc { id, size, kind, .. } => {
-                if kind.is_device() {
-                    if let Some((from, size)) = live.insert(*id, (index, *size)) {
-                        // A reused id ends the older block here.
-                        clip(*id, from, index, size, &mut out);
-                    }
-                } else {
-                    live.remove(id);
+        match kind {
+            EventKind::Malloc { id, size, .. } => {
+                if let Some((from, size)) = live.insert(*id, (index, *size)) {
+                    // A reused id ends the older block here.
+                    clip(*id, from, index, size, &mut out);
                 }
             }
             EventKind::Free { id, .. } => {
@@ -422,7 +467,6 @@ pub fn iteration_buffers(
             }
             _ => {}
         }
-        index += 1;
     }
     for (id, (from, size)) in live {
         clip(id, from, end, size, &mut out);
@@ -528,28 +572,78 @@ mod tests {
         assert!(it.iterations_seen >= 5, "{it:?}");
     }
 
+    fn host_malloc(id: u64) -> Event {
+        ev(EventKind::Malloc {
+            id,
+            addr: id,
+            size: 100,
+            kind: MemKind::PinnedHost,
+            stream: 0,
+        })
+    }
+
     #[test]
-    fn pinned_host_memory_is_counted_apart_and_not_live() {
-        let events = vec![
-            ev(EventKind::Malloc {
-                id: 1,
-                addr: 1,
-                size: 100,
-                kind: MemKind::PinnedHost,
-                stream: 0,
-            }),
-            malloc(2, 10_000),
-            free(2),
-            free(1),
-            free(3),
-        ];
+    fn pinned_host_memory_is_counted_apart_not_live_and_not_indexed() {
+        let events = vec![host_malloc(1), malloc(2, 10_000), free(2), free(1), free(3)];
         let a = analyze(&events, &DetectorConfig::default()).unwrap();
         assert_eq!(a.host, HostCounts { malloc: 1, free: 1 });
         assert_eq!((a.counts.malloc, a.counts.free), (1, 1));
         assert_eq!(a.unmatched_frees, 1);
         assert_eq!(a.peak_live_bytes, 10_000);
-        assert_eq!(a.peak_event, Some(1));
+        // The device malloc is access event 0: the host malloc and its free take no index.
+        assert_eq!(a.peak_event, Some(0));
+        assert_eq!((a.events, a.live_bytes.len()), (3, 3));
         assert_eq!(a.iteration, None);
+    }
+
+    /// PyTorch's pinned-memory cache allocates whenever its blocks are in flight: host
+    /// allocations at irregular points of the iteration must leave the period, the boundary and
+    /// every device buffer's lifetime as they are without them.
+    #[test]
+    fn host_allocations_at_irregular_points_leave_the_iteration_unchanged() {
+        let plain = training(12);
+        let mut noisy = Vec::new();
+        let mut host_id = 1_000;
+        for (i, event) in plain.iter().enumerate() {
+            noisy.push(event.clone());
+            if i % 5 == 3 || i % 11 == 0 {
+                noisy.push(host_malloc(host_id));
+                host_id += 1;
+            }
+            if i % 13 == 7 {
+                noisy.push(free(host_id - 1));
+            }
+        }
+        let config = DetectorConfig::default();
+        let (a, b) = (
+            analyze(&plain, &config).unwrap(),
+            analyze(&noisy, &config).unwrap(),
+        );
+        assert!(b.host.malloc > 10, "{:?}", b.host);
+        assert_eq!(b.iteration, a.iteration);
+        assert_eq!((b.events, b.peak_event), (a.events, a.peak_event));
+        let it = a.iteration.unwrap();
+        assert_eq!(
+            iteration_buffers(&noisy, it.boundary_event, it.period_events),
+            iteration_buffers(&plain, it.boundary_event, it.period_events)
+        );
+    }
+
+    #[test]
+    fn numbering_skips_names_host_blocks_and_their_frees_only() {
+        let mut n = Numbering::default();
+        let kinds = [
+            host_malloc(7),
+            malloc(8, 1),
+            free(7),
+            free(8),
+            free(7),
+            launch(0),
+        ];
+        let indices: Vec<_> = kinds.iter().map(|e| n.number(&e.kind)).collect();
+        // The second free of 7 is not a host block's any more: an (unmatched) access event.
+        assert_eq!(indices, [None, Some(0), None, Some(1), Some(2), Some(3)]);
+        assert_eq!(n.count(), 4);
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //!
 //! Every writer streams: events go out as they come, so a multi-gigabyte trace is exported in
 //! constant memory (Chrome needs the live allocations, DSA the buffers of one iteration). Event
-//! indices are those of [`crate::analysis`]: access events only, kernel names unindexed.
+//! indices are those of [`crate::analysis::Numbering`]: access events only; kernel names, pinned
+//! host allocations and their frees are unindexed.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use serde_json::json;
 
+use crate::analysis::Numbering;
 use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle};
 use crate::plan::Buffer;
 use crate::trace::TraceHeader;
@@ -51,23 +53,23 @@ fn opt(value: Option<u64>) -> String {
 }
 
 /// One row per event under [`CSV_HEADER`]. Cells that do not apply to an event are empty;
-/// `index` is empty for `kernel_name` rows; `addr` is hexadecimal; `touched` lists allocation
+/// `index` is empty for `kernel_name` rows and pinned host mallocs and frees; `addr` is hexadecimal; `touched` lists allocation
 /// ids separated by `;`; launches repeat their kernel's name.
 pub fn write_csv(events: impl IntoIterator<Item = Event>, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "{CSV_HEADER}")?;
     let mut names: HashMap<KernelId, String> = HashMap::new();
-    let mut index = 0u64;
+    let mut numbering = Numbering::default();
     for event in events {
         let t = event.time_ns;
+        let index = opt(numbering.number(&event.kind));
         match event.kind {
             EventKind::KernelName { kernel, name } => {
                 writeln!(
                     out,
-                    ",{t},kernel_name,,,,,,,,,,,{kernel},{},,",
+                    "{index},{t},kernel_name,,,,,,,,,,,{kernel},{},,",
                     csv_field(&name)
                 )?;
                 names.insert(kernel, name);
-                continue;
             }
             EventKind::Malloc {
                 id,
@@ -122,7 +124,6 @@ pub fn write_csv(events: impl IntoIterator<Item = Event>, mut out: impl Write) -
                 )?
             }
         }
-        index += 1;
     }
     out.flush()
 }
@@ -195,10 +196,11 @@ pub fn write_chrome(
     // id → (category, slice name) of open allocation slices.
     let mut open: HashMap<AllocId, (&'static str, String, u64)> = HashMap::new();
     let mut live = 0u64;
-    let mut index = 0u64;
+    let mut numbering = Numbering::default();
     let mut last_ts = 0.0f64;
     for event in events {
         let ts = micros(event.time_ns);
+        let index = numbering.number(&event.kind);
         last_ts = last_ts.max(ts);
         match &event.kind {
             EventKind::KernelName { kernel, name } => {
@@ -293,7 +295,6 @@ pub fn write_chrome(
                 }))?;
             }
         }
-        index += 1;
     }
     // Allocations never freed end with the trace (in id order, for a deterministic file).
     let mut still_open: Vec<_> = open.into_iter().collect();

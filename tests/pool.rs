@@ -202,6 +202,39 @@ fn an_input_loaded_before_the_last_one_is_released_is_served_from_the_pool() {
     }
 }
 
+/// PyTorch's pinned-memory cache calls `cudaHostAlloc` whenever its blocks are still in flight,
+/// at moments that depend on timing. Those calls must not disturb the device's iteration: one
+/// plan, made once, serving every device malloc from its first iteration on.
+#[test]
+fn host_allocations_at_irregular_points_leave_one_plan_serving_everything() {
+    let prefetch = program("prefetch_loop");
+    let args = ["--iters", "40", "--pinned-cache"];
+    let plain = run_ok(&prefetch, &args, &[]);
+    let host_allocs: u64 = value_of(&plain, "host_allocs").unwrap().parse().unwrap();
+    assert!(host_allocs >= 10, "{plain}");
+    let stats = scratch("pinned-cache-stats.json");
+    let output = run_under_itermem(
+        &["--mode", "pool", "--stats", stats.to_str().unwrap()],
+        &[prefetch.to_str().unwrap(), args[0], args[1], args[2]],
+        &[],
+    );
+    let pooled = stdout_ok(&output);
+    assert_eq!(results(&pooled), results(&plain));
+    let summary = read_json(&stats);
+    let pool = &summary["pool"];
+    assert_eq!(pool["plans"], 1, "{summary:#}");
+    assert_eq!(pool["fallback_after_plan"], 0, "{summary:#}");
+    // The device's iteration is 10 access events, with or without the host's calls.
+    let first = pool["first_planned_event"].as_u64().unwrap();
+    let planned_iterations = (403 - first) / 10;
+    assert!(planned_iterations >= 10, "{pool:#}");
+    assert!(
+        pool["served"].as_u64().unwrap() >= 3 * planned_iterations,
+        "{pool:#}"
+    );
+    std::fs::remove_file(stats).unwrap();
+}
+
 #[test]
 fn an_allocation_the_idle_pool_would_block_gets_the_pool_memory_back() {
     // A loop planned into a 3 MiB pool, then one 6 MiB block on an 8 MiB device: it fits only

@@ -18,7 +18,8 @@ pub struct Block {
     pub kind: MemKind,
     /// The device whose memory it is (its frees are that device's events).
     pub device: u32,
-    /// Index of the Malloc event (lifetimes are measured in events).
+    /// Index of the Malloc event (lifetimes are measured in events); 0 for pinned host memory,
+    /// whose events take no index (`analysis::Numbering`).
     pub event_index: u64,
 }
 

@@ -368,26 +368,27 @@ impl Recorder {
         stream: StreamHandle,
         plannable: bool,
     ) {
-        let (index, change) = self.emit(
-            dev,
-            EventKind::Malloc {
-                id,
-                addr,
-                size,
-                kind,
-                stream,
-            },
-            None,
-            if kind.is_device() { size as i64 } else { 0 },
-            (!kind.is_device(), 0),
-        );
-        let block = Block {
+        let event = EventKind::Malloc {
+            id,
+            addr,
+            size,
+            kind,
+            stream,
+        };
+        let mut block = Block {
             id,
             size,
             kind,
             device: dev.ordinal,
-            event_index: index,
+            event_index: 0,
         };
+        if !kind.is_device() {
+            self.emit_host(dev, event);
+            self.live.write().insert(addr, block);
+            return;
+        }
+        let (index, change) = self.emit(dev, event, None, size as i64, 0);
+        block.event_index = index;
         self.live.write().insert(addr, block);
         if let (Some(pool), true) = (&dev.pool, plannable) {
             pool.lock().history.malloc(id, index, size);
@@ -409,24 +410,19 @@ impl Recorder {
         }
         // The free belongs to the block's device, whichever thread frees it.
         let dev = self.device(block.device);
-        if let (Some(pool), true) = (&dev.pool, block.kind.is_device() && self.swapping()) {
+        let event = EventKind::Free {
+            id: block.id,
+            stream,
+        };
+        if !block.kind.is_device() {
+            self.emit_host(dev, event);
+            return;
+        }
+        if let (Some(pool), true) = (&dev.pool, self.swapping()) {
             pool.lock().real_free(addr);
         }
-        let freed = if block.kind.is_device() {
-            block.size as i64
-        } else {
-            0
-        };
-        let (index, change) = self.emit(
-            dev,
-            EventKind::Free {
-                id: block.id,
-                stream,
-            },
-            Some(block.event_index),
-            -freed,
-            (!block.kind.is_device(), 0),
-        );
+        let (index, change) =
+            self.emit(dev, event, Some(block.event_index), -(block.size as i64), 0);
         if let Some(pool) = &dev.pool {
             pool.lock().history.free(block.id, index);
         }
@@ -472,7 +468,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, (false, 0));
+        let (index, change) = self.emit(dev, event, None, 0, 0);
         self.period_changed(dev, change);
         index
     }
@@ -492,7 +488,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, (false, 0));
+        let (index, change) = self.emit(dev, event, None, 0, 0);
         self.period_changed(dev, change);
         index
     }
@@ -566,7 +562,7 @@ impl Recorder {
         };
         let dev = self.device(device);
         let words = accesses.words_scanned;
-        let (index, change) = self.emit(dev, event, None, 0, (false, words));
+        let (index, change) = self.emit(dev, event, None, 0, words);
         self.period_changed(dev, change);
         index
     }
@@ -620,10 +616,11 @@ impl Recorder {
 
     // ---- sequencing ----
 
-    /// Assigns the event its index and time, updates live bytes, feeds the detector (with the
-    /// same tokens `itermem trace info` computes offline) and the trace; returns the index.
-    /// `malloc_index` is the index of the Malloc event of a Free's block.
-    /// `(pinned, words)`: what [`Sequencer::count`] counts the event as.
+    /// Assigns an access event (device memory's: see `analysis::Numbering`) its index and
+    /// time, updates live bytes, feeds the detector (with the same tokens `itermem trace info`
+    /// computes offline) and the trace; returns the index. `malloc_index` is the index of the
+    /// Malloc event of a Free's block; `words`: the pointer words a launch's arguments were
+    /// scanned for.
     #[inline(always)]
     fn emit(
         &self,
@@ -631,10 +628,10 @@ impl Recorder {
         kind: EventKind,
         malloc_index: Option<u64>,
         live_delta: i64,
-        (pinned, words): (bool, u64),
+        words: u64,
     ) -> (u64, Change) {
         let mut seq = dev.sequencer.lock();
-        seq.count(&kind, pinned, words);
+        seq.count(&kind, false, words);
         let index = seq.next_index;
         let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
         seq.next_index += 1;
@@ -728,6 +725,15 @@ impl Recorder {
                 pool.plan_iteration(period.boundary, period.length);
             }
         }
+    }
+
+    /// A pinned host malloc or free of `dev`'s sequence: counted and traced, but no access
+    /// event (no index, no token: see `analysis::Numbering`), so the device's events do not
+    /// move with the moments a framework's pinned-memory cache allocates.
+    fn emit_host(&self, dev: &DeviceState, kind: EventKind) {
+        let mut seq = dev.sequencer.lock();
+        seq.count(&kind, true, 0);
+        self.record(dev.ordinal, &mut seq, kind);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
@@ -905,7 +911,7 @@ fn capture(dev: &DeviceState, seq: &mut Sequencer, index: u64, kind: &EventKind)
         return;
     };
     match kind {
-        EventKind::Malloc { id, size, kind, .. } if kind.is_device() => {
+        EventKind::Malloc { id, size, .. } => {
             live.insert(*id, *size);
         }
         EventKind::Free { id, .. } => {

@@ -4,9 +4,9 @@
 //! Decisions:
 //! - **The iteration** is [`LoadOptions::window`] when given; otherwise it is chosen like the importer chooses one for SmartPool
 //!   ([`crate::import::choose_iteration`] over the detector's segments, [`crate::detect`]), but
-//!   on *every* access event (mallocs, frees, copies, memsets, launches, with the recorder's
-//!   tokens, [`crate::analysis::token`]) since the ops are launches; the window is the last
-//!   complete iteration aligned with the boundary (the rule of
+//!   on *every* access event (device mallocs and frees, copies, memsets, launches, numbered by
+//!   [`crate::analysis::Numbering`], with the recorder's tokens, [`crate::analysis::token`])
+//!   since the ops are launches; the window is the last complete iteration aligned with the boundary (the rule of
 //!   [`crate::import::Recording::iteration_buffers`]: furthest from warm-up, starting where the
 //!   live bytes are least). Without a period the whole trace is the window
 //!   ([`OpStats::window_detected`] is false).
@@ -39,7 +39,7 @@ use super::error::{Location, OpsError, Problem};
 use super::{
     LoadOptions, Loaded, Op, OpFormat, OpStats, Tensor, TensorId, finish, never_live, push_unique,
 };
-use crate::analysis::token;
+use crate::analysis::{Numbering, token};
 use crate::detect::{self, DetectorConfig};
 use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId};
 use crate::import::{DeviceSummary, ImportOptions, choose_device, choose_iteration};
@@ -125,30 +125,29 @@ pub fn from_events_with_births(
     // Pass 1: tokens and live device bytes per access event, for the iteration choice.
     let mut tokens = Vec::new();
     let mut live_series = Vec::new();
-    let mut live: HashMap<AllocId, (u64, u64, bool)> = HashMap::new(); // id → (index, size, device)
+    let mut live: HashMap<AllocId, (u64, u64)> = HashMap::new(); // device blocks: id → (index, size)
     let mut live_bytes = 0u64;
+    let mut numbering = Numbering::default();
     for event in events {
-        let index = tokens.len() as u64;
+        let Some(index) = numbering.number(&event.kind) else {
+            continue;
+        };
         let malloc_index = match &event.kind {
-            EventKind::Free { id, .. } => live.get(id).map(|&(i, _, _)| i),
+            EventKind::Free { id, .. } => live.get(id).map(|&(i, _)| i),
             _ => None,
         };
         let Some(t) = token(&event.kind, index, malloc_index) else {
             continue;
         };
         match &event.kind {
-            EventKind::Malloc { id, size, kind, .. } => {
-                if let Some((_, old, device)) = live.insert(*id, (index, *size, kind.is_device()))
-                    && device
-                {
+            EventKind::Malloc { id, size, .. } => {
+                if let Some((_, old)) = live.insert(*id, (index, *size)) {
                     live_bytes = live_bytes.saturating_sub(old);
                 }
-                if kind.is_device() {
-                    live_bytes = live_bytes.saturating_add(*size);
-                }
+                live_bytes = live_bytes.saturating_add(*size);
             }
             EventKind::Free { id, .. } => {
-                if let Some((_, size, true)) = live.remove(id) {
+                if let Some((_, size)) = live.remove(id) {
                     live_bytes = live_bytes.saturating_sub(size);
                 }
             }
@@ -199,7 +198,7 @@ pub fn from_events_with_births(
     let mut births: Vec<Option<u64>> = Vec::new();
     let mut by_alloc: HashMap<AllocId, TensorId> = HashMap::new(); // live device allocations
     let mut ops: Vec<Op> = Vec::new();
-    let mut index = 0u64;
+    let mut numbering = Numbering::default();
     let mut in_window = false;
     let make_resident = |pre_live: &mut HashMap<AllocId, u64>,
                          tensors: &mut Vec<Option<Tensor>>,
@@ -225,19 +224,16 @@ pub fn from_events_with_births(
             names.insert(*kernel, name.clone());
             continue;
         }
+        let Some(index) = numbering.number(&event.kind) else {
+            continue;
+        };
         if index >= end {
             break;
         }
-        let inside = index >= start;
-        index += 1;
-        if !inside {
+        if index < start {
             match &event.kind {
-                EventKind::Malloc { id, size, kind, .. } => {
-                    if kind.is_device() {
-                        pre_live.insert(*id, *size);
-                    } else {
-                        pre_live.remove(id);
-                    }
+                EventKind::Malloc { id, size, .. } => {
+                    pre_live.insert(*id, *size);
                 }
                 EventKind::Free { id, .. } => {
                     pre_live.remove(id);
@@ -252,24 +248,22 @@ pub fn from_events_with_births(
         }
         let op_count = ops.len();
         match &event.kind {
-            EventKind::Malloc { id, size, kind, .. } => {
+            EventKind::Malloc { id, size, .. } => {
                 // A reused id ends the older block.
                 if let Some(old) = by_alloc.remove(id) {
                     kill(&mut tensors, old, op_count);
                 }
-                if kind.is_device() {
-                    let t = tensors.len() as TensorId;
-                    tensors.push(Some(Tensor {
-                        id: t,
-                        bytes: *size,
-                        resident: false,
-                        dies_after: None,
-                        // The next op; left out at the end if no op follows.
-                        born_at: Some(op_count),
-                    }));
-                    births.push(Some(index - 1));
-                    by_alloc.insert(*id, t);
-                }
+                let t = tensors.len() as TensorId;
+                tensors.push(Some(Tensor {
+                    id: t,
+                    bytes: *size,
+                    resident: false,
+                    dies_after: None,
+                    // The next op; left out at the end if no op follows.
+                    born_at: Some(op_count),
+                }));
+                births.push(Some(index));
+                by_alloc.insert(*id, t);
             }
             EventKind::Free { id, .. } => match by_alloc.remove(id) {
                 Some(t) => kill(&mut tensors, t, op_count),
