@@ -60,3 +60,35 @@ fn allocations_through_the_pluggable_interface_are_recorded_and_pooled() {
     assert!(pool["served"].as_u64().unwrap() >= 2 * 5, "{summary:#}");
     std::fs::remove_file(&stats).unwrap();
 }
+
+/// Memory past swap mode's limit comes from mapped host memory only where itermem sees the
+/// program's copies (their direction must be inferred). Through the pluggable interface alone
+/// it does not: the program runs unchanged on device memory, and itermem says so once.
+#[test]
+fn swap_mode_through_the_pluggable_interface_alone_uses_device_memory_and_says_so() {
+    let program = program("pluggable");
+    let library = library();
+    let args = [library.as_str(), "--iters", "20"];
+    let plain = stdout_ok(&run_on_shim(&program, &args, &[("ITERMEM_MODE", "off")]));
+    let stats = scratch("pluggable-swap.json");
+    // One iteration holds about 3.5 MB at once.
+    let output = run_on_shim(
+        &program,
+        &args,
+        &[
+            ("ITERMEM_MODE", "swap"),
+            ("ITERMEM_LIMIT", "3000000"),
+            ("ITERMEM_STATS", stats.to_str().unwrap()),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(stdout_ok(&output), plain, "{stderr}");
+    let said = stderr
+        .matches("keeps ITERMEM_LIMIT only under LD_PRELOAD")
+        .count();
+    assert_eq!(said, 1, "{stderr}");
+    let swap = &read_json(&stats)["swap"];
+    assert_eq!(swap["warmup_host_allocations"], 0, "{swap:#}");
+    assert_eq!(swap["swapped_out"], 0, "{swap:#}");
+    std::fs::remove_file(&stats).unwrap();
+}

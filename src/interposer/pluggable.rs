@@ -8,7 +8,8 @@
 //! recording, iteration detection, pool mode and swap mode work as under `LD_PRELOAD`. Loaded
 //! with `dlopen`, the library interposes nothing else: the program's other CUDA calls are not
 //! seen (with no launches or copies in the log, swap mode has no use of a tensor to plan swaps
-//! around and serves the pool alone).
+//! around and serves the pool alone, and it does not keep its limit with mapped host memory:
+//! see `PoolState::host_backed_malloc`).
 
 use super::hooks::direct::{cudaFreeAsync, cudaMallocAsync};
 use super::real::RealFn;

@@ -58,14 +58,18 @@ fn resolver_named(name: &[u8]) -> Option<(*mut c_void, &'static RealFn)> {
 /// Whether this copy of itermem is the interposer: its hooks are the ones the global scope
 /// finds. The `itermem` executable links the same code (the replayer runs in it), and its own
 /// calls to `dlsym` reach its own copy of the export; that copy must hand out nothing, or the
-/// replayer would call hooks of a second, private recorder.
-fn is_interposer() -> bool {
+/// replayer would call hooks of a second, private recorder. A library only `dlopen`ed for
+/// PyTorch's pluggable allocator interface is not the interposer either: the program's other
+/// CUDA calls never reach it.
+pub(super) fn is_interposer() -> bool {
     static INTERPOSER: OnceLock<bool> = OnceLock::new();
     *INTERPOSER.get_or_init(|| {
         // SAFETY: NUL-terminated name; the global scope is searched, itermem's export excluded
         // by nothing (that is the point).
         let global = unsafe { real_dlsym(libc::RTLD_DEFAULT, c"cudaGetDriverEntryPoint".as_ptr()) };
-        global == cudaGetDriverEntryPoint as *mut c_void
+        // By object, not by address: inside a `dlopen`ed library the address of its own export
+        // is looked up in the global scope too (ELF interposition), so it would always match.
+        !global.is_null() && object_base(global) == object_base(is_interposer as *const c_void)
     })
 }
 

@@ -355,8 +355,24 @@ impl PoolState {
 
     /// Swap mode: a device malloc served from mapped host memory (the device is at the limit,
     /// or the real allocator found no room: a fragmented device says so below the limit).
+    ///
+    /// Only where itermem's hooks see the program's copies, which must let the driver infer
+    /// the direction of a copy to or from such a block (CUDA leaves a copy whose kind
+    /// contradicts its pointers undefined). Through PyTorch's pluggable allocator without
+    /// `LD_PRELOAD` they do not: the device serves the malloc, and the limit is not kept.
     pub fn host_backed_malloc(&mut self, size: u64) -> Option<u64> {
         let exec = self.executor.as_mut()?;
+        if !super::resolve::is_interposer() {
+            static REPORTED: std::sync::Once = std::sync::Once::new();
+            REPORTED.call_once(|| {
+                super::report(format_args!(
+                    "swap mode keeps ITERMEM_LIMIT only under LD_PRELOAD: through the pluggable \
+                     allocator alone itermem sees no copy, so memory past the limit comes from \
+                     the device"
+                ))
+            });
+            return None;
+        }
         let (host, device) = cuda::mapped_host(size.max(1))?;
         exec.host_backed.insert(device, (host, size));
         exec.host_backed_bytes += size;
