@@ -5,9 +5,9 @@
 //! recorded as `name@libcudart.so.13` with CUDA 13's prototype (`cudaGetDeviceProperties` with
 //! CUDA 13's `struct cudaDeviceProp`, the 88-byte `struct cudaPointerAttributes`). On the shim's
 //! library path they load the shim's `libcudart.so.13` and `libcuda.so.1` instead and must print
-//! PASS with `LD_BIND_NOW=1` on two devices, with the driver reporting CUDA 13.5
-//! (`CUDA_SHIM_DRIVER_VERSION=13050`), alone, preloaded by `tools/with-shim --cuda 13` and under
-//! itermem; with the default CUDA 12.9 driver the runtime refuses to start, as NVIDIA's does
+//! PASS with `LD_BIND_NOW=1` on two devices, with the shim's driver reporting CUDA 13.5 (its
+//! default), alone, preloaded by `tools/with-shim --cuda 13` and under itermem; with a CUDA 12
+//! driver (`CUDA_SHIM_DRIVER_VERSION=12090`) the runtime refuses to start, as NVIDIA's does
 //! (`cudaErrorInsufficientDriver`).
 //!
 //! Without the wheel (offline, no pip) the test says it is SKIPPED and passes, unless
@@ -30,12 +30,10 @@ const SAMPLES: [&str; 4] = [
     "p2p_bandwidth",
 ];
 
-const CUDA13_DRIVER: (&str, &str) = ("CUDA_SHIM_DRIVER_VERSION", "13050");
-const ENV: [(&str, &str); 3] = [
-    ("CUDA_SHIM_DEVICES", "2"),
-    ("LD_BIND_NOW", "1"),
-    CUDA13_DRIVER,
-];
+const ENV: [(&str, &str); 2] = [("CUDA_SHIM_DEVICES", "2"), ("LD_BIND_NOW", "1")];
+
+/// A CUDA 12.9 driver, too old for a CUDA 13 runtime.
+const CUDA12_DRIVER: (&str, &str) = ("CUDA_SHIM_DRIVER_VERSION", "12090");
 
 /// Builds `source` against NVIDIA's CUDA 13 headers into `dir`, linked to NVIDIA's
 /// `libcudart.so.13`.
@@ -105,18 +103,18 @@ fn samples_built_against_nvidias_cuda_13_runtime_pass_on_the_shims_libcudart_so_
             );
         }
 
-        // tools/with-shim --cuda 13 preloads libcudart.so.13 and reports a CUDA 13 driver.
+        // tools/with-shim --cuda 13 preloads libcudart.so.13.
         let output = Command::new(root().join("tools/with-shim"))
             .args(["--cuda", "13"])
             .arg(&binary)
             .env_remove("CUDA_SHIM_DRIVER_VERSION")
-            .envs(ENV[..2].iter().copied())
+            .envs(ENV)
             .output()
             .unwrap();
         passed(name, "with tools/with-shim --cuda 13", &output);
 
-        // A CUDA 12 driver (the shim's default) is too old for the CUDA 13 runtime.
-        let old_driver = run_on_shim(&binary, &[], &ENV[..2]);
+        // A CUDA 12 driver is too old for the CUDA 13 runtime.
+        let old_driver = run_on_shim(&binary, &[], &[ENV[0], ENV[1], CUDA12_DRIVER]);
         let stderr = String::from_utf8_lossy(&old_driver.stderr);
         assert!(
             !old_driver.status.success() && stderr.contains("cudaErrorInsufficientDriver"),
@@ -146,10 +144,54 @@ fn samples_built_against_nvidias_cuda_13_runtime_pass_on_the_shims_libcudart_so_
     }
 }
 
-/// `itermem run --shim` with `--cuda 13` preloads the shim's `libcudart.so.13`, not `.12`, and
-/// sets `CUDA_SHIM_DRIVER_VERSION=13050` unless the caller set it; `--cuda` needs `--shim`.
+/// Our own CUDA 13 headers (`cuda-shim/include13`, which include the shared ones of
+/// `cuda-shim/include` with CUDA 13's version) serve the samples as NVIDIA's do: built against
+/// them and linked to the shim's `libcudart.so.13` (no NVIDIA wheel needed), they PASS on the
+/// shim's default driver. `tools/abi-check --cuda 13` proves the headers themselves.
 #[test]
-fn itermem_run_shim_cuda_13_preloads_libcudart_so_13_and_a_cuda_13_driver() {
+fn samples_built_against_our_cuda_13_headers_pass_on_libcudart_so_13() {
+    support::program("shim_checks"); // builds the shim
+    let dir = scratch("cuda13-ours");
+    std::fs::create_dir_all(&dir).unwrap();
+    let include = |name: &str| format!("-I{}", root().join(name).display());
+    for name in SAMPLES {
+        let binary = dir.join(name);
+        let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"])
+            .args([include("cuda-shim/include13"), include("cuda-shim/include")])
+            .arg("-o")
+            .arg(&binary)
+            .arg(root().join(format!("tests/programs/samples/{name}.c")))
+            .arg(format!("-L{}", shim_lib_dir().display()))
+            .arg(format!("-Wl,-rpath-link,{}", shim_lib_dir().display()))
+            .args(["-l:libcudart.so.13", "-ldl", "-pthread"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "building {name} against cuda-shim/include13:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = passed(
+            name,
+            "built with include13",
+            &run_on_shim(&binary, &[], &ENV),
+        );
+        if name == "device_query" {
+            assert!(
+                stdout.contains("CUDA driver version 13.5, runtime version 13.5"),
+                "{stdout}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `itermem run --shim` with `--cuda 13` preloads the shim's `libcudart.so.13`, not `.12`, and
+/// leaves `CUDA_SHIM_DRIVER_VERSION` as the caller set it (the driver reports CUDA 13.5 to both
+/// runtimes unless told otherwise); `--cuda` needs `--shim`.
+#[test]
+fn itermem_run_shim_cuda_13_preloads_libcudart_so_13() {
     support::program("shim_checks"); // builds the shim
     let run = |extra: &[&str], command: &[&str], env: &[(&str, &str)]| {
         let mut args = vec!["--mode", "off"];
@@ -172,7 +214,7 @@ fn itermem_run_shim_cuda_13_preloads_libcudart_so_13_and_a_cuda_13_driver() {
             env,
         )
     };
-    assert_eq!(version(&["--cuda", "13"], &[]), "v=13050\n");
+    assert_eq!(version(&["--cuda", "13"], &[]), "v=\n");
     assert_eq!(version(&["--cuda", "12"], &[]), "v=\n");
     assert_eq!(version(&[], &[]), "v=\n");
     assert_eq!(
@@ -201,7 +243,7 @@ fn itermem_run_shim_cuda_13_preloads_libcudart_so_13_and_a_cuda_13_driver() {
 
 /// `itermem replay --shim --cuda 13` replays on the shim's CUDA 13 runtime (the replayer uses the
 /// preloaded runtime rather than loading `libcudart.so.12` beside it): it verifies every tensor
-/// with the CUDA 13.5 driver it sets, and fails as NVIDIA's CUDA 13 runtime does on a CUDA 12
+/// with the default CUDA 13.5 driver, and fails as NVIDIA's CUDA 13 runtime does on a CUDA 12
 /// driver, which only `libcudart.so.13` refuses.
 #[test]
 fn itermem_replay_shim_cuda_13_replays_on_libcudart_so_13() {
@@ -270,7 +312,7 @@ fn the_functions_torch_2_15_adds_work_on_the_shims_libcudart_so_13() {
     let output = support::run_under_itermem(
         &["--cuda", "13", "--mode", "record"],
         &[binary.to_str().unwrap()],
-        &ENV[..2],
+        &ENV,
     );
     passed(
         "torch215_api",

@@ -164,6 +164,18 @@ fn get_proc_address_answers_by_version_like_the_real_driver() {
     check("proc_address", &[]);
 }
 
+/// CUDA 13's variants of `cuCtxSynchronize`, `cuCtxGetDevice` (13000) and `cuLaunchHostFunc`
+/// (13010), and their semantics on a context that is not current; a CUDA 12 driver has none.
+#[test]
+fn get_proc_address_gives_cuda_13_variants_from_their_versions() {
+    check("proc_address_13", &[("CUDA_SHIM_DEVICES", "2")]);
+    let on_12 = check("proc_address_13", &[("CUDA_SHIM_DRIVER_VERSION", "12090")]);
+    assert!(
+        on_12.contains("proc_address_13 ok (driver 12090)"),
+        "{on_12}"
+    );
+}
+
 #[test]
 fn pitched_memory_2d_copies_memsets_and_peer_copies_work() {
     check("copies_2d", &[("CUDA_SHIM_JITTER_US", "100")]);

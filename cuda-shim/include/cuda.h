@@ -1,9 +1,14 @@
 /*
- * cuda.h — the CUDA 12 driver API as implemented by cuda-shim (libcuda.so.1).
+ * cuda.h — the CUDA 12 driver API as implemented by cuda-shim (libcuda.so.1), and (included by
+ * cuda-shim/include13/cuda.h, which defines CUDA_VERSION 13050 first) the CUDA 13 one.
  *
- * Same contract as cuda_runtime_api.h: NVIDIA's CUDA 12.9 types, values and prototypes (proved by
- * tools/abi-check), restricted to what cuda-shim implements. The versioned entry points are
- * declared under their exported names and mapped from the plain names, as NVIDIA's header does.
+ * Same contract as cuda_runtime_api.h: NVIDIA's CUDA 12.9 types, values and prototypes, or with
+ * CUDA_VERSION >= 13000 NVIDIA's CUDA 13.5 ones (proved by tools/abi-check), restricted to what
+ * cuda-shim implements. The driver library is one for both: the CUDA 13 header maps some names
+ * to newer variants (cuCtxCreate -> cuCtxCreate_v4) and declares the variants CUDA 13 added
+ * (cuCtxSynchronize_v2, ...); the older ones stay exported, declared for
+ * __CUDA_API_VERSION_INTERNAL as NVIDIA does. The versioned entry points are declared under
+ * their exported names and mapped from the plain names, as NVIDIA's header does.
  */
 #ifndef ITERMEM_SHIM_CUDA_H
 #define ITERMEM_SHIM_CUDA_H
@@ -11,7 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifndef CUDA_VERSION
 #define CUDA_VERSION 12090
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -485,6 +492,13 @@ typedef enum CUevent_record_flags_enum {
 #define CUDA_CB
 #endif
 typedef void (CUDA_CB *CUhostFn)(void *userData);
+#if CUDA_VERSION >= 13000
+/* How a stream's thread waits for a host function (cuLaunchHostFunc_v2, CUDA 13.1). */
+typedef enum CUhostTaskSyncMode_enum {
+    CU_HOST_TASK_BLOCKING = 0x0,
+    CU_HOST_TASK_SPINWAIT = 0x1
+} CUhostTaskSyncMode;
+#endif
 typedef void (CUDA_CB *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 typedef enum CUmemPool_attribute_enum {
@@ -515,6 +529,10 @@ typedef enum CUfunction_attribute_enum {
     CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH = 13,
     CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14,
     CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15,
+#if CUDA_VERSION >= 13000
+    CU_FUNC_ATTRIBUTE_DEVICE_NODE_UPDATE_SUPPORTED = 16,
+    CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE = 17,
+#endif
     CU_FUNC_ATTRIBUTE_MAX
 } CUfunction_attribute;
 
@@ -584,7 +602,12 @@ typedef enum CUfunction_attribute_enum {
 #define cuIpcOpenMemHandle cuIpcOpenMemHandle_v2
 #define cuDevicePrimaryCtxSetFlags cuDevicePrimaryCtxSetFlags_v2
 #define cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
+#if CUDA_VERSION >= 13000
+#define cuCtxCreate cuCtxCreate_v4
+#define cuEventElapsedTime cuEventElapsedTime_v2
+#else
 #define cuCtxCreate cuCtxCreate_v2
+#endif
 #define cuCtxDestroy cuCtxDestroy_v2
 
 /* Under CUDA_API_PER_THREAD_DEFAULT_STREAM, these names too map to their per-thread variants. */
@@ -610,6 +633,9 @@ typedef enum CUfunction_attribute_enum {
 #define cuLaunchKernel __CUDA_API_PTSZ(cuLaunchKernel)
 #define cuLaunchKernelEx __CUDA_API_PTSZ(cuLaunchKernelEx)
 #define cuLaunchHostFunc __CUDA_API_PTSZ(cuLaunchHostFunc)
+#if CUDA_VERSION >= 13000
+#define cuLaunchHostFunc_v2 __CUDA_API_PTSZ(cuLaunchHostFunc_v2)
+#endif
 #define cuLaunchCooperativeKernel __CUDA_API_PTSZ(cuLaunchCooperativeKernel)
 #define cuMemFreeAsync __CUDA_API_PTSZ(cuMemFreeAsync)
 #define cuMemAllocAsync __CUDA_API_PTSZ(cuMemAllocAsync)
@@ -629,8 +655,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev);
+#if CUDA_VERSION < 13000
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev);
+#endif
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
@@ -641,6 +669,10 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx);
 CUresult CUDAAPI cuCtxSynchronize(void);
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device);
+#if CUDA_VERSION >= 13000
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
+#endif
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
@@ -722,12 +754,17 @@ CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
+#if CUDA_VERSION >= 13000
+CUresult CUDAAPI cuLaunchHostFunc_v2(CUstream hStream, CUhostFn fn, void *userData, unsigned int syncMode);
+#endif
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags);
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent);
 CUresult CUDAAPI cuEventQuery(CUevent hEvent);
+#if CUDA_VERSION < 13000
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+#endif
 CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent);
 
@@ -775,6 +812,14 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
 #undef cuMemAllocAsync
 #undef cuMemAllocFromPoolAsync
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+#if CUDA_VERSION >= 13000
+/* what CUDA 13's header maps to newer variants */
+#undef cuCtxCreate
+#undef cuEventElapsedTime
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+#endif
 /* the legacy-stream functions, whose names the declarations above mapped to the variants */
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
@@ -812,6 +857,10 @@ CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsign
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
+#if CUDA_VERSION >= 13000
+#undef cuLaunchHostFunc_v2
+CUresult CUDAAPI cuLaunchHostFunc_v2(CUstream hStream, CUhostFn fn, void *userData, unsigned int syncMode);
+#endif
 CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);

@@ -6,7 +6,7 @@
 #ifndef ITERMEM_SHIM_CUDA_PROFILER_API_H
 #define ITERMEM_SHIM_CUDA_PROFILER_API_H
 
-#include "cuda_runtime_api.h"
+#include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
 extern "C" {

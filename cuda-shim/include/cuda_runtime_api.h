@@ -1,17 +1,23 @@
 /*
- * cuda_runtime_api.h — the CUDA 12 runtime API as implemented by cuda-shim.
+ * cuda_runtime_api.h — the CUDA 12 runtime API as implemented by cuda-shim, and (included by
+ * cuda-shim/include13/cuda_runtime_api.h, which defines CUDART_VERSION 13050 first) the CUDA 13
+ * runtime API of its libcudart.so.13.
  *
  * Written for itermem's simulated CUDA platform. Every type, constant and prototype here has the
- * layout and value of NVIDIA's CUDA 12.9 headers (tools/abi-check proves it against the official
- * headers), so a program that compiles against this header runs unchanged on a real GPU.
- * Only the subset of the API that cuda-shim implements is declared.
+ * layout and value of NVIDIA's CUDA 12.9 headers, or with CUDART_VERSION >= 13000 of NVIDIA's
+ * CUDA 13.5 headers (tools/abi-check proves both against the official headers), so a program
+ * that compiles against this header runs unchanged on a real GPU. What CUDA 13 changed is in
+ * `#if CUDART_VERSION >= 13000` blocks (docs/cuda13.md). Only the subset of the API that
+ * cuda-shim implements is declared.
  */
 #ifndef ITERMEM_SHIM_CUDA_RUNTIME_API_H
 #define ITERMEM_SHIM_CUDA_RUNTIME_API_H
 
 #include <stddef.h>
 
+#ifndef CUDART_VERSION
 #define CUDART_VERSION 12090
+#endif
 #define __CUDART_API_VERSION CUDART_VERSION
 
 #ifdef __cplusplus
@@ -20,6 +26,13 @@ extern "C" {
 
 #ifndef CUDARTAPI
 #define CUDARTAPI
+#endif
+
+/* A parameter's default argument in C++, as NVIDIA's headers give it; nothing in C. */
+#ifdef __cplusplus
+#define CUDA_SHIM_DEFAULT(value) = value
+#else
+#define CUDA_SHIM_DEFAULT(value)
 #endif
 
 /* ---- error codes (enum cudaError, values of CUDA 12.9) ---- */
@@ -231,11 +244,19 @@ enum cudaDeviceP2PAttr {
     cudaDevP2PAttrCudaArrayAccessSupported = 4
 };
 
+/* 24 bytes in CUDA 12, 88 in CUDA 13: a CUDA 13 runtime writes all 88. */
 struct cudaPointerAttributes {
     enum cudaMemoryType type;
     int device;
     void *devicePointer;
     void *hostPointer;
+#if CUDART_VERSION >= 13000
+    union {
+        int localityDomainOrdinal;
+        long unused;
+    };
+    long reserved[7];
+#endif
 };
 
 enum cudaDeviceAttr {
@@ -333,7 +354,9 @@ enum cudaDeviceAttr {
     cudaDevAttrReserved93 = 93,
     cudaDevAttrReserved94 = 94,
     cudaDevAttrCooperativeLaunch = 95,
+#if CUDART_VERSION < 13000
     cudaDevAttrCooperativeMultiDeviceLaunch = 96,
+#endif
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
     cudaDevAttrCanFlushRemoteWrites = 98,
     cudaDevAttrHostRegisterSupported = 99,
@@ -346,7 +369,9 @@ enum cudaDeviceAttr {
     cudaDevAttrSparseCudaArraySupported = 112,
     cudaDevAttrHostRegisterReadOnlySupported = 113,
     cudaDevAttrTimelineSemaphoreInteropSupported = 114,
+#if CUDART_VERSION < 13000
     cudaDevAttrMaxTimelineSemaphoreInteropSupported = 114,
+#endif
     cudaDevAttrMemoryPoolsSupported = 115,
     cudaDevAttrGPUDirectRDMASupported = 116,
     cudaDevAttrGPUDirectRDMAFlushWritesOptions = 117,
@@ -379,7 +404,8 @@ enum cudaDeviceAttr {
 struct CUuuid_st { char bytes[16]; };
 typedef struct CUuuid_st cudaUUID_t;
 
-/* Layout of CUDA 12.x (cudaGetDeviceProperties_v2). */
+/* Layout of CUDA 12.x (cudaGetDeviceProperties_v2) or, with CUDART_VERSION >= 13000, of CUDA 13
+ * (cudaGetDeviceProperties: eight fields of 12 gone, seven new ones before `reserved`). */
 struct cudaDeviceProp {
     char name[256];
     cudaUUID_t uuid;
@@ -393,21 +419,31 @@ struct cudaDeviceProp {
     int maxThreadsPerBlock;
     int maxThreadsDim[3];
     int maxGridSize[3];
+#if CUDART_VERSION < 13000
     int clockRate;
+#endif
     size_t totalConstMem;
     int major;
     int minor;
     size_t textureAlignment;
     size_t texturePitchAlignment;
+#if CUDART_VERSION < 13000
     int deviceOverlap;
+#endif
     int multiProcessorCount;
+#if CUDART_VERSION < 13000
     int kernelExecTimeoutEnabled;
+#endif
     int integrated;
     int canMapHostMemory;
+#if CUDART_VERSION < 13000
     int computeMode;
+#endif
     int maxTexture1D;
     int maxTexture1DMipmap;
+#if CUDART_VERSION < 13000
     int maxTexture1DLinear;
+#endif
     int maxTexture2D[2];
     int maxTexture2DMipmap[2];
     int maxTexture2DLinear[3];
@@ -434,7 +470,9 @@ struct cudaDeviceProp {
     int tccDriver;
     int asyncEngineCount;
     int unifiedAddressing;
+#if CUDART_VERSION < 13000
     int memoryClockRate;
+#endif
     int memoryBusWidth;
     int l2CacheSize;
     int persistingL2CacheMaxSize;
@@ -448,13 +486,17 @@ struct cudaDeviceProp {
     int isMultiGpuBoard;
     int multiGpuBoardGroupID;
     int hostNativeAtomicSupported;
+#if CUDART_VERSION < 13000
     int singleToDoublePrecisionPerfRatio;
+#endif
     int pageableMemoryAccess;
     int concurrentManagedAccess;
     int computePreemptionSupported;
     int canUseHostPointerForRegisteredMem;
     int cooperativeLaunch;
+#if CUDART_VERSION < 13000
     int cooperativeMultiDeviceLaunch;
+#endif
     size_t sharedMemPerBlockOptin;
     int pageableMemoryAccessUsesHostPageTables;
     int directManagedMemAccessFromHost;
@@ -474,8 +516,29 @@ struct cudaDeviceProp {
     int ipcEventSupported;
     int clusterLaunch;
     int unifiedFunctionPointers;
+#if CUDART_VERSION >= 13000
+    int deviceNumaConfig;
+    int deviceNumaId;
+    int mpsEnabled;
+    int hostNumaId;
+    unsigned int gpuPciDeviceID;
+    unsigned int gpuPciSubsystemID;
+    int hostNumaMultinodeIpcSupported;
+    int reserved[56];
+#else
     int reserved[63];
+#endif
 };
+
+#if CUDART_VERSION >= 13000
+typedef enum cudaSharedMemoryMode {
+    cudaSharedMemoryModeDefault = 0,
+    cudaSharedMemoryModeRequirePortable = 1,
+    cudaSharedMemoryModeAllowNonPortable = 2,
+    cudaSharedMemoryModeAllowOversizedSharedMemory = 3,
+    cudaSharedMemoryModePreferOversizedSharedMemory = 4
+} cudaSharedMemoryMode;
+#endif
 
 struct cudaFuncAttributes {
     size_t sharedSizeBytes;
@@ -494,7 +557,13 @@ struct cudaFuncAttributes {
     int requiredClusterDepth;
     int clusterSchedulingPolicyPreference;
     int nonPortableClusterSizeAllowed;
+#if CUDART_VERSION >= 13000
+    int deviceNodeUpdateStatus;
+    cudaSharedMemoryMode sharedMemoryMode;
+    int reserved[14];
+#else
     int reserved[16];
+#endif
 };
 
 /* ---- launch configuration (cudaLaunchKernelExC) ---- */
@@ -539,6 +608,61 @@ enum cudaStreamCaptureMode {
     cudaStreamCaptureModeRelaxed = 2
 };
 
+#if CUDART_VERSION >= 13000
+/* ---- CUDA 13: graph edges, user objects, kernels and libraries (what libcudart.so.13 adds) ---- */
+typedef struct cudaGraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} cudaGraphEdgeData;
+struct cudaGraphNodeParams; /* cudaGraphAddNode's node description: no graph exists on the shim */
+typedef unsigned long long cudaGraphConditionalHandle;
+typedef struct CUuserObject_st *cudaUserObject_t;
+typedef struct CUkern_st *cudaKernel_t;
+typedef struct CUlib_st *cudaLibrary_t;
+
+enum cudaGraphMemAttributeType {
+    cudaGraphMemAttrUsedMemCurrent = 0x0,
+    cudaGraphMemAttrUsedMemHigh = 0x1,
+    cudaGraphMemAttrReservedMemCurrent = 0x2,
+    cudaGraphMemAttrReservedMemHigh = 0x3
+};
+
+enum cudaUserObjectFlags {
+    cudaUserObjectNoDestructorSync = 0x1
+};
+
+enum cudaUserObjectRetainFlags {
+    cudaGraphUserObjectMove = 0x1
+};
+
+enum cudaJitOption {
+    cudaJitMaxRegisters = 0,
+    cudaJitThreadsPerBlock = 1,
+    cudaJitWallTime = 2,
+    cudaJitInfoLogBuffer = 3,
+    cudaJitInfoLogBufferSizeBytes = 4,
+    cudaJitErrorLogBuffer = 5,
+    cudaJitErrorLogBufferSizeBytes = 6,
+    cudaJitOptimizationLevel = 7,
+    cudaJitFallbackStrategy = 10,
+    cudaJitGenerateDebugInfo = 11,
+    cudaJitLogVerbose = 12,
+    cudaJitGenerateLineInfo = 13,
+    cudaJitCacheMode = 14,
+    cudaJitPositionIndependentCode = 30,
+    cudaJitMinCtaPerSm = 31,
+    cudaJitMaxThreadsPerBlock = 32,
+    cudaJitOverrideDirectiveValues = 33
+};
+
+enum cudaLibraryOption {
+    cudaLibraryHostUniversalFunctionAndDataTable = 0,
+    cudaLibraryBinaryIsPreserved = 1
+};
+#endif
+
 enum cudaMemPoolAttr {
     cudaMemPoolReuseFollowEventDependencies = 0x1,
     cudaMemPoolReuseAllowOpportunistic = 0x2,
@@ -564,9 +688,20 @@ enum cudaMemAccessFlags {
     cudaMemAccessFlagsProtReadWrite = 3
 };
 
+/* CUDA 13 puts `id` in a union with a (device, locality domain) pair: same 8 bytes. */
 struct cudaMemLocation {
     enum cudaMemLocationType type;
+#if CUDART_VERSION >= 13000
+    union {
+        int id;
+        struct {
+            unsigned char deviceId;
+            unsigned char localityDomainId;
+        } localized;
+    };
+#else
     int id;
+#endif
 };
 
 struct cudaMemAccessDesc {
@@ -583,6 +718,9 @@ enum cudaFuncAttribute {
     cudaFuncAttributeRequiredClusterDepth = 13,
     cudaFuncAttributeNonPortableClusterSizeAllowed = 14,
     cudaFuncAttributeClusterSchedulingPolicyPreference = 15,
+#if CUDART_VERSION >= 13000
+    cudaFuncAttributeSharedMemoryMode = 16,
+#endif
     cudaFuncAttributeMax
 };
 
@@ -670,11 +808,19 @@ extern cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_
 extern cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags);
 
 /* ---- stream capture and graphs: the shim captures nothing (see cudaStreamBeginCapture) ---- */
+#if CUDART_VERSION < 13000
 #define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v2
+#endif
 extern cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
 extern cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 extern cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out CUDA_SHIM_DEFAULT(0), cudaGraph_t *graph_out CUDA_SHIM_DEFAULT(0), const cudaGraphNode_t **dependencies_out CUDA_SHIM_DEFAULT(0), const cudaGraphEdgeData **edgeData_out CUDA_SHIM_DEFAULT(0), size_t *numDependencies_out CUDA_SHIM_DEFAULT(0));
+extern cudaError_t CUDARTAPI cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode);
+extern cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags CUDA_SHIM_DEFAULT(0));
+#else
 extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v2(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, size_t *numDependencies_out);
+#endif
 extern cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode);
 extern cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
 extern cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
@@ -682,7 +828,19 @@ extern cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStre
 extern cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t graphExec);
 extern cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph);
 extern cudaError_t CUDARTAPI cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *numNodes);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, cudaGraphEdgeData *edgeData, size_t *pNumDependencies);
+extern cudaError_t CUDARTAPI cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams);
+extern cudaError_t CUDARTAPI cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue CUDA_SHIM_DEFAULT(0), unsigned int flags CUDA_SHIM_DEFAULT(0));
+extern cudaError_t CUDARTAPI cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count CUDA_SHIM_DEFAULT(1), unsigned int flags CUDA_SHIM_DEFAULT(0));
+extern cudaError_t CUDARTAPI cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value);
+extern cudaError_t CUDARTAPI cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value);
+extern cudaError_t CUDARTAPI cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags);
+extern cudaError_t CUDARTAPI cudaUserObjectRetain(cudaUserObject_t object, unsigned int count CUDA_SHIM_DEFAULT(1));
+extern cudaError_t CUDARTAPI cudaUserObjectRelease(cudaUserObject_t object, unsigned int count CUDA_SHIM_DEFAULT(1));
+#else
 extern cudaError_t CUDARTAPI cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, size_t *pNumDependencies);
+#endif
 extern cudaError_t CUDARTAPI cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags);
 
 /* ---- device ---- */
@@ -693,8 +851,12 @@ extern cudaError_t CUDARTAPI cudaSetDeviceFlags(unsigned int flags);
 extern cudaError_t CUDARTAPI cudaGetDeviceFlags(unsigned int *flags);
 extern cudaError_t CUDARTAPI cudaDeviceReset(void);
 extern cudaError_t CUDARTAPI cudaGetDeviceCount(int *count);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
+#else
 #define cudaGetDeviceProperties cudaGetDeviceProperties_v2
 extern cudaError_t CUDARTAPI cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);
+#endif
 extern cudaError_t CUDARTAPI cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
 extern cudaError_t CUDARTAPI cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 
@@ -728,6 +890,21 @@ extern cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *
 extern cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func);
 extern cudaError_t CUDARTAPI cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
 extern cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize);
+extern cudaError_t CUDARTAPI cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device);
+
+/* ---- libraries: the shim runs no device code, so none loads (cuda-shim/runtime/src/cuda13.rs) ---- */
+extern cudaError_t CUDARTAPI cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+extern cudaError_t CUDARTAPI cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+extern cudaError_t CUDARTAPI cudaLibraryUnload(cudaLibrary_t library);
+extern cudaError_t CUDARTAPI cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name);
+extern cudaError_t CUDARTAPI cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name);
+extern cudaError_t CUDARTAPI cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name);
+extern cudaError_t CUDARTAPI cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, const char *symbol);
+extern cudaError_t CUDARTAPI cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib);
+#endif
 
 /* ---- per-thread default stream variants ----
  * What code compiled with nvcc --default-stream per-thread calls (NVIDIA's header maps the plain
@@ -745,6 +922,9 @@ extern cudaError_t CUDARTAPI cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaE
 extern cudaError_t CUDARTAPI cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream);
 extern cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
 extern cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
+#endif
 
 /* ---- registration entry points called by nvcc-generated host code ---- */
 extern void **CUDARTAPI __cudaRegisterFatBinary(void *fatCubin);
@@ -755,6 +935,12 @@ extern char CUDARTAPI __cudaInitModule(void **fatCubinHandle);
 extern void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
 extern unsigned CUDARTAPI __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream);
 extern cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
+#if CUDART_VERSION >= 13000
+/* nvcc 13's launch path: a <<<...>>> stub gets its kernel once, then launches it */
+extern cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+extern cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
+extern cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
+#endif
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@
 #ifndef ITERMEM_CUDA_SHIM_H
 #define ITERMEM_CUDA_SHIM_H
 
-#include "cuda_runtime_api.h"
+#include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
 extern "C" {

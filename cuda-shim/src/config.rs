@@ -125,13 +125,16 @@ impl Setting {
     }
 }
 
-/// The CUDA version the driver reports by default (12.9).
-pub const DEFAULT_DRIVER_VERSION: i32 = 12090;
+/// The CUDA version the driver reports by default (13.5): one driver reports one version to
+/// every runtime, as on a real machine, and NVIDIA's CUDA 13 runtime (like the shim's) refuses a
+/// driver below 13000, while a CUDA 12 runtime only needs one at least as new as itself.
+pub const DEFAULT_DRIVER_VERSION: i32 = 13050;
 
 /// `CUDA_SHIM_DRIVER_VERSION`: the version `cuDriverGetVersion` reports, 1000 × major + 10 ×
 /// minor (`13050` for 13.5), from 12000 (what the CUDA 12 runtime needs) to 99999; default
 /// [`DEFAULT_DRIVER_VERSION`]. Read on its own, not in [`Config`]: the driver reports its version
-/// before `cuInit`. The shim's CUDA 13 runtime needs 13000 or more (docs/cuda13.md).
+/// before `cuInit`. A CUDA 12 driver (e.g. 12090) makes the CUDA 13 runtime fail as NVIDIA's
+/// does (docs/cuda13.md).
 pub fn driver_version(lookup: impl Fn(&str) -> Option<String>) -> i32 {
     const NAME: &str = "CUDA_SHIM_DRIVER_VERSION";
     let Some(raw) = lookup(NAME) else {
@@ -182,18 +185,18 @@ mod tests {
     }
 
     #[test]
-    fn driver_version_is_checked_and_defaults_to_12_9() {
+    fn driver_version_is_checked_and_defaults_to_13_5() {
         let version = |raw: Option<&str>| driver_version(|_| raw.map(str::to_string));
-        assert_eq!(version(None), 12090);
-        assert_eq!(version(Some("13050")), 13050);
+        assert_eq!(version(None), 13050);
+        assert_eq!(version(Some("12090")), 12090);
         assert_eq!(version(Some(" 12000 ")), 12000);
         assert_eq!(
             version(Some("11080")),
-            12090,
+            13050,
             "too old for the CUDA 12 runtime"
         );
-        assert_eq!(version(Some("13.5")), 12090);
-        assert_eq!(version(Some("")), 12090);
+        assert_eq!(version(Some("13.5")), 13050);
+        assert_eq!(version(Some("")), 13050);
     }
 
     #[test]

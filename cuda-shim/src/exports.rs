@@ -18,7 +18,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// CUDA version this driver reports: 12.9 unless `CUDA_SHIM_DRIVER_VERSION` says otherwise
+/// CUDA version this driver reports: 13.5 unless `CUDA_SHIM_DRIVER_VERSION` says otherwise
 /// (`config::driver_version`), read once.
 pub fn driver_version() -> i32 {
     static VERSION: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
@@ -420,6 +420,20 @@ driver_api! {
 
     fn cuCtxSynchronize() {
         current()?.synchronize()
+    }
+
+    /// CUDA 13's `cuCtxGetDevice` (`cuGetProcAddress` at 13000 and later): the device of
+    /// `context`, current on this thread or not; NULL is the current context.
+    fn cuCtxGetDevice_v2(device: *mut i32, context: usize) {
+        let context = context_argument(context)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(device, context.ordinal as i32) }
+    }
+
+    /// CUDA 13's `cuCtxSynchronize` (`cuGetProcAddress` at 13000 and later): waits for the
+    /// work of `context`, current on this thread or not; NULL is the current context.
+    fn cuCtxSynchronize_v2(context: usize) {
+        context_argument(context)?.synchronize()
     }
 
     fn cuGetErrorName(error: u32, text: *mut *const c_char) {
@@ -892,6 +906,22 @@ driver_api! {
         let context = current()?;
         let func = func.ok_or(INVALID_VALUE)?;
         context.launch_host(stream, device::HostCall::Function { func, data: data as usize })
+    }
+
+    /// CUDA 13.1's `cuLaunchHostFunc` (`cuGetProcAddress` at 13010 and later): the same call,
+    /// with how the stream's thread waits for it (`CUhostTaskSyncMode`). A simulated stream's
+    /// thread blocks either way, which only changes how busy the CPU is while it waits.
+    fn cuLaunchHostFunc_v2(
+        stream: usize,
+        func: Option<unsafe extern "C" fn(*mut c_void)>,
+        data: *mut c_void,
+        sync_mode: u32,
+    ) {
+        if sync_mode != HOST_TASK_BLOCKING && sync_mode != HOST_TASK_SPINWAIT {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuLaunchHostFunc(stream, func, data) })
     }
 
     /// Like `cuLaunchHostFunc`, with the stream and its status; flags must be 0.
@@ -1482,6 +1512,16 @@ driver_api! {
         code_result(unsafe { cuLaunchHostFunc(per_thread(stream), func, data) })
     }
 
+    fn cuLaunchHostFunc_v2_ptsz(
+        stream: usize,
+        func: Option<unsafe extern "C" fn(*mut c_void)>,
+        data: *mut c_void,
+        sync_mode: u32,
+    ) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuLaunchHostFunc_v2(per_thread(stream), func, data, sync_mode) })
+    }
+
     fn cuLaunchKernel_ptsz(
         function: usize,
         grid_x: u32,
@@ -1548,6 +1588,20 @@ driver_api! {
 fn per_thread(stream: usize) -> usize {
     if stream == 0 { PER_THREAD } else { stream }
 }
+
+/// The context a CUDA 13 `_v2` entry point's context argument names: NULL is the calling
+/// thread's current context (with `current`'s errors), any other handle a live context of any
+/// thread (`CUDA_ERROR_INVALID_CONTEXT` for one destroyed or never made).
+fn context_argument(handle: usize) -> CuResult<&'static Context> {
+    if handle == 0 {
+        return current();
+    }
+    initialized()?.context_of_handle(handle)
+}
+
+/// `CUhostTaskSyncMode` (CUDA 13.1): how a stream's thread waits for a host function.
+const HOST_TASK_BLOCKING: u32 = 0;
+const HOST_TASK_SPINWAIT: u32 = 1;
 
 /// Stream priorities: [greatest, least] = [-5, 0], as recent GPUs report.
 pub const GREATEST_PRIORITY: i32 = -5;
@@ -1693,7 +1747,9 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
     ("cuCtxSetCurrent", 4000, "cuCtxSetCurrent"),
     ("cuCtxSynchronize", 2000, "cuCtxSynchronize"),
+    ("cuCtxSynchronize", 13000, "cuCtxSynchronize_v2"),
     ("cuCtxGetDevice", 2000, "cuCtxGetDevice"),
+    ("cuCtxGetDevice", 13000, "cuCtxGetDevice_v2"),
     ("cuCtxPushCurrent", 4000, "cuCtxPushCurrent_v2"),
     ("cuCtxPopCurrent", 4000, "cuCtxPopCurrent_v2"),
     ("cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer"),
@@ -1803,6 +1859,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuStreamGetPriority", 5050, "cuStreamGetPriority"),
     ("cuStreamGetFlags", 5050, "cuStreamGetFlags"),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
+    ("cuLaunchHostFunc", 13010, "cuLaunchHostFunc_v2"),
     ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
     ("cuEventRecordWithFlags", 11010, "cuEventRecordWithFlags"),
     ("cuMemHostRegister", 6050, "cuMemHostRegister_v2"),
@@ -1880,6 +1937,7 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
         "cuEventRecordWithFlags_ptsz",
     ),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc_ptsz"),
+    ("cuLaunchHostFunc_v2", 13010, "cuLaunchHostFunc_v2_ptsz"),
     ("cuLaunchKernel", 7000, "cuLaunchKernel_ptsz"),
     ("cuLaunchKernelEx", 11060, "cuLaunchKernelEx_ptsz"),
     (
@@ -1946,7 +2004,11 @@ unsafe fn get_proc_address(
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let found = std::str::from_utf8(name)
         .map_err(|_| PROC_SYMBOL_NOT_FOUND)
-        .and_then(|name| lookup(name, version, flags & 0x3 == PER_THREAD_DEFAULT_STREAM));
+        // A driver serves no variant newer than itself: asked for a later version, its newest.
+        .and_then(|name| {
+            let version = version.min(driver_version());
+            lookup(name, version, flags & 0x3 == PER_THREAD_DEFAULT_STREAM)
+        });
     if !status.is_null() {
         // SAFETY: non-null out-parameter of the caller.
         unsafe { status.write(found.err().unwrap_or(PROC_SUCCESS)) };
@@ -2388,6 +2450,32 @@ mod tests {
             lookup("cuEventElapsedTime", 12090, false),
             Ok(cuEventElapsedTime_v2 as *mut c_void)
         );
+        // CUDA 13's variants (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000, ...)
+        for (name, since, old, new) in [
+            (
+                "cuCtxSynchronize",
+                13000,
+                cuCtxSynchronize as *mut c_void,
+                cuCtxSynchronize_v2 as *mut c_void,
+            ),
+            (
+                "cuCtxGetDevice",
+                13000,
+                cuCtxGetDevice as *mut c_void,
+                cuCtxGetDevice_v2 as *mut c_void,
+            ),
+            (
+                "cuLaunchHostFunc",
+                13010,
+                cuLaunchHostFunc as *mut c_void,
+                cuLaunchHostFunc_v2 as *mut c_void,
+            ),
+        ] {
+            assert_eq!(lookup(name, 12090, false), Ok(old), "{name}");
+            assert_eq!(lookup(name, since - 10, false), Ok(old), "{name}");
+            assert_eq!(lookup(name, since, false), Ok(new), "{name}");
+            assert_eq!(lookup(name, 13050, false), Ok(new), "{name}");
+        }
         assert_eq!(
             lookup("cuMemAlloc_v2", 12090, false),
             Err(PROC_SYMBOL_NOT_FOUND)
@@ -2423,6 +2511,14 @@ mod tests {
         assert_eq!(
             lookup("cuMemAllocAsync", 11020, true),
             Ok(cuMemAllocAsync_ptsz as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuLaunchHostFunc", 13000, true),
+            Ok(cuLaunchHostFunc_ptsz as *mut c_void)
+        );
+        assert_eq!(
+            lookup("cuLaunchHostFunc", 13010, true),
+            Ok(cuLaunchHostFunc_v2_ptsz as *mut c_void)
         );
         // before CUDA 7.0 no per-thread variant existed: the legacy function
         assert_eq!(

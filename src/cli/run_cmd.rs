@@ -11,9 +11,9 @@
 //! `libitermem.so` and the user's own preloads, so every interposer precedes the runtime in
 //! symbol lookup and `dlsym(RTLD_NEXT)` from the hooks finds the shim. `--cuda 13` (for programs
 //! built against CUDA 13, `docs/cuda13.md`) preloads `libcudart.so.13` instead of
-//! `libcudart.so.12` (never both: a process has one runtime, and the hooks find it by name) and
-//! makes the driver report CUDA 13.5 (`CUDA_SHIM_DRIVER_VERSION=13050`) unless the environment
-//! sets `CUDA_SHIM_DRIVER_VERSION`, as `tools/with-shim --cuda 13` does.
+//! `libcudart.so.12` (never both: a process has one runtime, and the hooks find it by name), as
+//! `tools/with-shim --cuda 13` does; the driver is one for both runtimes and reports CUDA 13.5
+//! unless the environment sets `CUDA_SHIM_DRIVER_VERSION`.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -56,8 +56,7 @@ pub struct InterposerArgs {
     #[arg(long)]
     pub shim: bool,
     /// With --shim: the CUDA major the program was built for (default 12). 13 preloads the
-    /// shim's libcudart.so.13 and makes its driver report CUDA 13.5 unless
-    /// CUDA_SHIM_DRIVER_VERSION is set.
+    /// shim's libcudart.so.13 instead of libcudart.so.12.
     #[arg(long, value_name = "12|13", requires = "shim", value_parser = parse_cuda)]
     pub cuda: Option<u32>,
     /// The interposer library to preload (default: libitermem.so beside this executable).
@@ -143,12 +142,6 @@ impl InterposerArgs {
             preload.extend(
                 [runtime.as_str(), SHIM_DRIVER].map(|soname| libs.join(soname).into_os_string()),
             );
-            // Unset or empty, as `${CUDA_SHIM_DRIVER_VERSION:-13050}` in tools/with-shim.
-            let driver_set =
-                std::env::var_os("CUDA_SHIM_DRIVER_VERSION").is_some_and(|v| !v.is_empty());
-            if cuda == 13 && !driver_set {
-                command.env("CUDA_SHIM_DRIVER_VERSION", CUDA13_DRIVER_VERSION);
-            }
             command.env(
                 "LD_LIBRARY_PATH",
                 prepend(libs.as_os_str(), std::env::var_os("LD_LIBRARY_PATH"), ":"),
@@ -169,10 +162,6 @@ impl InterposerArgs {
 /// The shim's driver, preloaded after the runtime (`libcudart.so.12` or `.13`), the order in
 /// which a program linked with `-lcudart` loads them.
 const SHIM_DRIVER: &str = "libcuda.so.1";
-
-/// The driver version `--cuda 13` makes the shim report: CUDA 13.5, the runtime's own version
-/// (NVIDIA's CUDA 13 runtime refuses a driver below 13000).
-const CUDA13_DRIVER_VERSION: &str = "13050";
 
 /// The interposer built with the running executable ([`itermem::interposer::library_beside`]).
 pub fn default_library() -> anyhow::Result<PathBuf> {

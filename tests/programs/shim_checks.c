@@ -874,6 +874,104 @@ static void proc_address(void) {
     printf("proc_address ok\n");
 }
 
+/* cuGetProcAddress at CUDA 13 versions (NVIDIA's cudaTypedefs.h): cuCtxSynchronize and
+ * cuCtxGetDevice take a context from 13000, cuLaunchHostFunc a sync mode from 13010; below,
+ * the CUDA 12 functions. Our CUDA 12 headers do not declare the new variants, so their types
+ * are written here as cudaTypedefs.h gives them, and the driver's exports are found by name.
+ * Run with two devices: a context of device 1 that is not current is queried and synchronised
+ * from device 0's. */
+typedef CUresult (*ctx_synchronize_v2_t)(CUcontext ctx);
+typedef CUresult (*ctx_get_device_v2_t)(CUdevice *device, CUcontext ctx);
+typedef CUresult (*launch_host_func_v2_t)(CUstream stream, CUhostFn fn, void *userData, unsigned int syncMode);
+enum { HOST_TASK_BLOCKING = 0, HOST_TASK_SPINWAIT = 1 };
+
+static void *proc_at(const char *name, int version, cuuint64_t flags) {
+    void *fn;
+    CUdriverProcAddressQueryResult status;
+    OK(cuGetProcAddress(name, &fn, version, flags, &status));
+    EXPECT(fn != NULL && status == CU_GET_PROC_ADDRESS_SUCCESS);
+    return fn;
+}
+
+static void *driver_export(const char *name) {
+    void *fn = dlsym(RTLD_DEFAULT, name);
+    if (fn == NULL) {
+        fprintf(stderr, "libcuda.so.1 does not export %s\n", name);
+        exit(1);
+    }
+    return fn;
+}
+
+/* A host function that finishes late, so that a synchronisation that does not wait for it
+ * sees its count unchanged. */
+static void count_late(void *arg) {
+    usleep(50 * 1000);
+    __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+static void proc_address_13(void) {
+    void *synchronize_v2 = driver_export("cuCtxSynchronize_v2");
+    void *get_device_v2 = driver_export("cuCtxGetDevice_v2");
+    void *host_func_v2 = driver_export("cuLaunchHostFunc_v2");
+    const cuuint64_t per_thread = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    int driver;
+    OK(cuDriverGetVersion(&driver));
+    if (driver < 13000) {
+        /* A CUDA 12 driver has no CUDA 13 variant: asked for a later version, it serves its
+         * newest. */
+        EXPECT(proc_at("cuCtxSynchronize", 13050, 0) == (void *)cuCtxSynchronize);
+        EXPECT(proc_at("cuCtxGetDevice", 13050, 0) == (void *)cuCtxGetDevice);
+        EXPECT(proc_at("cuLaunchHostFunc", 13050, 0) == (void *)cuLaunchHostFunc);
+        EXPECT(proc_at("cuLaunchHostFunc", 13050, per_thread) ==
+               driver_export("cuLaunchHostFunc_ptsz"));
+        printf("proc_address_13 ok (driver %d)\n", driver);
+        return;
+    }
+    EXPECT(proc_at("cuCtxSynchronize", 12090, 0) == (void *)cuCtxSynchronize);
+    EXPECT(proc_at("cuCtxSynchronize", 13000, 0) == synchronize_v2);
+    EXPECT(proc_at("cuCtxSynchronize", 13050, 0) == synchronize_v2);
+    EXPECT(proc_at("cuCtxGetDevice", 12090, 0) == (void *)cuCtxGetDevice);
+    EXPECT(proc_at("cuCtxGetDevice", 13000, 0) == get_device_v2);
+    EXPECT(proc_at("cuLaunchHostFunc", 12090, 0) == (void *)cuLaunchHostFunc);
+    EXPECT(proc_at("cuLaunchHostFunc", 13000, 0) == (void *)cuLaunchHostFunc);
+    EXPECT(proc_at("cuLaunchHostFunc", 13010, 0) == host_func_v2);
+    EXPECT(proc_at("cuLaunchHostFunc", 13000, per_thread) == driver_export("cuLaunchHostFunc_ptsz"));
+    EXPECT(proc_at("cuLaunchHostFunc", 13010, per_thread) == driver_export("cuLaunchHostFunc_v2_ptsz"));
+
+    ctx_synchronize_v2_t synchronize = (ctx_synchronize_v2_t)synchronize_v2;
+    ctx_get_device_v2_t get_device = (ctx_get_device_v2_t)get_device_v2;
+    launch_host_func_v2_t host_func = (launch_host_func_v2_t)host_func_v2;
+    CUcontext primary, other;
+    CUdevice device;
+    CUstream stream;
+    int calls = 0;
+    OK(cuInit(0));
+    OK(cuDevicePrimaryCtxRetain(&primary, 0));
+    OK(cuCtxSetCurrent(primary));
+    OK(cuCtxCreate(&other, 0, 1));
+    OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    EXPECT_CODE(host_func(stream, count_late, &calls, 2), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(host_func(stream, NULL, &calls, HOST_TASK_BLOCKING), CUDA_ERROR_INVALID_VALUE);
+    OK(host_func(stream, count_late, &calls, HOST_TASK_BLOCKING));
+    OK(host_func(stream, count_late, &calls, HOST_TASK_SPINWAIT));
+    OK(cuCtxPopCurrent(NULL)); /* device 0's primary context is current again */
+    OK(get_device(&device, NULL));
+    EXPECT(device == 0);
+    OK(get_device(&device, other));
+    EXPECT(device == 1);
+    EXPECT_CODE(get_device(NULL, other), CUDA_ERROR_INVALID_VALUE);
+    OK(synchronize(other)); /* waits for a context that is not current */
+    EXPECT(__atomic_load_n(&calls, __ATOMIC_ACQUIRE) == 2);
+    OK(synchronize(NULL));
+    OK(cuCtxSetCurrent(NULL)); /* nothing current: NULL names no context */
+    EXPECT_CODE(get_device(&device, NULL), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_CODE(synchronize(NULL), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuCtxDestroy(other));
+    EXPECT_CODE(get_device(&device, other), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_CODE(synchronize(other), CUDA_ERROR_INVALID_CONTEXT);
+    printf("proc_address_13 ok\n");
+}
+
 /* cuMemAllocPitch, 2D copies, 16/32-bit and 2D memsets, the asynchronous and peer copies and
  * the default memory pool, through the driver API. */
 static void copies_2d(void) {
@@ -2032,6 +2130,7 @@ static const struct {
     {"per_thread_stream", per_thread_stream},
     {"driver_per_thread_stream", driver_per_thread_stream},
     {"proc_address", proc_address},
+    {"proc_address_13", proc_address_13},
     {"copies_2d", copies_2d},
     {"launch_variants", launch_variants},
     {"virtual_memory", virtual_memory},

@@ -1,7 +1,7 @@
 //! The runtime functions of `libcudart.so.13` that torch 2.15 imports beyond what the CUDA 12
-//! runtime of the shim exports (docs/cuda13.md), with CUDA 13.5's prototypes. Only the CUDA 13
-//! build has them: the CUDA 12 runtime needs none of them, and our CUDA 12 headers do not declare
-//! them.
+//! runtime of the shim exports (docs/cuda13.md), with CUDA 13.5's prototypes (declared by our
+//! CUDA 13 headers, `cuda-shim/include13`). Only the CUDA 13 build has them: the CUDA 12 runtime
+//! needs none of them, and our CUDA 12 headers do not declare them.
 //!
 //! - nvcc 13's launch path: a `<<<…>>>` stub asks `__cudaGetKernel` once for its kernel handle
 //!   and launches it with `__cudaLaunchKernel`. A `cudaKernel_t` of the shim is the driver

@@ -963,7 +963,8 @@ runtime_api! {
         check(unsafe { cuEventRecord(event, per_thread(stream)) })
     }
 
-    /// The driver's `cuGetProcAddress_v2` at this runtime's version (12090).
+    /// The driver's `cuGetProcAddress_v2` at this runtime's version (12090, or 13050 in
+    /// `libcudart.so.13`, whose programs get CUDA 13's variants such as `cuCtxSynchronize_v2`).
     fn cudaGetDriverEntryPoint(symbol: *const c_char, func: *mut *mut c_void, flags: u64, status: *mut i32) {
         driver_entry_point(symbol, func, RUNTIME_VERSION as u32, flags, status)
     }
