@@ -350,6 +350,53 @@ fn on_driver_copy(
     on_copy(rec, run, Layer::Driver, copy)
 }
 
+/// A peer copy (`cuMemcpyPeer*`; `stream`: the program's, for an asynchronous one). A peer
+/// copy takes two devices' memory, and a side itermem serves from mapped host memory is no
+/// device's: that copy is made by `unified` instead (`cuMemcpy` or `cuMemcpyAsync`, of the
+/// same default-stream flavour), which takes any two unified addresses, as the program meant.
+fn on_peer_copy(
+    rec: &Recorder,
+    run: Run,
+    unified: &RealFn,
+    (dst, src, count): (u64, u64, usize),
+    stream: Option<usize>,
+    recorded_stream: u64,
+) -> u32 {
+    let addresses = (dst, src, count);
+    let asynchronous = stream.is_some();
+    if !(rec.host_backed(dst) || rec.host_backed(src)) {
+        return on_driver_copy(rec, run, addresses, D2D, recorded_stream, asynchronous);
+    }
+    let mut through_unified = || match stream {
+        Some(stream) => {
+            type CopyAsync = unsafe extern "C" fn(u64, u64, usize, usize) -> u32;
+            // SAFETY: `unified` is cuMemcpyAsync(_ptsz), of this prototype.
+            match unsafe { unified.get::<CopyAsync>() } {
+                // SAFETY: the program's addresses, count and stream.
+                Some(copy) => unsafe { copy(dst, src, count, stream) },
+                None => CUDA_ERROR_SYMBOL_NOT_FOUND,
+            }
+        }
+        None => {
+            type Copy = unsafe extern "C" fn(u64, u64, usize) -> u32;
+            // SAFETY: `unified` is cuMemcpy(_ptds), of this prototype.
+            match unsafe { unified.get::<Copy>() } {
+                // SAFETY: the program's addresses and count.
+                Some(copy) => unsafe { copy(dst, src, count) },
+                None => CUDA_ERROR_SYMBOL_NOT_FOUND,
+            }
+        }
+    };
+    on_driver_copy(
+        rec,
+        &mut through_unified,
+        addresses,
+        D2D,
+        recorded_stream,
+        asynchronous,
+    )
+}
+
 /// `CUDA_MEMCPY2D` (`CUDA_MEMCPY2D_v2` of CUDA 12's `cuda.h`).
 #[repr(C)]
 pub struct Memcpy2D {
@@ -725,9 +772,10 @@ hooks! {
     fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, count: usize, stream: usize) =>
         |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, stream as u64, true);
     fn cuMemcpyPeer(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) =>
-        |rec, run, dst, _, src, _, count| on_driver_copy(rec, run, (dst, src, count), D2D, 0, false);
+        |rec, run, dst, _, src, _, count| on_peer_copy(rec, run, &real_functions::cuMemcpy, (dst, src, count), None, 0);
     fn cuMemcpyPeerAsync(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize, stream: usize) =>
-        |rec, run, dst, _, src, _, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, stream as u64, true);
+        |rec, run, dst, _, src, _, count, stream|
+            on_peer_copy(rec, run, &real_functions::cuMemcpyAsync, (dst, src, count), Some(stream), stream as u64);
     fn cuMemcpy2D_v2(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, 0, false);
     fn cuMemcpy2DUnaligned_v2(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, 0, false);
     fn cuMemcpy2DAsync_v2(copy: *const Memcpy2D, stream: usize) =>
@@ -786,7 +834,8 @@ hooks! {
     fn cuMemcpy_ptds(dst: u64, src: u64, count: usize) =>
         |rec, run, dst, src, count| on_driver_copy(rec, run, (dst, src, count), CopyKind::Default, per_thread(0), false);
     fn cuMemcpyPeer_ptds(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize) =>
-        |rec, run, dst, _, src, _, count| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(0), false);
+        |rec, run, dst, _, src, _, count|
+            on_peer_copy(rec, run, &real_functions::cuMemcpy_ptds, (dst, src, count), None, per_thread(0));
     fn cuMemcpy2D_v2_ptds(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, per_thread(0), false);
     fn cuMemcpy2DUnaligned_v2_ptds(copy: *const Memcpy2D) => |rec, run, copy| on_copy_2d(rec, run, copy, per_thread(0), false);
     fn cuMemsetD8_v2_ptds(dst: u64, value: u8, count: usize) => |rec, run, dst, _, n| on_set(rec, run, dst, n, per_thread(0), false);
@@ -807,7 +856,8 @@ hooks! {
     fn cuMemcpyDtoDAsync_v2_ptsz(dst: u64, src: u64, count: usize, stream: usize) =>
         |rec, run, dst, src, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(stream), true);
     fn cuMemcpyPeerAsync_ptsz(dst: u64, dst_context: usize, src: u64, src_context: usize, count: usize, stream: usize) =>
-        |rec, run, dst, _, src, _, count, stream| on_driver_copy(rec, run, (dst, src, count), D2D, per_thread(stream), true);
+        |rec, run, dst, _, src, _, count, stream|
+            on_peer_copy(rec, run, &real_functions::cuMemcpyAsync_ptsz, (dst, src, count), Some(stream), per_thread(stream));
     fn cuMemcpy2DAsync_v2_ptsz(copy: *const Memcpy2D, stream: usize) =>
         |rec, run, copy, stream| on_copy_2d(rec, run, copy, per_thread(stream), true);
     fn cuMemsetD8Async_ptsz(dst: u64, value: u8, count: usize, stream: usize) =>
