@@ -126,3 +126,46 @@ fn each_device_is_served_from_its_own_pool() {
     std::fs::remove_file(&stats).unwrap();
     std::fs::remove_file(&shim_stats).unwrap();
 }
+
+/// Swap mode on a data-parallel program: every device keeps the limit, and what itermem serves
+/// a device from mapped host memory (past the limit) still reaches the other device through the
+/// program's peer copies, so the weights agree as they do without itermem.
+#[test]
+fn swap_mode_keeps_every_device_under_the_limit_through_peer_copies() {
+    let program = program("data_parallel");
+    let args = [program.to_str().unwrap(), "--iters", "30"];
+    let plain = run_ok(&program, &args[1..], &ENV);
+    let stats = scratch("data-parallel-swap.json");
+    let shim_stats = scratch("data-parallel-swap-shim.json");
+    let mut env = ENV.to_vec();
+    env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
+    // Each device holds 1 MiB at its peak: its weights and four temporaries of 256 KiB.
+    let limit = 800_000u64;
+    let swapped = stdout_ok(&run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            &limit.to_string(),
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &args,
+        &env,
+    ));
+    assert_eq!(swapped, plain, "the program's output changed in swap mode");
+    let (summary, shim) = (read_json(&stats), read_json(&shim_stats));
+    for ordinal in 0..2 {
+        let peak = shim["devices"][ordinal]["peak_device_bytes"]
+            .as_u64()
+            .unwrap();
+        assert!(peak <= limit, "device {ordinal}: peak {peak}: {shim:#}");
+        let swap = &summary["devices"][ordinal]["swap"];
+        assert!(
+            swap["warmup_host_allocations"].as_u64().unwrap() > 0,
+            "device {ordinal} never went past the limit: {summary:#}"
+        );
+    }
+    std::fs::remove_file(&stats).unwrap();
+    std::fs::remove_file(&shim_stats).unwrap();
+}

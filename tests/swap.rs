@@ -74,6 +74,26 @@ fn assert_kept_the_limit(summary: &serde_json::Value, shim: &serde_json::Value) 
     }
 }
 
+/// A data-parallel rank trains on its own device, not device 0: swap mode keeps the limit on
+/// whichever device the program uses.
+#[test]
+fn a_program_training_on_device_1_keeps_the_limit_there() {
+    let args = ["--iters", "10", "--device", "1"];
+    let two = ("CUDA_SHIM_DEVICES", "2");
+    let on_big_device = run_ok(&program("mlp_train"), &args, &[two]);
+    let (out, summary, shim) = swapped(&args, &[two], "device-1");
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    // Device 1 is the only one the program used: the statistics' first device.
+    assert_eq!(
+        summary["devices"].as_array().map(Vec::len),
+        Some(1),
+        "{summary:#}"
+    );
+    assert_eq!(summary["devices"][0]["device"], 1, "{summary:#}");
+    assert_eq!(shim["devices"][0]["peak_device_bytes"], 0, "{shim:#}");
+    assert_kept_the_limit(&summary, &shim["devices"][1]);
+}
+
 #[test]
 fn a_program_that_needs_more_memory_than_the_device_trains_in_swap_mode() {
     let mlp = program("mlp_train");

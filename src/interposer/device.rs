@@ -127,17 +127,11 @@ pub(super) struct DeviceState {
 
 impl DeviceState {
     fn new(ordinal: u32, config: &Config, batch: usize) -> DeviceState {
-        let swapping = swaps(ordinal, config);
-        if config.mode == Mode::Swap && ordinal == 1 {
-            super::report(format_args!(
-                "swap mode swaps on device 0 only; the other devices are recorded"
-            ));
-        }
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
-            sequencer: Mutex::new(Sequencer::new(swapping, batch)),
-            pool: pool_state(swapping, config).map(Mutex::new),
+            sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, batch)),
+            pool: pool_state(config).map(Mutex::new),
             cnmem: cnmem_state(config).map(Mutex::new),
             captured: Mutex::new(None),
             capture_done: AtomicBool::new(false),
@@ -149,11 +143,10 @@ impl DeviceState {
     /// is not freed again: the driver may have given those addresses to someone else since),
     /// keeping its statistics. Whether it did.
     pub fn renew_lost_allocator(&self, config: &Config) -> bool {
-        let swapping = swaps(self.ordinal, config);
         let pool_lost = self.pool.as_ref().is_some_and(|pool| {
             let mut pool = pool.lock();
             let lost = pool.memory_lost();
-            if lost && let Some(mut fresh) = pool_state(swapping, config) {
+            if lost && let Some(mut fresh) = pool_state(config) {
                 fresh.stats = std::mem::take(&mut pool.stats);
                 *pool = fresh;
             }
@@ -172,16 +165,13 @@ impl DeviceState {
     }
 }
 
-/// Whether device `ordinal` is swap mode's (device 0 only).
-fn swaps(ordinal: u32, config: &Config) -> bool {
-    config.mode == Mode::Swap && ordinal == 0
-}
-
-/// Pool and swap modes' state of a device (`swapping`: swap mode's device), None otherwise.
-fn pool_state(swapping: bool, config: &Config) -> Option<PoolState> {
+/// Pool and swap modes' state of a device, None otherwise. In swap mode every device the
+/// program uses swaps, each under the limit (a data-parallel rank trains on its own device,
+/// which need not be device 0).
+fn pool_state(config: &Config) -> Option<PoolState> {
     match config.mode {
         Mode::Pool => Some(PoolState::default()),
-        Mode::Swap if swapping => Some(PoolState::for_swaps(SwapConfig {
+        Mode::Swap => Some(PoolState::for_swaps(SwapConfig {
             limit: config.limit,
             copy: config.bandwidth,
             min_bytes: config.swap_min_bytes,

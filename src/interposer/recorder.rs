@@ -983,7 +983,7 @@ pub struct DeviceSummary {
     /// cnmem mode's counters (absent in other modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnmem: Option<CnmemStats>,
-    /// Swap mode's counters (absent in other modes, and on devices but 0).
+    /// Swap mode's counters (absent in other modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
 }

@@ -329,6 +329,7 @@ struct options {
     int change_iter;       /* iteration run with batch change_batch (-1: none) */
     int change_batch;
     int two_streams;       /* calls alternate between two streams */
+    int device;            /* the device it trains on */
 };
 
 /* Either drives the device (dry == 0) or only counts what it would do (dry == 1). */
@@ -584,8 +585,9 @@ static void usage(FILE *to)
 {
     fprintf(to, "usage: mlp_train [--width N] [--batch N] [--iters N] [--layers N] [--seed N] "
                 "[--lr X] [--gflops X] [--extra-read ITER] [--batch-change ITER:B]\n"
-                "       [--two-streams]\n"
+                "       [--two-streams] [--device N]\n"
                 "defaults: --width 128 --batch 2048 --iters 10 --layers 6 --seed 1 --lr 0.1\n"
+                "          --device 0\n"
                 "  --gflops X            kernels also take their FLOPs / X GFLOP/s on the device\n"
                 "  --extra-read ITER     iteration ITER reads h_1 once more, after the loss, and\n"
                 "                        prints extra_read ITER SUM\n"
@@ -619,6 +621,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->change_iter = -1;
     o->change_batch = 0;
     o->two_streams = 0;
+    o->device = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
@@ -672,6 +675,8 @@ static void parse_args(int argc, char **argv, struct options *o)
             o->gflops = v;
         } else if (strcmp(flag, "--extra-read") == 0) {
             o->extra_read = parse_int(flag, value, 0, 1000000);
+        } else if (strcmp(flag, "--device") == 0) {
+            o->device = parse_int(flag, value, 0, 1023);
         } else if (strcmp(flag, "--batch-change") == 0) {
             char *end;
             errno = 0;
@@ -762,7 +767,8 @@ int main(int argc, char **argv)
     printf("memcpys_per_iteration %llu\n", dry.memcpys);
     fflush(stdout);
 
-    /* Set-up: kernels, stream, pinned staging, persistent weights. */
+    /* Set-up: device, kernels, stream, pinned staging, persistent weights. */
+    CHECK(cudaSetDevice(o.device));
     register_kernels(B, W, o.gflops);
     struct run run;
     memset(&run, 0, sizeof run);
