@@ -43,10 +43,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::error::{OpsError, Problem};
-use super::{LoadOptions, Loaded, Op, OpFormat, OpStats, Tensor, TensorId, finish, push_unique};
+use super::error::{InvariantError, OpsError, Problem};
+use super::{
+    LoadOptions, Loaded, Op, OpFormat, OpStats, OpTrace, Tensor, TensorId, finish, push_unique,
+};
 
 type Object = Map<String, Value>;
 
@@ -555,4 +557,73 @@ fn describe(kind: &str, name: Option<&str>) -> String {
         Some(name) => format!("{kind} {name}"),
         None => kind.to_string(),
     }
+}
+
+/// `trace` as a DTR op log that [`parse`] reads back (how `itermem plan` reads a generated
+/// iteration, e.g. [`super::tree::tree_lstm_iteration`]): the resident tensors as `CONSTANT`s
+/// first, in id order; each op as a `CALL` whose results are the tensors it creates (all its
+/// writes must then be born at it) or, when it creates none, a `MUTATE` of its writes (DTR has
+/// no other in-place write, so a written tensor is read too); a `RELEASE` after the op after
+/// which a tensor dies. Reading the log back gives `trace` with its ids renumbered in that
+/// order (the same ids when they already are: resident tensors first, then by birth), every op
+/// measured, and no FLOPs (DTR logs carry none).
+pub fn to_dtr_log(trace: &OpTrace) -> Result<String, InvariantError> {
+    trace.validate()?;
+    let name = |t: TensorId| format!("t{t}");
+    let mut lines = vec![json!({"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"})];
+    let mut dying: Vec<Vec<TensorId>> = vec![Vec::new(); trace.ops.len()];
+    for t in &trace.tensors {
+        if let Some(d) = t.dies_after {
+            dying[d].push(t.id);
+        }
+        if t.resident {
+            lines.push(json!({"INSTRUCTION": "CONSTANT", "NAME": name(t.id)}));
+            lines.push(json!({"INSTRUCTION": "MEMORY", "NAME": name(t.id), "MEMORY": t.bytes}));
+        }
+    }
+    for (k, op) in trace.ops.iter().enumerate() {
+        let born = |t: &TensorId| trace.tensors[*t as usize].born_at == Some(k);
+        let new = op.writes.iter().filter(|t| born(t)).count();
+        let args: Vec<String> = op.reads.iter().map(|&t| name(t)).collect();
+        if new == op.writes.len() {
+            let results: Vec<String> = op.writes.iter().map(|&t| name(t)).collect();
+            lines.push(json!({"INSTRUCTION": "CALL", "NAME": op.name, "ARGS": args,
+                "RESULT": results, "TIME": op.time_ns}));
+            for &t in &op.writes {
+                let bytes = trace.tensors[t as usize].bytes;
+                lines.push(json!({"INSTRUCTION": "MEMORY", "NAME": name(t), "MEMORY": bytes}));
+                lines.push(json!({"INSTRUCTION": "ALIAS", "NAME": name(t), "ALIAS": -1}));
+            }
+        } else if new == 0 {
+            let mut args = op.reads.clone();
+            for &t in &op.writes {
+                push_unique(&mut args, t);
+            }
+            let mutated: Vec<usize> = op
+                .writes
+                .iter()
+                .filter_map(|w| args.iter().position(|a| a == w))
+                .collect();
+            let args: Vec<String> = args.iter().map(|&t| name(t)).collect();
+            lines.push(
+                json!({"INSTRUCTION": "MUTATE", "NAME": op.name, "ARGS": args,
+                "MUTATE": mutated, "TIME": op.time_ns}),
+            );
+        } else {
+            return Err(InvariantError {
+                tensor: None,
+                op: Some(k),
+                rule: "creates tensors and writes others in place (a DTR log cannot say so)".into(),
+            });
+        }
+        for &t in &dying[k] {
+            lines.push(json!({"INSTRUCTION": "RELEASE", "NAME": name(t)}));
+        }
+    }
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    Ok(out)
 }

@@ -49,6 +49,10 @@
 //!   line (or event); the result of every importer is checked with [`OpTrace::validate`].
 //!
 //! The cost model is [`cost::CostModel`]; [`calibrate`] compares it with measured times.
+//!
+//! Generated iterations: [`random`] (seeded random ones, for property tests and benchmarks) and
+//! [`tree`] (a Tree-LSTM: thousands of tensors, none of 1 MiB); [`to_dtr_log`] writes one as
+//! a DTR log that [`load`] reads back.
 
 pub mod calibrate;
 pub mod cost;
@@ -57,6 +61,7 @@ mod error;
 mod from_trace;
 mod generated;
 pub mod random;
+pub mod tree;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -64,6 +69,7 @@ pub(crate) mod tests;
 use std::path::Path;
 
 pub use cost::{CostError, CostModel};
+pub use dtr::to_dtr_log;
 pub use error::{InvariantError, Location, OpsError, Problem};
 pub use from_trace::{from_events, from_events_with_births};
 

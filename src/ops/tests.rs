@@ -868,3 +868,55 @@ fn real_generated_traces_load_and_match_the_v100_profile() {
     let ratio = modelled / measured;
     assert!((1.0 / 3.0..3.0).contains(&ratio), "ratio {ratio}");
 }
+
+/// The generated Tree-LSTM iteration is what its module promises: thousands of tensors, none
+/// of 1 MiB, every convention kept, the same for the same seed and another for another seed.
+#[test]
+fn tree_lstm_iteration_is_many_small_tensors() {
+    let shape = tree::TreeLstm::default();
+    let t = tree::tree_lstm_iteration(1, &shape);
+    t.validate().unwrap();
+    assert!(t.tensors.len() > 5_000 && t.ops.len() > 5_000);
+    assert!(t.tensors.iter().all(|x| x.bytes > 0 && x.bytes < 1 << 20));
+    // Resident first, then in order of birth (the order a DTR log defines them in).
+    let births: Vec<usize> = t.tensors.iter().filter_map(|x| x.born_at).collect();
+    assert!(births.is_sorted());
+    assert!(t.tensors.iter().take_while(|x| x.resident).count() > 0);
+    assert!(
+        t.tensors
+            .iter()
+            .skip_while(|x| x.resident)
+            .all(|x| !x.resident)
+    );
+    assert_eq!(tree::tree_lstm_iteration(1, &shape), t);
+    assert_ne!(tree::tree_lstm_iteration(2, &shape), t);
+}
+
+/// `to_dtr_log` writes what the DTR reader reads back: the same tensors and ops.
+#[test]
+fn dtr_log_written_reads_back_the_same() {
+    let shape = tree::TreeLstm {
+        leaves: 5,
+        ..tree::TreeLstm::default()
+    };
+    let t = tree::tree_lstm_iteration(3, &shape);
+    let log = to_dtr_log(&t).unwrap();
+    let loaded = parse(&path(), log.into_bytes(), &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.format, OpFormat::DtrLog);
+    assert_eq!(loaded.trace.tensors, t.tensors);
+    assert_eq!(loaded.trace.ops, t.ops);
+    // An op that creates a tensor and writes another in place has no DTR instruction.
+    let mixed = OpTrace {
+        source: String::new(),
+        tensors: vec![tensor(0, 8, None, None), tensor(1, 8, Some(0), None)],
+        ops: vec![Op {
+            name: "f".into(),
+            reads: vec![0],
+            writes: vec![0, 1],
+            time_ns: 1.0,
+            measured: true,
+            flops: 0.0,
+        }],
+    };
+    assert_eq!(to_dtr_log(&mixed).unwrap_err().op, Some(0));
+}

@@ -5,14 +5,43 @@
 //! # Candidates
 //!
 //! A candidate is one idle gap of one tensor of at least [`AutoSwapOptions::min_bytes`]
-//! (1 MiB): between two consecutive accesses `o < i`, or, for a tensor alive across
-//! iterations, from its last access `o` of the iteration to its first access `i` of the next
-//! (wrapping), or, for a tensor the program frees without accessing it again, from its last
-//! access to its free (*final*: swapped out, never back; `c_in = 0` in the scores). The paper
-//! keeps the gaps that span the peak-load op; we keep those spanning
-//! *any* op whose no-swap load `L_k` exceeds the limit (the same set when one region is over
-//! the limit), and during selection skip a gap whose absence would cover no op that is still
-//! over the limit.
+//! (1 MiB), or of a swap unit of smaller tensors (below): between two consecutive accesses
+//! `o < i`, or, for a tensor alive across iterations, from its last access `o` of the
+//! iteration to its first access `i` of the next (wrapping), or, for a tensor the program
+//! frees without accessing it again, from its last access to its free (*final*: swapped out,
+//! never back; `c_in = 0` in the scores). The paper keeps the gaps that span the peak-load op;
+//! we keep those spanning *any* op whose no-swap load `L_k` exceeds the limit (the same set
+//! when one region is over the limit), and during selection skip a gap whose absence would
+//! cover no op that is still over the limit.
+//!
+//! # Swap units
+//!
+//! A tensor below `min_bytes` is not worth a copy by itself in the paper's setting, and
+//! thousands of them (a Tree-LSTM's cells, `ops::tree`) made AutoSwap remove nothing where the
+//! copy bound allows 40 % of the peak. With [`AutoSwapOptions::units`], their gaps are grouped
+//! into *swap units* that compete with the large tensors as single candidates: in order of
+//! their last access before the gap (per kind: returning, wrapping, final), a gap joins the
+//! first open unit whose *common gap* — from the latest last access `o` of its members to the
+//! earliest next access `i` — still keeps 3/4 (`UNIT_KEEP`) of every member's own gap, and a
+//! unit closes once it holds `min_bytes` (the tensors a framework creates and frees together,
+//! a cell's gates and states, fall into one). A unit is scored, selected and scheduled on its
+//! common gap with its total bytes and copy times, and becomes one [`Swap`] per member: every
+//! member leaves when op `o` ends (`out_at = o`), back to back on the out stream, and every
+//! swap-in is issued at the same op and delay, to be back before op `i`.
+//!
+//! **Cost model: one copy per member.** The executor copies a tensor as one
+//! `cuMemcpyAsync` of its own range (`interposer::swap`), and a unit's members are not contiguous in the pool
+//! (each has its own offset and lifetime), so nothing lets a unit share the fixed latency of a
+//! copy: a unit costs `Σ c_out(b_m)` out and `Σ c_in(b_m)` in, exactly what the simulator
+//! charges its member swaps. Grouping buys a decision on the gap the members share, not
+//! cheaper copies; one latency per unit would need its members packed into one range
+//! (contiguous in the pool over their lives, or gathered into a staging buffer), which
+//! neither the pool nor the executor does. The zero-stall bound ([`super::bound`]) charges
+//! every tensor its own copies too, so it stays an upper bound on plans with units.
+//!
+//! [`plan_with`] makes each plan with and without units and keeps the better: units change
+//! the standardised scores of every candidate, and on the shared logs that alone cost
+//! 0.1–1.5 points at some limits (DenseNet-121, the generated ResNet-50, its DOA plan most).
 //!
 //! # Scores (b = bytes, L = limit, L(t) = no-swap load, gap `[E_o, S_i]`, unrolled for wraps)
 //!
@@ -66,7 +95,8 @@
 //! what reaches the reference's reductions at ≤ 15 % overhead (LSTM: 80.4 → 89.2 %).
 //!
 //! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates, for each of up to
-//! six plans (hide, stall trading, four stretched), each also simulated once.
+//! six plans (hide, stall trading, four stretched), each also simulated once, twice with
+//! units (with and without them).
 
 use super::profile::Profile;
 use super::sim::{SimOptions, SimResult, simulate_profile};
@@ -140,10 +170,13 @@ impl Default for Weights {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AutoSwapOptions {
-    /// Smallest tensor considered (bytes).
+    /// Smallest candidate (bytes): a tensor at least this large is a candidate by itself;
+    /// smaller ones only as members of a swap unit of at least this many bytes (with `units`).
     pub min_bytes: u64,
     /// Schedule-and-reselect rounds.
     pub rounds: usize,
+    /// Group tensors below `min_bytes` into swap units (see the module documentation).
+    pub units: bool,
 }
 
 impl Default for AutoSwapOptions {
@@ -151,17 +184,32 @@ impl Default for AutoSwapOptions {
         AutoSwapOptions {
             min_bytes: 1 << 20,
             rounds: 8,
+            units: true,
         }
     }
 }
 
-/// One idle gap with its raw scores.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Candidate {
+/// One tensor of a candidate, with its own idle gap (accesses `out_after` and `in_before`, as
+/// in [`Candidate`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Member {
     pub tensor: TensorId,
     pub bytes: u64,
     pub out_after: usize,
-    /// The next access; for a final gap (`returns = false`), the op after the tensor is freed.
+    pub in_before: usize,
+}
+
+/// One idle gap of a tensor, or of a swap unit, with its raw scores.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The tensor (a unit: its first member).
+    pub tensor: TensorId,
+    /// The tensor's bytes (a unit: its members' sum).
+    pub bytes: u64,
+    /// The last access before the gap (a unit: the latest of its members').
+    pub out_after: usize,
+    /// The next access; for a final gap (`returns = false`), the op after the tensor is freed
+    /// (a unit: the earliest of its members').
     pub in_before: usize,
     pub wraps: bool,
     /// False for a final gap: the tensor is not accessed again before it is freed, so it
@@ -172,9 +220,26 @@ pub struct Candidate {
     pub aoa: f64,
     pub wdoa: f64,
     pub swdoa: f64,
+    /// The tensors copied: the tensor itself, or the members of a swap unit.
+    pub members: Vec<Member>,
 }
 
-/// The candidates of `trace` under `limit`, in (tensor, gap) order, with raw scores.
+impl Candidate {
+    /// Swap-out time: one copy per member, back to back on the out stream.
+    pub fn out_ns(&self, copy: CopyModel) -> f64 {
+        self.members.iter().map(|m| copy.out_ns(m.bytes)).sum()
+    }
+    /// Swap-in time (0 for a final gap): one copy per member, back to back on the in stream.
+    pub fn in_ns(&self, copy: CopyModel) -> f64 {
+        if !self.returns {
+            return 0.0;
+        }
+        self.members.iter().map(|m| copy.in_ns(m.bytes)).sum()
+    }
+}
+
+/// The candidates of `trace` under `limit`, with raw scores: the tensors of at least
+/// `min_bytes` in (tensor, gap) order, then the swap units.
 pub fn candidates(
     trace: &OpTrace,
     limit: u64,
@@ -249,68 +314,235 @@ pub(crate) fn candidates_profile(
     if over[n] == 0 {
         return out;
     }
-    let ints = Integrals::new(p, limit);
-    let t0 = p.t0();
+    let scoring = Scoring {
+        p,
+        ints: Integrals::new(p, limit),
+        limit,
+        copy,
+    };
+    let mut small: Vec<(Kind, Member)> = Vec::new();
     for t in 0..p.bytes.len() {
         let b = p.bytes[t];
-        if b < opts.min_bytes || b == 0 {
+        if b == 0 || b < opts.min_bytes && !opts.units {
             continue;
         }
         let acc = p.t_acc(t);
-        let mut gaps: Vec<(usize, usize, bool, bool)> = acc
+        let mut gaps: Vec<(usize, usize, Kind)> = acc
             .windows(2)
-            .map(|w| (w[0] as usize, w[1] as usize, false, true))
-            .filter(|&(o, i, _, _)| over[i] - over[o + 1] > 0)
+            .map(|w| (w[0] as usize, w[1] as usize, Kind::RETURNS))
+            .filter(|&(o, i, _)| over[i] - over[o + 1] > 0)
             .collect();
         if let (Some(&first), Some(&last)) = (acc.first(), acc.last()) {
             let (o, i) = (last as usize, first as usize);
             let after_death = p.death[t] + 1;
             if p.cross[t] && over[n] - over[o + 1] + over[i] > 0 {
-                gaps.push((o, i, true, true));
+                gaps.push((o, i, Kind::WRAPS));
             } else if !p.cross[t] && after_death > o + 1 && over[after_death] - over[o + 1] > 0 {
-                gaps.push((o, after_death, false, false));
+                gaps.push((o, after_death, Kind::FINAL));
             }
         }
-        for (o, i, wraps, returns) in gaps {
-            let c_out = copy.out_ns(b);
-            let c_in = if returns { copy.in_ns(b) } else { 0.0 };
-            let e_o = p.end(o);
-            let s_i = if wraps { t0 + p.start[i] } else { p.start[i] };
-            let gap_ns = s_i - e_o;
-            let doa = gap_ns - c_out - c_in;
-            let aoa = if doa >= 0.0 {
-                doa * b as f64
-            } else {
-                doa / b as f64
-            };
-            let wdoa = if wraps {
-                ints.signed[n] - ints.signed[o + 1] + ints.signed[i]
-            } else {
-                ints.signed[i] - ints.signed[o + 1]
-            };
-            let swdoa = if doa > 0.0 {
-                (ints.excess_unrolled(p, limit, s_i - c_in)
-                    - ints.excess_unrolled(p, limit, e_o + c_out))
-                .max(0.0)
-            } else {
-                0.0
-            };
-            out.push(Candidate {
+        for (o, i, kind) in gaps {
+            let member = Member {
                 tensor: t as TensorId,
                 bytes: b,
                 out_after: o,
                 in_before: i,
-                wraps,
-                returns,
-                gap_ns,
-                doa,
-                aoa,
-                wdoa,
-                swdoa,
-            });
+            };
+            if b >= opts.min_bytes {
+                out.push(scoring.candidate(kind, vec![member]));
+            } else {
+                small.push((kind, member));
+            }
         }
     }
+    for (kind, members) in units(&scoring, small, opts.min_bytes, &over) {
+        out.push(scoring.candidate(kind, members));
+    }
     out
+}
+
+/// Which kind of idle gap (see the candidates in the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Kind {
+    wraps: bool,
+    returns: bool,
+}
+
+impl Kind {
+    const RETURNS: Kind = Kind {
+        wraps: false,
+        returns: true,
+    };
+    const WRAPS: Kind = Kind {
+        wraps: true,
+        returns: true,
+    };
+    const FINAL: Kind = Kind {
+        wraps: false,
+        returns: false,
+    };
+}
+
+/// What scoring a candidate needs.
+struct Scoring<'a> {
+    p: &'a Profile,
+    ints: Integrals,
+    limit: u64,
+    copy: CopyModel,
+}
+
+impl Scoring<'_> {
+    /// `[E_o, S_i]` of a gap from `o` to `i` on the unrolled axis.
+    fn window(&self, kind: Kind, o: usize, i: usize) -> (f64, f64) {
+        let s_i = if kind.wraps {
+            self.p.t0() + self.p.start[i]
+        } else {
+            self.p.start[i]
+        };
+        (self.p.end(o), s_i)
+    }
+
+    /// The candidate copying `members` (one tensor, or a unit whose common gap runs from the
+    /// latest of their last accesses to the earliest of their next ones), with its scores.
+    fn candidate(&self, kind: Kind, members: Vec<Member>) -> Candidate {
+        let (p, limit) = (self.p, self.limit);
+        let n = p.n;
+        let o = members.iter().map(|m| m.out_after).max().unwrap_or(0);
+        let i = members.iter().map(|m| m.in_before).min().unwrap_or(0);
+        let b = members
+            .iter()
+            .map(|m| m.bytes)
+            .fold(0u64, u64::saturating_add);
+        let mut c = Candidate {
+            tensor: members.first().map_or(0, |m| m.tensor),
+            bytes: b,
+            out_after: o,
+            in_before: i,
+            wraps: kind.wraps,
+            returns: kind.returns,
+            gap_ns: 0.0,
+            doa: 0.0,
+            aoa: 0.0,
+            wdoa: 0.0,
+            swdoa: 0.0,
+            members,
+        };
+        let (c_out, c_in) = (c.out_ns(self.copy), c.in_ns(self.copy));
+        let (e_o, s_i) = self.window(kind, o, i);
+        let ints = &self.ints;
+        c.gap_ns = s_i - e_o;
+        c.doa = c.gap_ns - c_out - c_in;
+        c.aoa = if c.doa >= 0.0 {
+            c.doa * b as f64
+        } else {
+            c.doa / b as f64
+        };
+        c.wdoa = if kind.wraps {
+            ints.signed[n] - ints.signed[o + 1] + ints.signed[i]
+        } else {
+            ints.signed[i] - ints.signed[o + 1]
+        };
+        c.swdoa = if c.doa > 0.0 {
+            (ints.excess_unrolled(p, limit, s_i - c_in)
+                - ints.excess_unrolled(p, limit, e_o + c_out))
+            .max(0.0)
+        } else {
+            0.0
+        };
+        c
+    }
+}
+
+/// A swap unit being filled: its members and their common gap `(o, i)`.
+struct OpenUnit {
+    members: Vec<Member>,
+    bytes: u64,
+    o: usize,
+    i: usize,
+    /// The longest member gap, ns.
+    longest_ns: f64,
+}
+
+/// Share of every member's idle gap a unit's common gap keeps (see the module documentation):
+/// a member loses at most a quarter of its time away. Not critical: 0.5, 0.75, 0.9 and 0.97
+/// give the same zero-overhead reduction on the generated Tree-LSTM log (41.0 % of the peak
+/// with units alone).
+const UNIT_KEEP: f64 = 0.75;
+
+/// Groups the gaps `small` of tensors below `min_bytes` into swap units of at least
+/// `min_bytes` (see the module documentation); `over` as in [`candidates_profile`]. A unit
+/// whose common gap spans no op over the limit, or that stays below `min_bytes`, is left out
+/// (as a small tensor is without units). O(G log G + G·U) for G gaps and U units open at
+/// once (those whose common gap can still keep [`UNIT_KEEP`] of a later gap).
+fn units(
+    scoring: &Scoring<'_>,
+    mut small: Vec<(Kind, Member)>,
+    min_bytes: u64,
+    over: &[usize],
+) -> Vec<(Kind, Vec<Member>)> {
+    small.sort_unstable_by_key(|(kind, m)| (*kind, m.out_after, m.in_before, m.tensor));
+    let n = scoring.p.n;
+    let spans_over = |kind: Kind, o: usize, i: usize| {
+        if kind.wraps {
+            over[n] - over[o + 1] + over[i] > 0
+        } else {
+            o < i && over[i] - over[o + 1] > 0
+        }
+    };
+    let mut done = Vec::new();
+    for group in small.chunk_by(|a, b| a.0 == b.0) {
+        let kind = group[0].0;
+        let mut open: Vec<OpenUnit> = Vec::new();
+        let close = |u: OpenUnit, done: &mut Vec<(Kind, Vec<Member>)>| {
+            if u.bytes >= min_bytes && spans_over(kind, u.o, u.i) {
+                done.push((kind, u.members));
+            }
+        };
+        for &(_, m) in group {
+            let (e_o, s_i) = scoring.window(kind, m.out_after, m.in_before);
+            let gap = s_i - e_o;
+            // Units that can no longer keep their share once their gap starts at `e_o`.
+            let mut k = 0;
+            while k < open.len() {
+                let u = &open[k];
+                let (_, u_s) = scoring.window(kind, u.o, u.i);
+                if u_s - e_o < UNIT_KEEP * u.longest_ns {
+                    close(open.swap_remove(k), &mut done);
+                } else {
+                    k += 1;
+                }
+            }
+            let fits = open.iter().position(|u| {
+                let (o, i) = (u.o.max(m.out_after), u.i.min(m.in_before));
+                let (a, b) = scoring.window(kind, o, i);
+                b - a >= UNIT_KEEP * u.longest_ns.max(gap)
+            });
+            match fits {
+                Some(k) => {
+                    let u = &mut open[k];
+                    u.members.push(m);
+                    u.bytes = u.bytes.saturating_add(m.bytes);
+                    u.o = u.o.max(m.out_after);
+                    u.i = u.i.min(m.in_before);
+                    u.longest_ns = u.longest_ns.max(gap);
+                    if u.bytes >= min_bytes {
+                        close(open.swap_remove(k), &mut done);
+                    }
+                }
+                None => open.push(OpenUnit {
+                    members: vec![m],
+                    bytes: m.bytes,
+                    o: m.out_after,
+                    i: m.in_before,
+                    longest_ns: gap,
+                }),
+            }
+        }
+        for u in open {
+            close(u, &mut done);
+        }
+    }
+    done
 }
 
 fn zscores(xs: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
@@ -454,6 +686,8 @@ pub fn evaluate(trace: &OpTrace, plan: &SwapPlan, limit: u64, copy: CopyModel) -
     super::sim::simulate(trace, plan, limit, copy, SimOptions::default())
 }
 
+/// AutoSwap with `opts`. With units, the plan is also made without them and the better one
+/// kept (see the module documentation): units then never make a plan worse at given weights.
 pub fn plan_with(
     trace: &OpTrace,
     limit: u64,
@@ -462,29 +696,71 @@ pub fn plan_with(
     opts: &AutoSwapOptions,
 ) -> SwapPlan {
     let p = Profile::new(trace);
+    let with = plan_profile(&p, limit, weights, copy, opts);
+    if !opts.units {
+        return with.0;
+    }
+    let without_units = AutoSwapOptions {
+        units: false,
+        ..*opts
+    };
+    let without = plan_profile(&p, limit, weights, copy, &without_units);
+    if better(&with.1, &without.1) {
+        with.0
+    } else {
+        without.0
+    }
+}
+
+/// [`plan_with`] without the comparison: units exactly as `opts` says.
+pub(crate) fn plan_as_told(
+    trace: &OpTrace,
+    limit: u64,
+    weights: Weights,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+) -> SwapPlan {
+    plan_profile(&Profile::new(trace), limit, weights, copy, opts).0
+}
+
+/// Whether `a` is a better plan than `b`: one that keeps the limit, then less overhead, then
+/// fewer swapped bytes.
+fn better(a: &SimResult, b: &SimResult) -> bool {
+    let key = |r: &SimResult| (r.over_limit, r.overhead, r.swapped_bytes);
+    key(a).partial_cmp(&key(b)) == Some(std::cmp::Ordering::Less)
+}
+
+/// The hidden plan, or, when it stalls or cannot keep the limit, the best of it and the
+/// stall-trading and stretched plans, with its simulation.
+fn plan_profile(
+    p: &Profile,
+    limit: u64,
+    weights: Weights,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+) -> (SwapPlan, SimResult) {
     let planned = |planning: CopyModel, gaps: Gaps| {
-        let plan = select_and_schedule(&p, limit, weights, planning, opts, gaps);
+        let plan = select_and_schedule(p, limit, weights, planning, opts, gaps);
         let plan = if planning == copy {
             plan
         } else {
-            reissue_swap_ins(&p, plan, copy)
+            reissue_swap_ins(p, plan, copy)
         };
-        priced(&p, plan, limit, copy)
+        priced(p, plan, limit, copy)
     };
     let hidden = planned(copy, Gaps::Hide);
     if hidden.1.overhead == 0.0 && !hidden.1.over_limit {
-        return hidden.0;
+        return hidden;
     }
-    let key = |r: &SimResult| (r.over_limit, r.overhead, r.swapped_bytes);
     let mut best = hidden;
     let stretched = STRETCHES.map(|f| (copy.scaled_time(1.0 / f), Gaps::Hide));
     for (planning, gaps) in std::iter::once((copy, Gaps::TradeStalls)).chain(stretched) {
         let tried = planned(planning, gaps);
-        if key(&tried.1).partial_cmp(&key(&best.1)) == Some(std::cmp::Ordering::Less) {
+        if better(&tried.1, &best.1) {
             best = tried;
         }
     }
-    best.0
+    best
 }
 
 /// The copy speed-ups the stretched plans are made for (see the module documentation).
@@ -597,7 +873,7 @@ fn schedule(
         let mut free = f64::NEG_INFINITY;
         for &c in &outs {
             let s = p.end(cands[c].out_after).max(free);
-            free = s + copy.out_ns(cands[c].bytes);
+            free = s + cands[c].out_ns(copy);
             out_end[c] = free;
         }
         let mut ins = keep.clone();
@@ -625,7 +901,7 @@ fn schedule(
                 }
                 continue;
             }
-            let in_start = p.start[cd.in_before].min(next_start) - copy.in_ns(cd.bytes);
+            let in_start = p.start[cd.in_before].min(next_start) - cd.in_ns(copy);
             let lower = if cd.wraps {
                 (out_end[c] - t0).max(0.0)
             } else {
@@ -712,17 +988,13 @@ fn select_and_schedule(
             if taken[order[pos - 1]] {
                 continue;
             }
-            let a = p.end(c.out_after) + copy.out_ns(c.bytes);
+            let a = p.end(c.out_after) + c.out_ns(copy);
             let s_i = if c.wraps {
                 t0 + p.start[c.in_before]
             } else {
                 p.start[c.in_before]
             };
-            let b = if c.returns {
-                s_i - copy.in_ns(c.bytes)
-            } else {
-                s_i
-            };
+            let b = s_i - c.in_ns(copy);
             let rs = if stall_pass && c.returns {
                 stall_window(p, c, &last_over).1
             } else {
@@ -761,35 +1033,27 @@ fn select_and_schedule(
             break;
         }
     }
-    let swaps = sched
-        .iter()
-        .map(|s| {
-            let c = &cands[s.cand];
-            if !c.returns {
-                return Swap {
-                    tensor: c.tensor,
-                    out_after: c.out_after,
-                    out_at: c.out_after,
-                    in_before: None,
-                    in_issue: c.out_after,
-                    in_delay_ns: 0.0,
-                };
-            }
+    // One swap per member: a unit's members leave after its last member's access, back to
+    // back, and are queued back together before its first member's next access.
+    let mut swaps = Vec::new();
+    for s in &sched {
+        let c = &cands[s.cand];
+        let back = c.returns.then(|| {
             let earliest = if c.wraps { 0 } else { c.out_after + 1 };
-            let (j, delay) = match s.stalled {
+            match s.stalled {
                 Some(issue) => (issue, (s.in_start - p.start[issue]).max(0.0)),
                 None => issue_at(p, s.in_start, earliest, c.in_before),
-            };
-            Swap {
-                tensor: c.tensor,
-                out_after: c.out_after,
-                out_at: c.out_after,
-                in_before: Some(c.in_before),
-                in_issue: j,
-                in_delay_ns: delay,
             }
-        })
-        .collect();
+        });
+        swaps.extend(c.members.iter().map(|m| Swap {
+            tensor: m.tensor,
+            out_after: m.out_after,
+            out_at: c.out_after,
+            in_before: back.map(|_| m.in_before),
+            in_issue: back.map_or(c.out_after, |(j, _)| j),
+            in_delay_ns: back.map_or(0.0, |(_, delay)| delay),
+        }));
+    }
     SwapPlan {
         swaps,
         claims_zero_overhead: false,
