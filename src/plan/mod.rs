@@ -43,7 +43,13 @@
 //!   of them); the rest of best-of runs, then, while `footprint > LB` and
 //!   [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the depth-first search at `LB`
 //!   and at capacities between `LB` and the incumbent, alternating with a seeded randomised
-//!   iterated greedy (see `search.rs`). A plan replaces the incumbent only if
+//!   iterated greedy (see `search.rs`). Up to 4096 buffers that search is exact
+//!   (`exact.rs`: MiniMalloc's canonical solutions, section inference, dominance and dynamic
+//!   temporal decomposition, with remembered refutations, a stronger section bound and
+//!   resumable restarts): it gets 5/8 of the remaining budget at `LB`, then closes in from
+//!   above on capacities between what ran out of time and the incumbent; it fits all seven of
+//!   MiniMalloc's challenging instances into 2^20 bytes, all but D at `LB`, within
+//!   `--budget-ms 10000` (docs/BENCHMARKS.md). A plan replaces the incumbent only if
 //!   strictly smaller, and the search stops as soon as `footprint = LB` (then the plan is optimal).
 //!   A wall-clock budget is a wall for everything after the floor (best-fit and the candidates
 //!   before the budgeted search included); a budget of steps lets those candidates complete
@@ -64,6 +70,7 @@
 mod align;
 mod bench;
 mod check;
+mod exact;
 mod floor;
 mod greedy;
 mod instance;

@@ -73,12 +73,20 @@
 //! from a sweep over resident intervals (deduplicated, since two buffers may meet in several
 //! intervals) and the per-segment sums count each buffer over its resident intervals only.
 //!
-//! Not done (measured as unnecessary on the real traces, useful on the challenging set):
-//! MiniMalloc's dynamic temporal decomposition (solving independent time partitions apart).
+//! **The exact search** (`exact.rs`) replaces this DFS in [`improve`] on instances of at most
+//! [`super::exact::MAX_BUFFERS`] buffers whose section lists exist: MiniMalloc's dynamic
+//! temporal decomposition and more, which the flat DFS below lacks (on MiniMalloc's
+//! challenging set G did not improve in 10 s; the exact search meets `LB` in about 20 ms). The
+//! dive stays this DFS (a node here costs `O(log n)`, there `O(n)`). With it, [`improve`]
+//! gives 5/8 of its budget (not half) to `LB`, its greedy slices are a quarter of the
+//! search's (not equal), and after a capacity runs out of time the next aims between that
+//! capacity and the incumbent, where placements come fast, until that gap is 1/64 of the one
+//! to the proved bound; then it bisects from the bound again.
 
 use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
+use super::exact::Exact;
 use super::greedy::{self, Fit, Order, Prepared};
 use super::{Cutoff, Instance, Method, Outcome, floor, online};
 use crate::rng::SplitMix64;
@@ -153,7 +161,7 @@ impl Clock {
     }
 
     /// Ticks elapsed: nanoseconds since the start, or the steps `stats` counts.
-    fn now(&self, stats: &SearchStats) -> u64 {
+    pub(super) fn now(&self, stats: &SearchStats) -> u64 {
         match *self {
             Clock::Wall(start) => nanos(start.elapsed()),
             Clock::Steps { per_greedy_run } => stats
@@ -285,8 +293,24 @@ fn improve(
     // Every capacity below `feasible_from` is proved infeasible.
     let mut feasible_from = lb;
 
-    if let Some(dfs) = dfs {
-        match dfs.solve(lb, (clock, start + budget / 2), stats) {
+    // The exact search where the instance is small enough (`exact.rs`), else the flat DFS.
+    let mut exact = dfs.and_then(|dfs| Exact::new(dfs, seed));
+    let exact_search = exact.is_some();
+    let mut decide =
+        |capacity: u64, until: (Clock, u64), stats: &mut SearchStats| match (exact.as_mut(), dfs) {
+            (Some(exact), _) => Some(exact.solve(capacity, until, stats)),
+            (None, Some(dfs)) => Some(dfs.solve(capacity, until, stats)),
+            (None, None) => None,
+        };
+    // The exact search gets more of the budget at `LB` (5/8): where `LB` can be met it does
+    // so within that (B of MiniMalloc's set at 1 s); the rest is for the capacities above.
+    let at_lb = if exact_search {
+        budget / 8 * 5
+    } else {
+        budget / 2
+    };
+    if let Some(verdict) = decide(lb, (clock, start + at_lb), stats) {
+        match verdict {
             Verdict::Found(offsets) => {
                 offer(
                     &mut best,
@@ -302,11 +326,21 @@ fn improve(
         }
     }
     // At least one tick, so a slice always does some work (a clock of steps stands still
-    // otherwise).
+    // otherwise). The exact search finds most placements it can find in milliseconds, and
+    // each of its targets below takes a greedy slice first: that slice is a quarter.
     let slice = (budget / 16).max(1);
+    let greedy_slice = if exact_search {
+        (slice / 4).max(1)
+    } else {
+        slice
+    };
+    // With the exact search, targets below `timed_out` ran out of time: the next target lies
+    // between it and the incumbent (the search closes in from above, where placements are
+    // found fast), and back to the proved bound once that gap is small.
+    let mut timed_out = feasible_from;
     let mut round = 0u64;
     while clock.now(stats) < deadline && best.footprint > feasible_from {
-        let slice_end = clock.now(stats).saturating_add(slice).min(deadline);
+        let slice_end = clock.now(stats).saturating_add(greedy_slice).min(deadline);
         while clock.now(stats) < slice_end && best.footprint > feasible_from {
             round += 1;
             let Some(candidate) = perturbed(instance, prep, &mut rng, round, cutoff) else {
@@ -318,18 +352,26 @@ fn improve(
                 stats.improvements += 1;
             }
         }
-        let Some(dfs) = dfs else { continue };
         if best.footprint <= feasible_from {
             break;
         }
-        let target = feasible_from + (best.footprint - feasible_from) / 2;
+        let gap = best.footprint - feasible_from;
+        if best.footprint.saturating_sub(timed_out) <= gap / 64 {
+            timed_out = feasible_from;
+        }
+        let low = timed_out.max(feasible_from);
+        let target = low + (best.footprint - low) / 2;
         let slice_end = clock.now(stats).saturating_add(slice).min(deadline);
-        match dfs.solve(target, (clock, slice_end), stats) {
+        let Some(verdict) = decide(target, (clock, slice_end), stats) else {
+            continue;
+        };
+        match verdict {
             Verdict::Found(offsets) => {
                 let method = Method::Dfs { capacity: target };
                 offer(&mut best, offsets, prep, method, stats)
             }
             Verdict::Refuted => feasible_from = target + 1,
+            Verdict::Unknown if exact_search => timed_out = target + 1,
             Verdict::Unknown => {}
         }
     }
@@ -400,14 +442,14 @@ fn perturbed(
 }
 
 /// The canonical depth-first search's static data.
-struct Dfs<'a> {
-    prep: &'a Prepared,
+pub(super) struct Dfs<'a> {
+    pub(super) prep: &'a Prepared,
     /// Pairs resident at a common instant, CSR: neighbours of `i` are
     /// `adj[adj_start[i]..adj_start[i+1]]`.
-    adj_start: Vec<usize>,
-    adj: Vec<u32>,
+    pub(super) adj_start: Vec<usize>,
+    pub(super) adj: Vec<u32>,
     /// Static rankings to try (each a permutation: `rank[i]`).
-    rankings: Vec<Vec<u32>>,
+    pub(super) rankings: Vec<Vec<u32>>,
     /// Buffers resident in each time segment, CSR (`members[member_start[t]..member_start[t+1]]`),
     /// for the section floors; built on first use, empty when that would exceed
     /// [`MAX_SECTION_MEMBERS`].
@@ -415,9 +457,9 @@ struct Dfs<'a> {
 }
 
 /// The buffers resident in each time segment (CSR).
-struct Sections {
-    member_start: Vec<usize>,
-    members: Vec<u32>,
+pub(super) struct Sections {
+    pub(super) member_start: Vec<usize>,
+    pub(super) members: Vec<u32>,
 }
 
 /// Section floors are skipped above this many (segment, resident buffer) pairs.
@@ -577,8 +619,8 @@ fn section_members(prep: &Prepared) -> Sections {
     }
 }
 
-/// The answer of [`Dfs::solve`] for one capacity.
-enum Verdict {
+/// The answer of [`Dfs::solve`] and [`Exact::solve`] for one capacity.
+pub(super) enum Verdict {
     Found(Vec<u64>),
     /// No placement fits: the search space was exhausted.
     Refuted,
@@ -587,7 +629,7 @@ enum Verdict {
 }
 
 /// Why a DFS run stopped without a placement.
-enum Stop {
+pub(super) enum Stop {
     /// The whole (pruned) space was searched: no placement fits the capacity.
     Exhausted,
     /// Out of nodes or time.
@@ -597,7 +639,7 @@ enum Stop {
 impl<'a> Dfs<'a> {
     /// The DFS's data, or `None` when the instance has more than [`MAX_OVERLAP_PAIRS`] pairs
     /// found (before deduplication) or `cutoff` passes first.
-    fn new(instance: &Instance, prep: &'a Prepared, cutoff: Cutoff) -> Option<Dfs<'a>> {
+    pub(super) fn new(instance: &Instance, prep: &'a Prepared, cutoff: Cutoff) -> Option<Dfs<'a>> {
         let n = prep.len();
         if n > u32::MAX as usize || cutoff.passed() {
             return None;
@@ -662,6 +704,12 @@ impl<'a> Dfs<'a> {
         })
     }
 
+    /// The buffers resident in each segment (empty lists above [`MAX_SECTION_MEMBERS`]),
+    /// built on first use.
+    pub(super) fn sections(&self) -> &Sections {
+        self.sections.get_or_init(|| section_members(self.prep))
+    }
+
     /// A placement with footprint ≤ `capacity`, searching until `deadline` on `clock` with
     /// doubling node limits over the rankings.
     fn solve(
@@ -704,8 +752,7 @@ impl<'a> Dfs<'a> {
         stats: &mut SearchStats,
     ) -> Result<Vec<u64>, Stop> {
         let sections = if floors {
-            Some(self.sections.get_or_init(|| section_members(self.prep)))
-                .filter(|s| !s.members.is_empty())
+            Some(self.sections()).filter(|s| !s.members.is_empty())
         } else {
             None
         };

@@ -400,9 +400,11 @@ fn property_the_floor_keeps_whole_lifetimes_through_absences() {
 
 #[test]
 fn a_search_counted_in_steps_does_the_same_work_under_load() {
-    // Random intervals seldom pack at the lower bound: the search spends its whole budget.
+    // A box cut into 200 pieces: the exact search (`exact.rs`) places random intervals at
+    // their lower bound within a few thousand steps, but not this one within the budget, which
+    // it then spends whole.
     let mut rng = SplitMix64::new(1);
-    let i = random_intervals(&mut rng, 80, 40, 5000);
+    let i = guillotine(&mut rng, 200, 60, 1 << 20);
     let steps = 50_000;
     let opts = options(1, steps);
     let idle = plan(&i, Policy::Search, &opts).unwrap();
@@ -1249,6 +1251,37 @@ fn real_traces() {
             trace.path
         );
         assert!(footprints[3] <= footprints[2], "{}", trace.path);
+    }
+}
+
+/// MiniMalloc's challenging instances fit the set's capacity of 2^20 bytes (issue 13), each
+/// within a budget of steps, so in every build and under any load: the exact search of
+/// `exact.rs` meets the peak on A, B, E, F, G (E needs about 1.9 M nodes, and the search gives
+/// the lower bound 5/8 of its budget) and on C; on D, whose peak is 6 % below 2^20, it
+/// closes in from above after 5/8 of the budget at the peak (its slowest: a few seconds in a
+/// release build). Times are reported in docs/BENCHMARKS.md, not asserted.
+#[test]
+fn minimalloc_challenging_instances_fit_two_to_the_twenty() {
+    let Some(root) = real_root() else {
+        return;
+    };
+    for (name, steps) in [
+        ("A", 4_000_000),
+        ("B", 4_000_000),
+        ("C", 4_000_000),
+        ("D", 2_000_000),
+        ("E", 4_000_000),
+        ("F", 4_000_000),
+        ("G", 4_000_000),
+    ] {
+        let path = root.join(format!(
+            "dsa-benchmarks/minimalloc-challenging/{name}.1048576.csv"
+        ));
+        let instance = crate::import::read_dsa_csv(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let r = plan(&instance, Policy::Search, &options(1, steps)).unwrap();
+        assert_eq!(validate(&instance, &r.plan), Ok(()), "{name}");
+        assert!(r.footprint <= 1 << 20, "{name}: {} bytes", r.footprint);
     }
 }
 
