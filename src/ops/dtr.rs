@@ -559,12 +559,12 @@ fn describe(kind: &str, name: Option<&str>) -> String {
     }
 }
 
-/// `trace` as a DTR op log that [`parse`] reads back (how `itermem plan` reads a generated
-/// iteration, e.g. [`super::tree::tree_lstm_iteration`]): the resident tensors as `CONSTANT`s
-/// first, in id order; each op as a `CALL` whose results are the tensors it creates (all its
-/// writes must then be born at it) or, when it creates none, a `MUTATE` of its writes (DTR has
-/// no other in-place write, so a written tensor is read too); a `RELEASE` after the op after
-/// which a tensor dies. Reading the log back gives `trace` with its ids renumbered in that
+/// `trace` as a DTR op log that this module's reader (`parse`) reads back (how `itermem plan`
+/// reads a generated iteration, e.g. [`super::tree::tree_lstm_iteration`]): the resident
+/// tensors as `CONSTANT`s first, in id order; each op as a `CALL` whose results are the tensors
+/// it creates (all its writes must then be born at it) or, when it creates none, a `MUTATE` of
+/// its writes (DTR has no other in-place write, so a written tensor is read too); a `RELEASE`
+/// after the op after which a tensor dies. Reading the log back gives `trace` with its ids renumbered in that
 /// order (the same ids when they already are: resident tensors first, then by birth), every op
 /// measured, and no FLOPs (DTR logs carry none).
 pub fn to_dtr_log(trace: &OpTrace) -> Result<String, InvariantError> {
