@@ -85,6 +85,29 @@ struct PlanArgs {
     /// best-fit (repeat or comma-separate), to check that planning returns within its budget.
     #[arg(long = "budget-ms", value_delimiter = ',')]
     budgets_ms: Vec<u64>,
+    /// The instances timed under `--budget-ms`: training (iterations of a 400-layer model),
+    /// somas (ResNet-like training steps, weights live throughout) or iopddl (one operator
+    /// graph); see `itermem::plan::Family`.
+    #[arg(long, value_enum, default_value_t = FamilyArg::Training)]
+    family: FamilyArg,
+}
+
+/// `--family` of `bench plan`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FamilyArg {
+    Training,
+    Somas,
+    Iopddl,
+}
+
+impl From<FamilyArg> for itermem::plan::Family {
+    fn from(family: FamilyArg) -> Self {
+        match family {
+            FamilyArg::Training => itermem::plan::Family::Training,
+            FamilyArg::Somas => itermem::plan::Family::Somas,
+            FamilyArg::Iopddl => itermem::plan::Family::Iopddl,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -261,7 +284,8 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
 fn plan_wall(args: &PlanArgs) -> anyhow::Result<()> {
     use itermem::plan::{self, PlanOptions, Policy};
     println!(
-        "search on random instances, median of {} seeds (min, max); ratio = footprint / peak live",
+        "search on {} instances, median of {} seeds (min, max); ratio = footprint / peak live",
+        plan::Family::from(args.family).name(),
         args.runs
     );
     println!(
@@ -273,7 +297,7 @@ fn plan_wall(args: &PlanArgs) -> anyhow::Result<()> {
             vec![Default::default(); args.budgets_ms.len()];
         let mut best_fit = Vec::new();
         for seed in args.seed..args.seed + args.runs {
-            let instance = plan::random_instance(buffers, seed);
+            let instance = plan::family_instance(args.family.into(), buffers, seed);
             let floor = plan::plan(&instance, Policy::BestFit, &PlanOptions::default())?;
             best_fit.push(floor.ratio);
             for (&budget_ms, (times, ratios)) in args.budgets_ms.iter().zip(&mut rows) {

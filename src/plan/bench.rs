@@ -1,6 +1,8 @@
 //! The planner's scaling benchmark: a seeded random instance shaped like real training, planned
 //! by SmartPool best-fit, with the time it took (for `itermem bench plan`; with `--budget-ms`
-//! the same instances time the search against its wall-clock budget).
+//! the same instances time the search against its wall-clock budget, and `--family` picks
+//! those of [`somas_instance`] or [`iopddl_instance`] instead: IOPDDL- and SOMAS-sized
+//! instances shaped after the shared traces of those benchmarks).
 //!
 //! The instance (`random_instance(n, seed)`) is a run of training iterations of a 400-layer
 //! model, shaped after the LM 2.7B trace (6,770 buffers per step, ~900 live at the peak), as
@@ -84,6 +86,151 @@ pub fn random_instance(n: usize, seed: u64) -> Instance {
 
 /// Layers of the model of [`random_instance`]: ~8 buffers each per iteration.
 const LAYERS: usize = 400;
+
+/// The families of seeded instances `itermem bench plan --family` generates (see
+/// [`family_instance`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// [`random_instance`]: iterations of a 400-layer model, nothing live between them.
+    Training,
+    /// [`somas_instance`]: training steps of a ResNet-like CNN after SOMAS' ResNet-50 trace,
+    /// with weights live throughout.
+    Somas,
+    /// [`iopddl_instance`]: one large operator graph after IOPDDL's instances.
+    Iopddl,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Training => "training",
+            Family::Somas => "somas",
+            Family::Iopddl => "iopddl",
+        }
+    }
+}
+
+/// A seeded instance of `n` buffers of `family`. Ids are `0..n`.
+pub fn family_instance(family: Family, n: usize, seed: u64) -> Instance {
+    match family {
+        Family::Training => random_instance(n, seed),
+        Family::Somas => somas_instance(n, seed),
+        Family::Iopddl => iopddl_instance(n, seed),
+    }
+}
+
+/// Training steps of a ResNet-like CNN, shaped after SOMAS' ResNet-50 trace (1,042 tensors in
+/// one step of 1,029 events: 131 live throughout, sizes 4 B–49 MiB with 45 distinct values,
+/// median lifetime 110 events), with as many steps as it takes to reach `n` buffers:
+///
+/// * 160 weights (512 B · 2^k, k uniform in 0..16) live from the first event to the last, as
+///   weights and optimizer state do across steps;
+/// * forward, per layer of 100 in four stages: an activation saved for backward (12.25 MiB
+///   halved per stage, times 1, 2 or 4), a small statistic saved too (128 B–4 KiB) and a
+///   workspace (512 B · log-uniform 1..2^14, 1–3 events);
+/// * backward, in reverse: the output's gradient (the activation's size, living until the
+///   next layer's), a workspace, the weight's gradient (its weight's size, until the optimizer
+///   step), then the layer's saved tensors die.
+///
+/// So between two steps only the weights are live: the steps are independent once the
+/// weights are stacked, as in any real multi-step trace.
+pub fn somas_instance(n: usize, seed: u64) -> Instance {
+    const WEIGHTS: usize = 160;
+    const LAYERS: usize = 100;
+    let mut rng = SplitMix64::new(seed);
+    let weights: Vec<u64> = (0..WEIGHTS).map(|_| 512 << rng.below(16)).collect();
+    let mut spans: Vec<(u64, u64, u64)> = Vec::with_capacity(n);
+    let mut t = 1u64;
+    let push = |spans: &mut Vec<(u64, u64, u64)>, lower: u64, upper: u64, size: u64| {
+        if spans.len() + WEIGHTS < n {
+            spans.push((lower, upper, size));
+        }
+    };
+    while spans.len() + WEIGHTS < n {
+        let mut saved = Vec::with_capacity(LAYERS);
+        for layer in 0..LAYERS {
+            let stage = (layer * 4 / LAYERS) as u64;
+            let act = ((49u64 << 18) >> stage) << rng.below(3);
+            let stat = 128 << rng.below(6);
+            saved.push((act, stat, t));
+            t += 1;
+            push(
+                &mut spans,
+                t,
+                t + 1 + rng.below(3),
+                512 * log_uniform(&mut rng, 1 << 14),
+            );
+            t += 1;
+        }
+        let mut grads = Vec::with_capacity(LAYERS);
+        let mut grad_out: Option<(u64, u64)> = None;
+        for (layer, &(act, stat, born)) in saved.iter().enumerate().rev() {
+            let here = t;
+            if let Some((size, lower)) = grad_out.take() {
+                push(&mut spans, lower, here + 1, size);
+            }
+            grad_out = Some((act, here));
+            push(
+                &mut spans,
+                here,
+                here + 1 + rng.below(3),
+                512 * log_uniform(&mut rng, 1 << 14),
+            );
+            grads.push((weights[layer % WEIGHTS], here + 1));
+            t += 2;
+            push(&mut spans, born, t, act);
+            push(&mut spans, born, t, stat);
+            t += 1;
+        }
+        if let Some((size, lower)) = grad_out {
+            push(&mut spans, lower, t, size);
+        }
+        t += 1;
+        for (size, lower) in grads {
+            push(&mut spans, lower, t, size);
+        }
+        t += 1;
+    }
+    let end = t + 1;
+    let buffers = weights
+        .iter()
+        .take(n)
+        .map(|&size| (0, end, size))
+        .chain(spans)
+        .enumerate()
+        .map(|(id, (lower, upper, size))| Buffer {
+            id: id as u64,
+            lower,
+            upper,
+            size,
+        })
+        .collect();
+    Instance::new(buffers).unwrap_or_default()
+}
+
+/// One operator graph shaped after IOPDDL's `G_1` (816 buffers over 1,356 events: one output
+/// per operator, median lifetime 81 events with a tail to half the graph, sizes 8 B–1.2 GB
+/// from 154 distinct values, 170 live at most), as long as `n` operators: operator `k` is
+/// born at event `k` and lives log-uniform 8–700 events (its consumers lie nearby in the
+/// topological order, however large the graph; median 75, about 155 live at once), its size
+/// drawn from a palette of 160 values `m · 2^e + 1` (m in 1..=3, e in 3..28: as in G_1, whose
+/// sizes are mostly of that form).
+/// Nothing splits such a graph in time: it is one part.
+pub fn iopddl_instance(n: usize, seed: u64) -> Instance {
+    let mut rng = SplitMix64::new(seed);
+    let palette: Vec<u64> = (0..160)
+        .map(|_| (rng.range(1, 4) << rng.range(3, 28)) + 1)
+        .collect();
+    let buffers = (0..n as u64)
+        .map(|k| Buffer {
+            id: k,
+            lower: k,
+            upper: k + (8.0 * (rng.unit() * (700.0f64 / 8.0).ln()).exp()) as u64,
+            size: palette[rng.below(palette.len() as u64) as usize],
+        })
+        .collect();
+    Instance::new(buffers).unwrap_or_default()
+}
 
 /// Uniform in `log` over `1..=max`.
 fn log_uniform(rng: &mut SplitMix64, max: u64) -> u64 {

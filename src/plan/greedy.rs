@@ -259,7 +259,7 @@ impl Prepared {
 
 /// The parts of time (see [`Prepared`]) of lifetimes `segs` over `segments` segments: a new
 /// part starts at every segment that no lifetime begun earlier reaches past. O(n + m).
-fn parts(segs: &[(usize, usize)], segments: usize) -> Vec<(usize, usize)> {
+pub(crate) fn parts(segs: &[(usize, usize)], segments: usize) -> Vec<(usize, usize)> {
     // far[t] = the furthest end of the lifetimes that begin at segment t.
     let mut far = vec![0usize; segments];
     for &(from, to) in segs {

@@ -37,8 +37,10 @@
 //! * [`Policy::Search`] (beyond the paper): the floor (best-fit in birth order with a free
 //!   list, `floor.rs`: a tenth of best-fit's time) is the first incumbent, and best-fit replaces
 //!   it unless larger; one dive of a canonical depth-first search (MiniMalloc-style) tries to
-//!   meet `LB` at once; then the placements of the other policies `itermem compare` reports
-//!   are offered: cnmem (tuned and grown) and PyTorch's caching allocator as their simulators
+//!   meet `LB` at once (above 4096 buffers, when every part of time left once the buffers
+//!   live throughout are stacked has at most 4096, the exact search on each part follows:
+//!   `decompose.rs`); then the placements of the other policies `itermem compare`
+//!   reports are offered: cnmem (tuned and grown) and PyTorch's caching allocator as their simulators
 //!   place them, and first-fit (see `online.rs`: so that SmartPool never needs more than any
 //!   of them); the rest of best-of runs, then, while `footprint > LB` and
 //!   [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the depth-first search at `LB`
@@ -70,6 +72,7 @@
 mod align;
 mod bench;
 mod check;
+mod decompose;
 mod exact;
 mod floor;
 mod greedy;
@@ -85,7 +88,10 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 pub use align::{Alignment, Bounds};
-pub use bench::{ScalingReport, bench_scaling, random_instance};
+pub use bench::{
+    Family, ScalingReport, bench_scaling, family_instance, iopddl_instance, random_instance,
+    somas_instance,
+};
 pub use check::{Conflict, validate};
 pub use greedy::{Fit, Order};
 pub use instance::{Absence, Buffer, Instance, InstanceError, Resident};
@@ -219,6 +225,9 @@ pub enum Method {
     /// Best-fit in birth order with a free list (`floor.rs`): the placement of `Greedy {
     /// Birth, Best }` when no buffer has absence windows.
     Floor,
+    /// The globals stacked and each of `parts` independent parts of time placed on its own,
+    /// by the exact search where it can (`decompose.rs`).
+    Decomposed { parts: usize },
 }
 
 impl fmt::Display for Method {
@@ -229,6 +238,7 @@ impl fmt::Display for Method {
             Method::Perturbed { fit, round } => write!(f, "perturbed-{}#{round}", fit.name()),
             Method::Online { policy } => write!(f, "online-{}", policy.name()),
             Method::Floor => f.write_str("floor"),
+            Method::Decomposed { parts } => write!(f, "decomposed/{parts}"),
         }
     }
 }

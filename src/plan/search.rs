@@ -39,8 +39,10 @@
 //!    a base order with seeded noise on the ranks, best or first fit.
 //!
 //! The order: the floor (best-fit in birth order with a free list, `floor.rs`), then best-fit
-//! by size, which replaces it unless larger; the dive, which on a wall clock stops early enough
-//! to leave two greedy runs' time before the deadline; the placements of the other policies
+//! by size, which replaces it unless larger; the dive, which on a wall clock stops early
+//! enough to leave two greedy runs' time before the deadline; on instances too large for the
+//! exact search whose parts of time are not (once the buffers live throughout are stacked),
+//! the exact search part by part (`decompose.rs`), until the dive's deadline; the placements of the other policies
 //! `itermem compare` reports (`online.rs`: cnmem tuned and grown, the caching allocator,
 //! first-fit), which cost about those two runs and make the plan never worse than any of them;
 //! the rest of best-of (except the floor's run); then half of the remaining budget goes to the
@@ -86,6 +88,7 @@
 use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
+use super::decompose;
 use super::exact::Exact;
 use super::greedy::{self, Fit, Order, Prepared};
 use super::{Cutoff, Instance, Method, Outcome, floor, online};
@@ -142,7 +145,7 @@ impl Clock {
     /// building the DFS) must stop for `deadline`: at the deadline on a wall clock, never on a
     /// clock of steps (that work is not counted in steps, and always completes so that the
     /// result stays a function of the steps).
-    fn cutoff(&self, deadline: u64) -> Cutoff {
+    pub(super) fn cutoff(&self, deadline: u64) -> Cutoff {
         match *self {
             Clock::Wall(start) => start
                 .checked_add(Duration::from_nanos(deadline))
@@ -239,6 +242,19 @@ pub(crate) fn search(
             );
             return best;
         }
+    }
+    // Too large for the exact search as a whole: its parts of time (`decompose.rs`), with
+    // half of what is left and at most until two greedy runs' time before the deadline (for
+    // the other policies' placements). After the dive, which costs about a greedy run and
+    // meets `LB` at once on most such instances; before best-of, which alone may take the
+    // whole budget there. Half, not all: where the parts are crowded (the scaling instances'
+    // iterations, ~800 live buffers) the flat DFS at `LB` below does better.
+    let now = clock.now(stats);
+    let half = now.saturating_add(deadline.saturating_sub(now) / 2);
+    let until = (clock, half.min(dive_deadline));
+    let best = decompose::improve(instance, prep, best, until, seed, stats);
+    if best.footprint == lb {
+        return best;
     }
     // The other policies of `itermem compare` (`online.rs`): what makes the plan never worse
     // than any of them. Then the DFS's lists, if the dive's share of the budget cut them short.

@@ -449,6 +449,31 @@ fn scaling_instance_is_seeded() {
     assert!(r.footprint >= r.lower_bound && r.ratio < 1.05, "{r:?}");
 }
 
+/// Every family of `bench plan --family` is a function of its seed with exactly `n` buffers;
+/// the somas family's weights live throughout and the rest splits into steps, the iopddl
+/// family is one part of time (what `decompose.rs` relies on and leaves alone).
+#[test]
+fn family_instances_are_seeded_and_shaped() {
+    for family in [Family::Training, Family::Somas, Family::Iopddl] {
+        let a = family_instance(family, 5_000, 3);
+        assert_eq!(a, family_instance(family, 5_000, 3), "{}", family.name());
+        assert_ne!(a, family_instance(family, 5_000, 4), "{}", family.name());
+        assert_eq!(a.len(), 5_000, "{}", family.name());
+    }
+    let somas = somas_instance(5_000, 1);
+    let end = somas.buffers().iter().map(|b| b.upper).max().unwrap_or(0);
+    let globals = somas
+        .buffers()
+        .iter()
+        .filter(|b| b.lower == 0 && b.upper == end)
+        .count();
+    assert_eq!(globals, 160);
+    let iopddl = iopddl_instance(5_000, 1);
+    let prep = greedy::Prepared::new(&iopddl, Alignment::default()).unwrap();
+    let segs: Vec<(usize, usize)> = (0..prep.len()).map(|i| prep.segs[i]).collect();
+    assert_eq!(greedy::parts(&segs, prep.segments).len(), 1);
+}
+
 // ---------------------------------------------------------------- the validator
 
 fn plan_of(offsets: Vec<u64>, footprint: u64, alignment: u64) -> Plan {
