@@ -39,6 +39,25 @@
 //! neither the pool nor the executor does. The zero-stall bound ([`super::bound`]) charges
 //! every tensor its own copies too, so it stays an upper bound on plans with units.
 //!
+//! # Early copy-out
+//!
+//! A tensor read several times after its last write (a convolution's output, read by the
+//! batch norm and later by its backward pass) holds the same bytes from that write on, so
+//! with [`AutoSwapOptions::early_out`] the copy-out of a returning or final gap of a single
+//! tensor starts when its last write `w` before the gap ends (`out_from`, [`Swap::out_at`]
+//! `< out_after`), overlapping the reads up to `o`; the tensor stays on the device for them
+//! and leaves when both the copy and op `o` have ended, with no second copy (the simulator
+//! models exactly that). Its copy-out runs `lead = max(c_out − (E_o − E_w), 0)`
+//! past `E_o` instead of `c_out`, which the scores and the schedule use below. Wrapping gaps
+//! keep their copy-out after the last access (the optimizer writes weights last), and so do
+//! units. When an earlier gap of the same tensor is also swapped, the copy-out waits until
+//! that swap has brought it back (`copy_after_return`).
+//!
+//! Early copy-outs change the schedule of every later copy on the out stream and, through
+//! the scores, the order of selection, which alone cost up to 0.5 points at some limits on
+//! the shared logs (DenseNet-121's WDOA plan at zero overhead most); [`plan_with`] therefore
+//! also makes each plan without them and keeps the better, as it does for units.
+//!
 //! [`plan_with`] makes each plan with and without units and keeps the better: units change
 //! the standardised scores of every candidate, and on the shared logs that alone cost
 //! 0.1–1.5 points at some limits (DenseNet-121, the generated ResNet-50, its DOA plan most).
@@ -47,12 +66,13 @@
 //!
 //! ```text
 //! G     = S_i − E_o                                  (wrapping: T0 − E_o + S_i)
-//! DOA   = G − c_out(b) − c_in(b)                     duration of absence
+//! DOA   = G − lead − c_in(b)                         duration of absence (lead = c_out(b)
+//!                                                     without early copy-out)
 //! AOA   = DOA · b          if DOA ≥ 0                area of absence (paper: "DOA/size when
 //!       = DOA / b          if DOA < 0                 DOA < 0", so big tensors that cannot
 //!                                                     make it rank last, not first)
 //! WDOA  = ∫_{E_o}^{S_i} (L(t) − L) dt                 load-weighted DOA (byte·ns; signed)
-//! SWDOA = ∫_{E_o + c_out}^{S_i − c_in} max(L(t) − L, 0) dt   (0 if DOA ≤ 0)
+//! SWDOA = ∫_{E_o + lead}^{S_i − c_in} max(L(t) − L, 0) dt   (0 if DOA ≤ 0)
 //! ```
 //!
 //! WDOA follows the authors' reference implementation (Apache SINGA `SwapGPU::SelectBlock`,
@@ -68,8 +88,8 @@
 //! Candidates are taken in priority order while the estimated op-level load exceeds the limit
 //! (a segment tree of `L_k` with range-add; a tensor counts as away during op k only if it is
 //! away for all of `[S_k, E_k]`): first with each gap's ideal absence
-//! `[E_o + c_out, S_i − c_in]`, then the chosen set is scheduled (swap-outs right after their
-//! last access, FIFO on the out stream; swap-ins as late as possible, backwards from the
+//! `[E_o + lead, S_i − c_in]`, then the chosen set is scheduled (swap-outs right after their
+//! last access or early, FIFO on the out stream; swap-ins as late as possible, backwards from the
 //! latest need on the in stream, each issued at the last op launch before its start plus a
 //! delay) and the load re-estimated with the scheduled absences; if it still exceeds the
 //! limit, selection continues (at most [`AutoSwapOptions::rounds`] times). A gap whose
@@ -95,8 +115,8 @@
 //! what reaches the reference's reductions at ≤ 15 % overhead (LSTM: 80.4 → 89.2 %).
 //!
 //! Cost: O(ops + accesses + C log C + C log ops) per round for C candidates, for each of up to
-//! six plans (hide, stall trading, four stretched), each also simulated once, twice with
-//! units (with and without them).
+//! six plans (hide, stall trading, four stretched), each also simulated once, in [`plan_with`]
+//! twice with units or early copy-outs (with and without them), four times with both.
 
 use super::profile::Profile;
 use super::sim::{SimOptions, SimResult, simulate_profile};
@@ -177,6 +197,9 @@ pub struct AutoSwapOptions {
     pub rounds: usize,
     /// Group tensors below `min_bytes` into swap units (see the module documentation).
     pub units: bool,
+    /// Copy a tensor out right after its last write before the gap, overlapping the reads
+    /// that follow it, instead of after its last access (see the module documentation).
+    pub early_out: bool,
 }
 
 impl Default for AutoSwapOptions {
@@ -185,6 +208,7 @@ impl Default for AutoSwapOptions {
             min_bytes: 1 << 20,
             rounds: 8,
             units: true,
+            early_out: true,
         }
     }
 }
@@ -208,6 +232,10 @@ pub struct Candidate {
     pub bytes: u64,
     /// The last access before the gap (a unit: the latest of its members').
     pub out_after: usize,
+    /// The op after which the copy-out starts: `out_after`, or with
+    /// [`AutoSwapOptions::early_out`] the tensor's last write at or before it (a single
+    /// tensor's returning or final gap only).
+    pub out_from: usize,
     /// The next access; for a final gap (`returns = false`), the op after the tensor is freed
     /// (a unit: the earliest of its members').
     pub in_before: usize,
@@ -342,6 +370,7 @@ pub(crate) fn candidates_profile(
             }
         }
         for (o, i, kind) in gaps {
+            let early = opts.early_out && !kind.wraps;
             let member = Member {
                 tensor: t as TensorId,
                 bytes: b,
@@ -349,14 +378,14 @@ pub(crate) fn candidates_profile(
                 in_before: i,
             };
             if b >= opts.min_bytes {
-                out.push(scoring.candidate(kind, vec![member]));
+                out.push(scoring.candidate(kind, vec![member], early));
             } else {
                 small.push((kind, member));
             }
         }
     }
     for (kind, members) in units(&scoring, small, opts.min_bytes, &over) {
-        out.push(scoring.candidate(kind, members));
+        out.push(scoring.candidate(kind, members, false));
     }
     out
 }
@@ -403,8 +432,9 @@ impl Scoring<'_> {
     }
 
     /// The candidate copying `members` (one tensor, or a unit whose common gap runs from the
-    /// latest of their last accesses to the earliest of their next ones), with its scores.
-    fn candidate(&self, kind: Kind, members: Vec<Member>) -> Candidate {
+    /// latest of their last accesses to the earliest of their next ones), with its scores;
+    /// with `early`, a single tensor's copy-out starts after its last write.
+    fn candidate(&self, kind: Kind, members: Vec<Member>, early: bool) -> Candidate {
         let (p, limit) = (self.p, self.limit);
         let n = p.n;
         let o = members.iter().map(|m| m.out_after).max().unwrap_or(0);
@@ -413,10 +443,15 @@ impl Scoring<'_> {
             .iter()
             .map(|m| m.bytes)
             .fold(0u64, u64::saturating_add);
+        let out_from = match members.as_slice() {
+            [m] if early => p.copy_from(m.tensor as usize, o),
+            _ => o,
+        };
         let mut c = Candidate {
             tensor: members.first().map_or(0, |m| m.tensor),
             bytes: b,
             out_after: o,
+            out_from,
             in_before: i,
             wraps: kind.wraps,
             returns: kind.returns,
@@ -427,11 +462,12 @@ impl Scoring<'_> {
             swdoa: 0.0,
             members,
         };
-        let (c_out, c_in) = (c.out_ns(self.copy), c.in_ns(self.copy));
+        let c_in = c.in_ns(self.copy);
         let (e_o, s_i) = self.window(kind, o, i);
         let ints = &self.ints;
         c.gap_ns = s_i - e_o;
-        c.doa = c.gap_ns - c_out - c_in;
+        let lead = copy_lead(p, &c, self.copy);
+        c.doa = c.gap_ns - lead - c_in;
         c.aoa = if c.doa >= 0.0 {
             c.doa * b as f64
         } else {
@@ -444,7 +480,7 @@ impl Scoring<'_> {
         };
         c.swdoa = if c.doa > 0.0 {
             (ints.excess_unrolled(p, limit, s_i - c_in)
-                - ints.excess_unrolled(p, limit, e_o + c_out))
+                - ints.excess_unrolled(p, limit, e_o + lead))
             .max(0.0)
         } else {
             0.0
@@ -686,8 +722,9 @@ pub fn evaluate(trace: &OpTrace, plan: &SwapPlan, limit: u64, copy: CopyModel) -
     super::sim::simulate(trace, plan, limit, copy, SimOptions::default())
 }
 
-/// AutoSwap with `opts`. With units, the plan is also made without them and the better one
-/// kept (see the module documentation): units then never make a plan worse at given weights.
+/// AutoSwap with `opts`. With units or early copy-outs, the plan is also made without each
+/// (and without both) and the best one kept (the first on a tie; see the module
+/// documentation): neither then makes a plan worse at given weights.
 pub fn plan_with(
     trace: &OpTrace,
     limit: u64,
@@ -696,20 +733,25 @@ pub fn plan_with(
     opts: &AutoSwapOptions,
 ) -> SwapPlan {
     let p = Profile::new(trace);
-    let with = plan_profile(&p, limit, weights, copy, opts);
-    if !opts.units {
-        return with.0;
+    let mut best = plan_profile(&p, limit, weights, copy, opts);
+    let mut variants: Vec<AutoSwapOptions> = Vec::new();
+    for (units, early_out) in [(false, opts.early_out), (opts.units, false), (false, false)] {
+        let variant = AutoSwapOptions {
+            units,
+            early_out,
+            ..*opts
+        };
+        if variant != *opts && !variants.contains(&variant) {
+            variants.push(variant);
+        }
     }
-    let without_units = AutoSwapOptions {
-        units: false,
-        ..*opts
-    };
-    let without = plan_profile(&p, limit, weights, copy, &without_units);
-    if better(&with.1, &without.1) {
-        with.0
-    } else {
-        without.0
+    for variant in &variants {
+        let tried = plan_profile(&p, limit, weights, copy, variant);
+        if better(&tried.1, &best.1) {
+            best = tried;
+        }
     }
+    best.0
 }
 
 /// [`plan_with`] without the comparison: units exactly as `opts` says.
@@ -795,7 +837,11 @@ fn reissue_swap_ins(p: &Profile, mut plan: SwapPlan, copy: CopyModel) -> SwapPla
         let bytes = p.bytes.get(swap.tensor as usize).copied().unwrap_or(0);
         let start = (p.start[need].min(next_start) - copy.in_ns(bytes)).max(0.0);
         next_start = start;
-        let earliest = if swap.wraps() { 0 } else { swap.out_at + 1 };
+        let earliest = if swap.wraps() {
+            0
+        } else {
+            swap.out_at.max(swap.out_after) + 1
+        };
         (swap.in_issue, swap.in_delay_ns) = issue_at(p, start, earliest, need);
     }
     plan
@@ -868,13 +914,14 @@ fn schedule(
     let mut res: Vec<Sched> = Vec::new();
     for _ in 0..3 {
         let mut outs = keep.clone();
-        outs.sort_by_key(|&c| (cands[c].out_after, cands[c].tensor));
+        outs.sort_by_key(|&c| (cands[c].out_from, cands[c].tensor));
+        // `out_end`: when the tensor leaves (its copy and its last access both ended).
         let mut out_end = vec![0.0; cands.len()];
         let mut free = f64::NEG_INFINITY;
         for &c in &outs {
-            let s = p.end(cands[c].out_after).max(free);
+            let s = p.end(cands[c].out_from).max(free);
             free = s + cands[c].out_ns(copy);
-            out_end[c] = free;
+            out_end[c] = free.max(p.end(cands[c].out_after));
         }
         let mut ins = keep.clone();
         ins.sort_by(|&x, &y| {
@@ -988,7 +1035,7 @@ fn select_and_schedule(
             if taken[order[pos - 1]] {
                 continue;
             }
-            let a = p.end(c.out_after) + c.out_ns(copy);
+            let a = left_at(p, c, copy);
             let s_i = if c.wraps {
                 t0 + p.start[c.in_before]
             } else {
@@ -1048,14 +1095,45 @@ fn select_and_schedule(
         swaps.extend(c.members.iter().map(|m| Swap {
             tensor: m.tensor,
             out_after: m.out_after,
-            out_at: c.out_after,
+            out_at: c.out_from,
             in_before: back.map(|_| m.in_before),
             in_issue: back.map_or(c.out_after, |(j, _)| j),
             in_delay_ns: back.map_or(0.0, |(_, delay)| delay),
         }));
     }
+    copy_after_return(&mut swaps);
     SwapPlan {
         swaps,
         claims_zero_overhead: false,
     }
+}
+
+/// An early copy-out copies the device's version, so it may not start before the same
+/// tensor's previous swap (an earlier gap of it, also chosen) has brought it back: such an
+/// `out_at` moves to that swap's `in_before` (still at or before its own `out_after`).
+fn copy_after_return(swaps: &mut [Swap]) {
+    let mut order: Vec<usize> = (0..swaps.len()).collect();
+    order.sort_by_key(|&s| (swaps[s].tensor, swaps[s].out_after));
+    for w in order.windows(2) {
+        let (prev, cur) = (&swaps[w[0]], &swaps[w[1]]);
+        if prev.tensor != cur.tensor || cur.out_at >= cur.out_after {
+            continue;
+        }
+        if let Some(back) = prev.in_before.filter(|&i| cur.out_at < i) {
+            swaps[w[1]].out_at = back.min(swaps[w[1]].out_after);
+        }
+    }
+}
+
+/// How long candidate `c`'s copy-out runs after its last access before the gap: all of it
+/// (`c_out`), or for an early copy-out what the reads since `out_from` do not cover.
+fn copy_lead(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
+    let overlap = p.end(c.out_after) - p.end(c.out_from);
+    (c.out_ns(copy) - overlap).max(0.0)
+}
+
+/// When candidate `c`'s tensor can leave the device with no stall: its copy-out and its last
+/// access before the gap both ended.
+fn left_at(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
+    p.end(c.out_after) + copy_lead(p, c, copy)
 }

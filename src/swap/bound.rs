@@ -4,7 +4,9 @@
 //! that never stalls keeps the no-swap timeline, and its load right after op `k*` allocates
 //! is `L* − Σ_{t away at S*} b_t`, so its simulated peak is at least that. Tensor `t` can be
 //! away at `S*` only if it is live at `k*`, not accessed by `k*`, and has an idle gap around
-//! `k*`: a previous access `o` (release `r_t = E_o`; for a tensor alive across iterations
+//! `k*`: a previous access `o` (release `r_t = E_w`, the end of its last write `w ≤ o`, or
+//! `E_o` when nothing writes it up to `o`: an early copy-out may start there and overlap the
+//! reads up to `o`, `super::autoswap`; for a tensor alive across iterations
 //! whose last access precedes `k*`… its previous access may be last iteration's: `E_o − T0`)
 //! and a next access `i` (deadline `d_t = S_i`, or `S_i + T0` in the next iteration; none for
 //! a tensor freed without another access: a final swap, no swap-in). Its
@@ -36,6 +38,16 @@
 //! the generated Tree-LSTM log 42.4 → 41.6 %; the other shared logs do not move.
 //! `floor = L* − removal` is then a lower bound on the simulated peak of every zero-stall plan
 //! in this simulator.
+//!
+//! **With overhead.** A plan may stall the compute stream instead: op `k` then starts at
+//! `S_k + D_k`, with `D_k` non-decreasing in `k` and at most the plan's overhead times `T0`.
+//! A copy-out released by op `w` runs in `[E_w + D_w, S* + D*]` and a copy-in in
+//! `[S* + D*, d_t + D_i]`, so each window is at most `slack = overhead · T0` longer than
+//! above (wrapping ones too: in steady state each iteration adds the same `D`, and a
+//! wrapping gap's `o` follows `k*` and its `i` precedes it, so the delays between them add
+//! up to at most `D` of one iteration). [`overhead_bound`] is the same bound with every
+//! window `slack` longer — an upper bound on the reduction of every plan of at most that
+//! overhead that keeps its limit.
 //!
 //! Swap units (`super::autoswap`) copy each member by itself: every member is a job here with
 //! its own latency, and a unit's members leave no earlier than their own last access and are
@@ -175,7 +187,20 @@ fn side_bound(jobs: &[Job], ranks: &[usize], out_side: bool, s_star: f64, total:
 
 /// The zero-stall copy bound of `trace` under `copy`.
 pub fn zero_stall_bound(trace: &OpTrace, copy: CopyModel) -> Bound {
+    overhead_bound(trace, copy, 0.0)
+}
+
+/// The copy bound of `trace` under `copy` for plans whose simulated overhead is at most
+/// `overhead` (a fraction: 0.15 for 15 %) and that keep their limit: the same knapsack with
+/// every copy window `slack = overhead · T0` longer (see the module documentation). NaN or
+/// negative `overhead` reads as 0.
+pub fn overhead_bound(trace: &OpTrace, copy: CopyModel, overhead: f64) -> Bound {
     let p = Profile::new(trace);
+    let window_ns = if overhead > 0.0 {
+        overhead * p.t0()
+    } else {
+        0.0
+    };
     let (peak_bytes, peak_op) = p.peak();
     let Some(k) = peak_op else {
         return Bound {
@@ -187,7 +212,7 @@ pub fn zero_stall_bound(trace: &OpTrace, copy: CopyModel) -> Bound {
             floor_bytes: peak_bytes,
         };
     };
-    let at_peak = removal_at(&p, copy, k);
+    let at_peak = removal_at(&p, copy, k, window_ns);
     // Every other op must fit too: a reduction R needs `L_j − removal_j ≤ L* − R`. Ops in
     // decreasing load; once `L* − L_j` reaches the bound, no later op can lower it.
     let mut max_removal = at_peak.removal;
@@ -200,7 +225,7 @@ pub fn zero_stall_bound(trace: &OpTrace, copy: CopyModel) -> Bound {
             break;
         }
         visits -= p.bytes.len();
-        let at = removal_at(&p, copy, j);
+        let at = removal_at(&p, copy, j, window_ns);
         max_removal = max_removal.min(slack.saturating_add(at.removal));
     }
     Bound {
@@ -225,9 +250,9 @@ struct Removal {
     removal: u64,
 }
 
-/// The knapsack bound of the module documentation at op `k` (`S* = S_k`).
-/// O(tensors + E log E) for E eligible tensors.
-fn removal_at(p: &Profile, copy: CopyModel, k: usize) -> Removal {
+/// The knapsack bound of the module documentation at op `k` (`S* = S_k`), every copy window
+/// `slack` ns longer. O(tensors + E log E) for E eligible tensors.
+fn removal_at(p: &Profile, copy: CopyModel, k: usize, slack: f64) -> Removal {
     let t0 = p.t0();
     let s_star = p.start[k];
     let mut jobs = Vec::new();
@@ -243,7 +268,7 @@ fn removal_at(p: &Profile, copy: CopyModel, k: usize) -> Removal {
             continue;
         }
         let prev = if at > 0 {
-            Some(p.end(acc[at - 1] as usize))
+            Some(p.end(p.copy_from(t, acc[at - 1] as usize)))
         } else if p.cross[t] {
             acc.last().map(|&o| p.end(o as usize) - t0)
         } else {
@@ -266,7 +291,7 @@ fn removal_at(p: &Profile, copy: CopyModel, k: usize) -> Removal {
         } else {
             0.0
         };
-        if release + c_out > s_star || s_star + c_in > deadline {
+        if release + c_out > s_star + slack || s_star - slack + c_in > deadline {
             continue;
         }
         jobs.push(Job {
@@ -286,8 +311,8 @@ fn removal_at(p: &Profile, copy: CopyModel, k: usize) -> Removal {
     }
     let total: f64 = jobs.iter().map(|j| j.bytes as f64).sum();
     let eligible_bytes = jobs.iter().map(|j| j.bytes).fold(0u64, u64::saturating_add);
-    let r = side_bound(&jobs, &ranks, true, s_star, total)
-        .min(side_bound(&jobs, &ranks, false, s_star, total))
+    let r = side_bound(&jobs, &ranks, true, s_star + slack, total)
+        .min(side_bound(&jobs, &ranks, false, s_star - slack, total))
         .min(total);
     // Round up so float error can only loosen the bound.
     Removal {

@@ -36,7 +36,13 @@ pub struct BoPlan {
 /// one over `plan_with` (which keeps the better plan with and without units at each weight):
 /// a different objective sends the seeded search down another path, which can miss a pocket
 /// of zero overhead the run without units finds (DenseNet-121 at 84 %); and the second run
-/// plans once per weight, not twice.
+/// plans once per weight, not twice. With early copy-outs (`options.early_out`) the same
+/// holds: the first two runs are made without them, and when the first finds no plan of zero
+/// overhead, a run with early copy-outs and without units, and one with both, compete in the
+/// same way. No limit then gets a worse plan than the runs without early copy-outs give, and
+/// since every run probes each single score (the one-hot weights of BO's initial design)
+/// under its options, BO's plan is never worse than [`super::baselines::single_score`]'s,
+/// which is the best of the same four variants (`plan_with`).
 pub fn bo_plan(
     trace: &OpTrace,
     limit: u64,
@@ -45,23 +51,40 @@ pub fn bo_plan(
     options: &AutoSwapOptions,
     progress: Option<Progress<'_>>,
 ) -> Result<BoPlan, BoError> {
+    let late = AutoSwapOptions {
+        early_out: false,
+        ..*options
+    };
     let without_units = AutoSwapOptions {
+        units: false,
+        ..late
+    };
+    let mut kept = bo_run(trace, limit, copy, evaluations, &without_units, progress)?;
+    if kept.1.primary == 0.0 {
+        return Ok(kept.0);
+    }
+    let mut evaluations_done = kept.0.evaluations;
+    let early_without_units = AutoSwapOptions {
         units: false,
         ..*options
     };
-    let first = bo_run(trace, limit, copy, evaluations, &without_units, progress)?;
-    if !options.units || first.1.primary == 0.0 {
-        return Ok(first.0);
+    let others = [
+        (options.units, late),
+        (options.early_out, early_without_units),
+        (options.units && options.early_out, *options),
+    ];
+    for (wanted, others_options) in others {
+        if !wanted {
+            continue;
+        }
+        let run = bo_run(trace, limit, copy, evaluations, &others_options, progress)?;
+        evaluations_done += run.0.evaluations;
+        if run.1 < kept.1 {
+            kept = run;
+        }
     }
-    let second = bo_run(trace, limit, copy, evaluations, options, progress)?;
-    let both = first.0.evaluations + second.0.evaluations;
-    let mut kept = if second.1 < first.1 {
-        second.0
-    } else {
-        first.0
-    };
-    kept.evaluations = both;
-    Ok(kept)
+    kept.0.evaluations = evaluations_done;
+    Ok(kept.0)
 }
 
 /// One seeded BO run of [`bo_plan`] with `options`, and the objective of its plan.
@@ -430,7 +453,8 @@ pub struct SwapJson {
     pub bytes: u64,
     /// The tensor's last access before it leaves the device.
     pub out_after_op: usize,
-    /// The swap-out is queued when this op ends.
+    /// The swap-out is queued when this op ends (before `out_after_op` for an early
+    /// copy-out: the tensor then leaves when both have ended).
     pub out_at_op: usize,
     /// None (null) for a final swap: not accessed again before it is freed, never copied back.
     pub in_before_op: Option<usize>,
@@ -511,10 +535,13 @@ impl ExecutorInputs {
         let (reduced, kept) = poolable(&timed);
         // No swap units: `min_swap_bytes` (`ITERMEM_SWAP_MIN_BYTES`) promises the smallest
         // tensor swap mode moves. A unit is ordinary swaps sharing their issue points, which
-        // the executor could run, but no swap-mode run has been checked with them yet.
+        // the executor could run, but no swap-mode run has been checked with them yet. No
+        // early copy-out: the executor releases a tensor's range when its copy-out ends, so a
+        // copy started before the last read would free the range under that read.
         let options = AutoSwapOptions {
             min_bytes: self.min_swap_bytes,
             units: false,
+            early_out: false,
             ..AutoSwapOptions::default()
         };
         let plan = plan_within(

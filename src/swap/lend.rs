@@ -65,7 +65,8 @@ pub fn lent_windows(trace: &OpTrace, plan: &SwapPlan, limit: u64, copy: CopyMode
                 });
             }
         };
-        let from = first_from(done).max(s.out_at + 1);
+        // After the copy and the last access before the gap (an early copy-out precedes it).
+        let from = first_from(done).max(s.out_at.max(s.out_after) + 1);
         // Until the swap-in starts (never before it is issued, nor after the next access).
         let to = |need: usize| {
             in_start[index]

@@ -37,9 +37,14 @@
 //! For every swap `s` of tensor `t` with accesses `A_t` (sorted ops reading or writing `t`):
 //! * `o ∈ A_t`, and `i` is the next access after `o` (`A_t ∩ (o, i) = ∅`), or, wrapping,
 //!   `t` is alive across iterations, `o = max A_t` and `i = min A_t`;
-//! * non-wrapping: `o ≤ out_at < in_issue ≤ i`; wrapping: `in_issue ≤ i ≤ o ≤ out_at`;
+//! * non-wrapping: `w ≤ out_at`, `max(o, out_at) < in_issue ≤ i`, where `w` is the last
+//!   write of `t` at or before `o` (`o` when there is none): an *early* copy-out
+//!   (`out_at < o`) starts after the last write and overlaps the reads that follow it, and
+//!   the tensor leaves the device when both the copy and op `o` have ended; an early
+//!   `out_at` is at or after the previous swap's `i` of the same tensor (it is back then);
+//!   wrapping: `in_issue ≤ i ≤ o ≤ out_at`;
 //! * final (`i = None`): `o = max A_t`, `t` is freed within the iteration, and
-//!   `o ≤ out_at ≤` the op after which it is freed;
+//!   `w ≤ out_at ≤` the op after which it is freed;
 //! * no two swaps share a gap.
 //!
 //! [`check`] adds what only a simulation shows: every swapped tensor is back before its next
@@ -57,7 +62,7 @@ pub mod sim;
 pub(crate) mod tests;
 
 pub use autoswap::{AutoSwapOptions, Candidate, Weights, candidates, evaluate, plan, plan_with};
-pub use bound::{Bound, zero_stall_bound};
+pub use bound::{Bound, overhead_bound, zero_stall_bound};
 pub use lend::{Lent, lent_windows};
 pub use sim::{SimOptions, SimResult, Stream, StreamEvent, What, simulate};
 
@@ -155,8 +160,12 @@ impl Default for CopyModel {
     }
 }
 
-/// One swap: tensor `tensor` leaves the device after op `out_at` (≥ `out_after`, its last
-/// access before the gap) and must be back before op `in_before` (its next access). The
+/// One swap: tensor `tensor` is copied out after op `out_at` and must be back before op
+/// `in_before` (its next access). It leaves the device when that copy and op `out_after`
+/// (its last access before the gap) have both ended: `out_at ≥ out_after` waits after the
+/// last access; an *early* copy-out (`out_at < out_after`, after the tensor's last write, see
+/// the module invariants) overlaps the reads up to `out_after`, so the tensor can leave as
+/// soon as the last one ends. The
 /// swap-in is issued when op `in_issue` is launched (when the op before it ends) plus
 /// `in_delay_ns` (0 for an executor that issues exactly at a launch).
 ///
@@ -354,8 +363,9 @@ pub(crate) fn validate_profile(p: &Profile, plan: &SwapPlan) -> Result<(), PlanE
             }
             let issue_ok = s
                 .in_before
-                .is_none_or(|i| s.out_at < s.in_issue && s.in_issue <= i);
-            if !(s.out_after <= s.out_at && s.out_at <= p.death[t] && issue_ok) {
+                .is_none_or(|i| s.out_after.max(s.out_at) < s.in_issue && s.in_issue <= i);
+            let from = p.copy_from(t, s.out_after);
+            if !(from <= s.out_at && s.out_at <= p.death[t] && issue_ok) {
                 return Err(PlanError::BadIssueOrder { swap: si });
             }
         }
@@ -376,6 +386,13 @@ pub(crate) fn validate_profile(p: &Profile, plan: &SwapPlan) -> Result<(), PlanE
                 a: w[0].2,
                 b: w[1].2,
             });
+        }
+        // An early copy-out of the later gap must not start before the earlier gap's
+        // tensor is back: it copies the device's version.
+        let (prev, cur) = (&plan.swaps[w[0].2], &plan.swaps[w[1].2]);
+        let back_by = prev.in_before.unwrap_or(usize::MAX);
+        if w[0].0 == w[1].0 && cur.out_at < cur.out_after && cur.out_at < back_by {
+            return Err(PlanError::BadIssueOrder { swap: w[1].2 });
         }
     }
     Ok(())

@@ -32,6 +32,9 @@ pub(crate) struct Profile {
     /// CSR: sorted ops accessing tensor t.
     pub t_acc_off: Vec<usize>,
     pub t_acc: Vec<u32>,
+    /// CSR: sorted ops writing tensor t (a subset of its accesses).
+    pub t_wr_off: Vec<usize>,
+    pub t_wr: Vec<u32>,
     /// CSR: non-resident tensors born at op k; tensors dying after op k.
     pub born_off: Vec<usize>,
     pub born: Vec<u32>,
@@ -84,8 +87,18 @@ impl Profile {
             op_pairs.extend(scratch.iter().map(|&id| (k as u32, id)));
         }
         let mut t_pairs: Vec<(u32, u32)> = op_pairs.iter().map(|&(k, id)| (id, k)).collect();
+        let mut wr_pairs: Vec<(u32, u32)> = trace
+            .ops
+            .iter()
+            .enumerate()
+            .flat_map(|(k, op)| op.writes.iter().map(move |&id| (id, k as u32)))
+            .filter(|&(id, _)| (id as usize) < nt)
+            .collect();
+        wr_pairs.sort_unstable();
+        wr_pairs.dedup();
         let (op_acc_off, op_acc) = csr(n, &mut op_pairs);
         let (t_acc_off, t_acc) = csr(nt, &mut t_pairs);
+        let (t_wr_off, t_wr) = csr(nt, &mut wr_pairs);
 
         let bytes: Vec<u64> = trace.tensors.iter().map(|t| t.bytes).collect();
         let resident: Vec<bool> = trace.tensors.iter().map(|t| t.resident).collect();
@@ -150,6 +163,8 @@ impl Profile {
             op_acc,
             t_acc_off,
             t_acc,
+            t_wr_off,
+            t_wr,
             born_off,
             born,
             dies_off,
@@ -165,6 +180,17 @@ impl Profile {
     }
     pub fn t_acc(&self, t: usize) -> &[u32] {
         &self.t_acc[self.t_acc_off[t]..self.t_acc_off[t + 1]]
+    }
+    /// The earliest op after which a copy of tensor `t` made for its idle gap after access
+    /// `o` is still current: its last write at or before `o` (only reads follow it up to `o`,
+    /// so a copy-out may start there and overlap them), or `o` itself when nothing before
+    /// writes it in the iteration (a resident tensor's value comes from the previous one).
+    pub fn copy_from(&self, t: usize, o: usize) -> usize {
+        let w = &self.t_wr[self.t_wr_off[t]..self.t_wr_off[t + 1]];
+        match w.partition_point(|&k| k as usize <= o) {
+            0 => o,
+            j => w[j - 1] as usize,
+        }
     }
     pub fn born(&self, k: usize) -> &[u32] {
         &self.born[self.born_off[k]..self.born_off[k + 1]]

@@ -11,7 +11,9 @@
 //!   swap-outs to complete). It then allocates its born tensors and runs for `d_k`.
 //! * When op `k` ends, tensors dying after `k` are freed, then the swap-outs with `out_at = k`
 //!   are queued: each starts at `max(E_k, previous swap-out end)` and releases the tensor's
-//!   bytes when it completes (`+ c_out(b)`).
+//!   bytes when it completes (`+ c_out(b)`). An *early* swap-out (`out_at < out_after`) copies
+//!   while the tensor stays on the device for its remaining reads; its bytes are released when
+//!   both the copy and op `out_after` have ended (the later of the two), with no second copy.
 //! * The swap-in at the head of its queue starts at the first instant at which the stream is
 //!   free, its earliest time has come, the tensor's swap-out has completed, and
 //!   `load + b ≤ limit` (else it is *delayed*, the paper's backward case); it reacquires `b` at
@@ -221,6 +223,8 @@ struct Machine<'a> {
     out_free: f64,
     out_end: Vec<f64>,
     out_by_op: Vec<Vec<usize>>,
+    /// Early swap-outs by their `out_after`: the op whose end lets the tensor leave.
+    leave_by_op: Vec<Vec<usize>>,
     in_by_op: Vec<Vec<usize>>,
     in_queue: VecDeque<InJob>,
     in_busy: bool,
@@ -246,6 +250,7 @@ impl<'a> Machine<'a> {
         let nt = p.bytes.len();
         let n = p.n;
         let mut out_by_op = vec![Vec::new(); n];
+        let mut leave_by_op = vec![Vec::new(); n];
         let mut in_by_op = vec![Vec::new(); n];
         let mut state = vec![St::Device; nt];
         for (i, s) in swaps.iter().enumerate() {
@@ -254,6 +259,9 @@ impl<'a> Machine<'a> {
                 continue;
             }
             out_by_op[s.out_at].push(i);
+            if s.out_at < s.out_after && s.out_after < n {
+                leave_by_op[s.out_after].push(i);
+            }
             if s.in_before.is_some() {
                 in_by_op[s.in_issue].push(i);
             }
@@ -304,6 +312,7 @@ impl<'a> Machine<'a> {
             out_free: 0.0,
             out_end: vec![f64::NAN; swaps.len()],
             out_by_op,
+            leave_by_op,
             in_by_op,
             in_queue: VecDeque::new(),
             in_busy: false,
@@ -585,6 +594,24 @@ impl<'a> Machine<'a> {
                     }
                     self.dead[t] = true;
                 }
+                // Early swap-outs whose last read this was: the tensor leaves now if its copy
+                // is done (else when the copy ends).
+                for idx in 0..self.leave_by_op[k].len() {
+                    let s = self.leave_by_op[k][idx];
+                    let t = self.swaps[s].tensor as usize;
+                    if self.state[t] != St::Device || self.out_end[s].is_nan() {
+                        continue;
+                    }
+                    if self.out_end[s] <= self.now {
+                        self.state[t] = St::Host;
+                        if self.held[t] {
+                            self.held[t] = false;
+                            self.load = self.load.saturating_sub(p.bytes[t]);
+                        }
+                    } else {
+                        self.state[t] = St::SwappingOut;
+                    }
+                }
                 self.mark();
                 for idx in 0..self.out_by_op[k].len() {
                     let s = self.out_by_op[k][idx];
@@ -592,12 +619,15 @@ impl<'a> Machine<'a> {
                     if self.state[t] != St::Device || !self.held[t] || self.dead[t] {
                         continue;
                     }
+                    let early = self.swaps[s].out_at < self.swaps[s].out_after;
                     let b = p.bytes[t];
                     let start = self.now.max(self.out_free);
                     let end = start + self.copy.out_ns(b);
                     self.out_free = end;
                     self.out_end[s] = end;
-                    self.state[t] = St::SwappingOut;
+                    if !early {
+                        self.state[t] = St::SwappingOut;
+                    }
                     self.swaps_done += 1;
                     self.swapped_bytes = self.swapped_bytes.saturating_add(b);
                     self.event(

@@ -14,10 +14,20 @@ const UNIT: CopyModel = CopyModel {
     in_latency_ns: 0.0,
 };
 
+/// Every tensor a candidate; copy-outs after the last access (the paper's AutoSwap, which
+/// the hand-checked examples follow; `early()` adds early copy-outs).
 fn opts() -> AutoSwapOptions {
     AutoSwapOptions {
         min_bytes: 1,
+        early_out: false,
         ..AutoSwapOptions::default()
+    }
+}
+
+fn early() -> AutoSwapOptions {
+    AutoSwapOptions {
+        early_out: true,
+        ..opts()
     }
 }
 
@@ -596,9 +606,11 @@ fn degenerate_traces_do_not_panic() {
 
 #[test]
 fn bound_by_hand() {
-    // Fig. 7 at the peak op F2 (S* = 200): eligible tensors are x0 (previous access F1,
-    // release E = 200; next access B0, S = 500) and x1? x1 is read by F2: not eligible.
-    // x0: out must fit [200, 200] → c_out(50) = 50 > 0: not eligible either → removal 0.
+    // Fig. 7 at the peak op F2 (S* = 200): eligible tensors are x0 (previous access F1; next
+    // access B0, S = 500) and x1? x1 is read by F2: not eligible. x0 is last written by F0 and
+    // only read by F1, so its copy-out may start at E_0 = 100 (early): out fits [100, 200]
+    // (c_out 50), in [200, 500] (c_in 50) → removal 50. After its last access (release
+    // E_1 = 200) it would not fit: [200, 200] holds no 50-ns copy.
     let b = zero_stall_bound(&fig7(), UNIT);
     assert_eq!(
         (
@@ -608,9 +620,9 @@ fn bound_by_hand() {
             b.max_removal,
             b.floor_bytes
         ),
-        (Some(2), 150, 0, 0, 150)
+        (Some(2), 150, 1, 50, 100)
     );
-    // Zero-latency, infinitely fast copies: x0 is eligible ([200, 200] holds a 0-ns copy).
+    // Zero-latency, infinitely fast copies: x0 is eligible either way.
     let free = CopyModel {
         out_ns_per_byte: 0.0,
         in_ns_per_byte: 0.0,
@@ -694,6 +706,7 @@ fn property_random_plans() {
         };
         let plans = [
             ("autoswap", plan_with(&t, limit, w, copy, &opts())),
+            ("early", plan_with(&t, limit, w, copy, &early())),
             ("units", plan_with(&t, limit, w, copy, &units)),
             ("default", plan(&t, limit, Weights::default(), copy)),
             ("aoa", baselines::single_score(&t, limit, Score::Aoa, copy)),
@@ -725,6 +738,13 @@ fn property_random_plans() {
                     "case {case} {name}: beat the bound {r:?} {bound:?}"
                 );
             }
+            if !r.over_limit {
+                let at = overhead_bound(&t, copy, r.overhead);
+                assert!(
+                    r.peak_bytes >= at.floor_bytes,
+                    "case {case} {name}: beat the overhead bound {r:?} {at:?}"
+                );
+            }
             // A range is lent only while its tensor is away: after its swap-out (or, wrapping,
             // in the next iteration) and before its next access.
             for lent in lent_windows(&t, plan, limit, copy) {
@@ -740,14 +760,20 @@ fn property_random_plans() {
                         "case {case} {name}: {lent:?} {s:?}"
                     ),
                     Some(need) => assert!(
-                        lent.from > s.out_at && lent.to <= need && lent.to >= s.in_issue,
+                        lent.from > s.out_at.max(s.out_after)
+                            && lent.to <= need
+                            && lent.to >= s.in_issue,
                         "case {case} {name}: {lent:?} {s:?}"
                     ),
-                    None => assert!(lent.from > s.out_at, "case {case} {name}"),
+                    None => assert!(lent.from > s.out_at.max(s.out_after), "case {case} {name}"),
                 }
             }
         }
-        unit_members += plans[1]
+        assert!(
+            plans[0].1.swaps.iter().all(|s| s.out_at >= s.out_after),
+            "case {case}: early copy-out without early_out"
+        );
+        unit_members += plans[2]
             .1
             .swaps
             .iter()
@@ -924,4 +950,106 @@ fn small_tensor_log_comes_within_a_point_of_its_copy_bound() {
             .swaps
             .is_empty()
     );
+}
+
+/// x0 is written by F0 and read by F1 before its gap (F1, B0): an early copy-out starts when
+/// F0 ends, overlaps F1, and the tensor leaves when both have ended, not before F1's read.
+fn x0_early(out_at: usize) -> SwapPlan {
+    let mut plan = x0_swap(4, 0.0);
+    plan.swaps[0].out_at = out_at;
+    plan
+}
+
+#[test]
+fn early_copy_out_leaves_after_both_the_copy_and_the_last_read() {
+    // Copy-out 3 ns/B: 150 ns for x0. Limit 100: F2 needs x0 gone to allocate x2.
+    let slow_out = CopyModel {
+        out_ns_per_byte: 3.0,
+        ..UNIT
+    };
+    // After the last access: copy [200, 350], F2 waits until 350 (150 ns forward stall).
+    let late = check(&fig7(), &x0_early(1), 100, slow_out).unwrap();
+    assert_eq!((late.stall_forward_ns, late.peak_bytes), (150.0, 100));
+    // Early: copy [100, 250] while F1 reads x0 in [100, 200]; x0 leaves at 250 = max(copy
+    // end, F1 end), F2 waits 50 ns. B1 is launched at 550 and issues x0's swap-in (50 ns).
+    let r = check(&fig7(), &x0_early(0), 100, slow_out).unwrap();
+    assert_eq!(
+        (r.stall_forward_ns, r.peak_bytes, r.time_ns, r.swaps),
+        (50.0, 100, 650.0, 1)
+    );
+    // With UNIT copies the copy [100, 150] ends before F1 does: x0 leaves at 200, F2 runs at
+    // once, and the iteration keeps the limit with no overhead (after the last access, F2
+    // waits 50 ns for the copy [200, 250]).
+    let r = check(&fig7(), &x0_early(0), 100, UNIT).unwrap();
+    assert_eq!((r.overhead, r.peak_bytes, r.stall_ns), (0.0, 100, 0.0));
+    let r = check(&fig7(), &x0_early(1), 100, UNIT).unwrap();
+    assert_eq!(r.stall_forward_ns, 50.0);
+    // The load never counts x0 away while F1 reads it: recorded, x0 and x1 (100 B) are held
+    // from F1's start at 100 until F1 ends at 200, not only until the copy ends at 150.
+    let r = simulate(
+        &fig7(),
+        &x0_early(0),
+        100,
+        UNIT,
+        SimOptions { record: true },
+    );
+    assert!(
+        r.load_curve
+            .windows(2)
+            .any(|w| w == [(100.0, 100), (200.0, 50)]),
+        "{:?}",
+        r.load_curve
+    );
+}
+
+#[test]
+fn early_copy_out_must_follow_the_last_write() {
+    // x1 is written by F1 (op 1): a copy-out after F0 would copy a stale version.
+    let x1 = SwapPlan {
+        swaps: vec![Swap {
+            tensor: 1,
+            out_after: 2,
+            out_at: 0,
+            in_before: Some(4),
+            in_issue: 3,
+            in_delay_ns: 0.0,
+        }],
+        claims_zero_overhead: false,
+    };
+    assert_eq!(
+        validate(&fig7(), &x1),
+        Err(PlanError::BadIssueOrder { swap: 0 })
+    );
+    let mut after_write = x1.clone();
+    after_write.swaps[0].out_at = 1;
+    assert_eq!(validate(&fig7(), &after_write), Ok(()));
+    // The swap-in may not be issued before the last read before the gap.
+    let mut plan = x0_early(0);
+    plan.swaps[0].in_issue = 1;
+    assert_eq!(
+        validate(&fig7(), &plan),
+        Err(PlanError::BadIssueOrder { swap: 0 })
+    );
+}
+
+#[test]
+fn planner_copies_out_after_the_last_write() {
+    // x0's gap (F1, B0) with its copy-out from F0: lead = max(50 − 100, 0) = 0, so
+    // DOA = 300 − 0 − 50 = 250 (200 after the last access).
+    let c = candidates(&fig7(), 100, UNIT, &early());
+    assert_eq!((c[0].tensor, c[0].out_from, c[0].doa), (0, 0, 250.0));
+    let plan = plan_with(&fig7(), 100, Weights::default(), UNIT, &early());
+    let r = check(&fig7(), &plan, 100, UNIT).unwrap();
+    assert!(plan.claims_zero_overhead, "{plan:?} {r:?}");
+    assert!(plan.swaps.iter().any(|s| s.out_at < s.out_after));
+}
+
+#[test]
+fn overhead_bound_grows_with_the_overhead() {
+    // fig7 at UNIT copies: every extra ns of window lets more of x0 and x1 move.
+    let zero = zero_stall_bound(&fig7(), UNIT);
+    assert_eq!(overhead_bound(&fig7(), UNIT, 0.0), zero);
+    assert_eq!(overhead_bound(&fig7(), UNIT, f64::NAN), zero);
+    let more = overhead_bound(&fig7(), UNIT, 0.5);
+    assert!(more.max_removal >= zero.max_removal, "{zero:?} {more:?}");
 }
