@@ -503,17 +503,7 @@ impl<'d, 'a> Run<'d, 'a> {
             return Signal::Return(false);
         }
         let base = self.arenas();
-        let candidates = self.candidates_of(part, None);
-        self.frames.push(Frame::Choose {
-            part,
-            segments,
-            candidates,
-            next: candidates.0,
-            mark: self.trail.len(),
-            current: None,
-            signature: Some((key, room)),
-            base,
-        });
+        self.choose(part, segments, None, Some((key, room)), base);
         Signal::Advance
     }
 
@@ -576,17 +566,7 @@ impl<'d, 'a> Run<'d, 'a> {
         if parts.1 - parts.0 == 1 {
             let (part, segments) = self.parts[parts.0];
             self.parts.truncate(parts.0);
-            let candidates = self.candidates_of(part, Some((offset, rank)));
-            self.frames.push(Frame::Choose {
-                part,
-                segments,
-                candidates,
-                next: candidates.0,
-                mark: self.trail.len(),
-                current: None,
-                signature: None,
-                base,
-            });
+            self.choose(part, segments, Some((offset, rank)), None, base);
         } else {
             self.frames.push(Frame::Split {
                 parts,
@@ -635,6 +615,29 @@ impl Run<'_, '_> {
         };
         self.parts[start..end].sort_by_key(|p| std::cmp::Reverse(slack(p)));
         (start, end)
+    }
+
+    /// Opens the frame that chooses the next buffer of `part` among its candidates after
+    /// `cursor` (see `candidates_of`); `signature`: as in `Frame::Choose`.
+    fn choose(
+        &mut self,
+        part: Span,
+        segments: Span,
+        cursor: Option<(u64, u32)>,
+        signature: Option<(u128, u64)>,
+        base: Arenas,
+    ) {
+        let candidates = self.candidates_of(part, cursor);
+        self.frames.push(Frame::Choose {
+            part,
+            segments,
+            candidates,
+            next: candidates.0,
+            mark: self.trail.len(),
+            current: None,
+            signature,
+            base,
+        });
     }
 
     /// Pushes the candidates of the subproblem `part` after `cursor`, sorted: the unplaced

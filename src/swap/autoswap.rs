@@ -754,7 +754,7 @@ pub fn plan_with(
     best.0
 }
 
-/// [`plan_with`] without the comparison: units exactly as `opts` says.
+/// [`plan_with`] without the comparison: units and early copy-outs exactly as `opts` says.
 pub(crate) fn plan_as_told(
     trace: &OpTrace,
     limit: u64,
