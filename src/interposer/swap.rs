@@ -38,6 +38,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 /// What swap mode was configured with.
@@ -363,14 +365,14 @@ impl PoolState {
     pub fn host_backed_malloc(&mut self, size: u64) -> Option<u64> {
         let exec = self.executor.as_mut()?;
         if !super::resolve::is_interposer() {
-            static REPORTED: std::sync::Once = std::sync::Once::new();
-            REPORTED.call_once(|| {
+            static REPORTED: AtomicBool = AtomicBool::new(false);
+            if !REPORTED.swap(true, Relaxed) {
                 super::report(format_args!(
                     "swap mode keeps ITERMEM_LIMIT only under LD_PRELOAD: through the pluggable \
                      allocator alone itermem sees no copy, so memory past the limit comes from \
                      the device"
-                ))
-            });
+                ));
+            }
             return None;
         }
         let (host, device) = cuda::mapped_host(size.max(1))?;
