@@ -34,40 +34,26 @@ use super::search::{Clock, Dfs, SearchStats, Verdict};
 use super::{Cutoff, Instance, Method, Outcome};
 
 /// The incumbent, or the decomposed placement if strictly smaller, searching until `deadline`
-/// on `clock` (see the module doc). Unchanged when the instance is small enough for the exact
-/// search as a whole, has absence windows, or has a part too large for it.
+/// on `clock` (see the module doc); `split` is [`split`]'s answer for `prep`. Unchanged when
+/// that is `None`: the instance is small enough for the exact search as a whole, has absence
+/// windows, or has a part too large for it.
 pub(super) fn improve(
     instance: &Instance,
     prep: &Prepared,
+    split: Option<Split>,
     incumbent: Outcome,
     (clock, deadline): (Clock, u64),
     seed: u64,
     stats: &mut SearchStats,
 ) -> Outcome {
     let n = prep.len();
-    if n <= exact::MAX_BUFFERS
-        || prep.has_absences()
-        || incumbent.footprint <= prep.lower_bound
-        || clock.now(stats) >= deadline
-    {
+    if incumbent.footprint <= prep.lower_bound || clock.now(stats) >= deadline {
         return incumbent;
     }
-    let whole = (0, prep.segments);
-    let (globals, rest): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| prep.segs[i] == whole);
+    let Some(Split { globals, members }) = split else {
+        return incumbent;
+    };
     let base: u64 = globals.iter().map(|&i| prep.sizes[i]).sum();
-    let segs: Vec<(usize, usize)> = rest.iter().map(|&i| prep.segs[i]).collect();
-    let spans = greedy::parts(&segs, prep.segments);
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
-    for &i in &rest {
-        let part = spans.partition_point(|&(start, _)| start <= prep.segs[i].0) - 1;
-        members[part].push(i);
-    }
-    members.retain(|m| !m.is_empty());
-    // A part too large for the exact search would take best-fit's placement, which the
-    // incumbent already has: the budget is better left to the search of the whole.
-    if members.iter().any(|m| m.len() > exact::MAX_BUFFERS) {
-        return incumbent;
-    }
     let cutoff = clock.cutoff(deadline);
     let mut parts: Vec<Part> = Vec::with_capacity(members.len());
     for members in members {
@@ -174,6 +160,37 @@ pub(super) fn improve(
     }
 }
 
+/// The globals (stacked from 0) and the buffers of each non-empty part of time, in time order.
+pub(super) struct Split {
+    globals: Vec<usize>,
+    members: Vec<Vec<usize>>,
+}
+
+/// How the decomposition splits `prep` (module doc), or `None` where it does not apply: an
+/// instance small enough for the exact search as a whole, with absence windows, or with a part
+/// too large for it (such a part would take best-fit's placement, which the incumbent already
+/// has: the budget is better left to the search of the whole).
+pub(super) fn split(prep: &Prepared) -> Option<Split> {
+    let n = prep.len();
+    if n <= exact::MAX_BUFFERS || prep.has_absences() {
+        return None;
+    }
+    let whole = (0, prep.segments);
+    let (globals, rest): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| prep.segs[i] == whole);
+    let segs: Vec<(usize, usize)> = rest.iter().map(|&i| prep.segs[i]).collect();
+    let spans = greedy::parts(&segs, prep.segments);
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
+    for &i in &rest {
+        let part = spans.partition_point(|&(start, _)| start <= prep.segs[i].0) - 1;
+        members[part].push(i);
+    }
+    members.retain(|m| !m.is_empty());
+    if members.iter().any(|m| m.len() > exact::MAX_BUFFERS) {
+        return None;
+    }
+    Some(Split { globals, members })
+}
+
 /// One part of time: its buffers (indices into the instance) as an instance of their own.
 struct Part {
     members: Vec<usize>,
@@ -226,6 +243,7 @@ mod tests {
                 let out = improve(
                     &instance,
                     &prep,
+                    split(&prep),
                     incumbent.clone(),
                     (clock, steps),
                     seed,
@@ -263,6 +281,7 @@ mod tests {
         let out = improve(
             &instance,
             &prep,
+            split(&prep),
             incumbent.clone(),
             (clock, 1_000_000),
             1,

@@ -483,7 +483,7 @@ impl<'p> Placer<'p> {
 }
 
 /// Two buffers of byte ranges that [`choose_gap`] merges into, in turn.
-type Scratch = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+pub(super) type Scratch = (Vec<(u64, u64)>, Vec<(u64, u64)>);
 
 /// The offset `fit` picks for `size` bytes among the gaps of the union of the lists `refs`
 /// (each sorted by start and internally disjoint).
@@ -492,7 +492,7 @@ type Scratch = (Vec<(u64, u64)>, Vec<(u64, u64)>);
 /// scratch buffers used in turn): O(k · R + K) for k lists of K ranges in all whose union has
 /// R ranges. The lists of one query mostly cover the same bytes (the pool is reused over
 /// time), so R is much smaller than K and linear merges beat a sort or a heap of heads.
-fn choose_gap(
+pub(super) fn choose_gap(
     timeline: &Timeline,
     refs: &[ListRef],
     scratch: &mut Scratch,

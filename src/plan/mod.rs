@@ -39,13 +39,15 @@
 //!   it unless larger; one dive of a canonical depth-first search (MiniMalloc-style) tries to
 //!   meet `LB` at once (above 4096 buffers, when every part of time left once the buffers
 //!   live throughout are stacked has at most 4096, the exact search on each part follows:
-//!   `decompose.rs`); then the placements of the other policies `itermem compare`
-//!   reports are offered: cnmem (tuned and grown) and PyTorch's caching allocator as their simulators
-//!   place them, and first-fit (see `online.rs`: so that SmartPool never needs more than any
-//!   of them); the rest of best-of runs, then, while `footprint > LB` and
-//!   [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the depth-first search at `LB`
-//!   and at capacities between `LB` and the incumbent, alternating with a seeded randomised
-//!   iterated greedy (see `search.rs`). Up to 4096 buffers that search is exact
+//!   `decompose.rs`; where a part has more, windows of time around the buffers at the top
+//!   are placed again with the rest fixed: `window.rs`); then the placements of the other
+//!   policies `itermem compare` reports are offered: cnmem (tuned and grown) and PyTorch's
+//!   caching allocator as their simulators place them, and first-fit (see `online.rs`: so
+//!   that SmartPool never needs more than any of them); the rest of best-of runs, then, while
+//!   `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the
+//!   depth-first search at `LB` and at capacities between `LB` and the incumbent, alternating
+//!   with a seeded randomised iterated greedy, or with those windows where they apply (see
+//!   `search.rs`). Up to 4096 buffers that search is exact
 //!   (`exact.rs`: MiniMalloc's canonical solutions, section inference, dominance and dynamic
 //!   temporal decomposition, with remembered refutations, a stronger section bound and
 //!   resumable restarts): it gets 5/8 of the remaining budget at `LB`, then closes in from
@@ -80,6 +82,7 @@ mod instance;
 mod online;
 mod search;
 mod timeline;
+mod window;
 
 #[cfg(test)]
 mod tests;
@@ -185,11 +188,14 @@ pub struct PlanOptions {
     /// (`itermem bench plan --budget-ms`, up to 100k buffers): under 5 ms, mostly under 0.5 ms,
     /// whenever the floor fits. So the property `search ≤ best-fit, cnmem, cnmem grown,
     /// caching, first-fit` (and `≤ best-of`) holds only when the budget let those candidates run
-    /// (the dive before the online ones leaves them two greedy runs' time: `online.rs`); with
+    /// (the dive before the online ones leaves them two greedy runs' time: `online.rs`; on a
+    /// part of time too large for the exact search, the windows before them leave them an
+    /// eighth of the time left at most: `window.rs`, `search.rs`); with
     /// [`PlanOptions::steps`] it always holds (see there).
     pub budget: Duration,
     /// A budget of work instead of time: when set, [`Policy::Search`] stops after this many
-    /// steps (one depth-first search node; a greedy run on `n` buffers counts `n`) and
+    /// steps (one depth-first search node; a greedy run on `n` buffers counts `n`, a move of
+    /// the search over windows of time the buffers it frees) and
     /// `budget` is not used. The same instance, seed and steps then give the same plan on any
     /// machine under any load (what tests use); the time it takes still varies, and is not
     /// bounded: the floor, best-fit, best-of, the online allocators' placements and the DFS's
@@ -228,6 +234,9 @@ pub enum Method {
     /// The globals stacked and each of `parts` independent parts of time placed on its own,
     /// by the exact search where it can (`decompose.rs`).
     Decomposed { parts: usize },
+    /// The incumbent with windows of time placed again around the buffers at its top, `kept`
+    /// re-placements kept (`window.rs`).
+    Windows { kept: u64 },
 }
 
 impl fmt::Display for Method {
@@ -239,6 +248,7 @@ impl fmt::Display for Method {
             Method::Online { policy } => write!(f, "online-{}", policy.name()),
             Method::Floor => f.write_str("floor"),
             Method::Decomposed { parts } => write!(f, "decomposed/{parts}"),
+            Method::Windows { kept } => write!(f, "windows/{kept}"),
         }
     }
 }

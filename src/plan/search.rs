@@ -42,12 +42,16 @@
 //! by size, which replaces it unless larger; the dive, which on a wall clock stops early
 //! enough to leave two greedy runs' time before the deadline; on instances too large for the
 //! exact search whose parts of time are not (once the buffers live throughout are stacked),
-//! the exact search part by part (`decompose.rs`), until the dive's deadline; the placements of the other policies
-//! `itermem compare` reports (`online.rs`: cnmem tuned and grown, the caching allocator,
-//! first-fit), which cost about those two runs and make the plan never worse than any of them;
+//! the exact search part by part (`decompose.rs`), until the dive's deadline; where a part is
+//! too large for it too (one operator graph), windows of time placed again around the top
+//! (`window.rs`), with 7/8 of what is left or until the dive's deadline if later; the
+//! placements of the other policies `itermem compare` reports (`online.rs`: cnmem tuned and
+//! grown, the caching allocator, first-fit), which cost about those two runs and make the plan
+//! never worse than any of them;
 //! the rest of best-of (except the floor's run); then half of the remaining budget goes to the
-//! DFS at `LB`, and the rest alternates slices of randomised greedy and of DFS halfway between
-//! the largest capacity proved infeasible and the incumbent. After best-fit the incumbent is
+//! DFS at `LB`, and the rest alternates slices of randomised greedy (of those windows where
+//! they apply) and of DFS halfway between the largest capacity proved infeasible and the
+//! incumbent. After best-fit the incumbent is
 //! replaced only by a strictly smaller footprint, and the search stops as soon as
 //! `footprint = LB`. Why the dive first: on real traces it meets `LB` at once, and nothing is
 //! smaller; why it leaves time: offered after the DFS's pair lists and a dive that may use the
@@ -89,9 +93,9 @@ use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
 use super::decompose;
-use super::exact::Exact;
+use super::exact::{Exact, MAX_BUFFERS};
 use super::greedy::{self, Fit, Order, Prepared};
-use super::{Cutoff, Instance, Method, Outcome, floor, online};
+use super::{Cutoff, Instance, Method, Outcome, floor, online, window};
 use crate::rng::SplitMix64;
 
 /// The DFS is skipped above this many time-overlapping pairs (its neighbour lists take 8
@@ -111,6 +115,9 @@ pub struct SearchStats {
     pub dfs_refuted: u64,
     /// Times the incumbent was replaced.
     pub improvements: u64,
+    /// Buffers freed and placed again by the moves of the search over windows of time
+    /// (`window.rs`).
+    pub window_buffers: u64,
 }
 
 /// What a search's budget is measured in (see the module doc). Every deadline of this module
@@ -119,7 +126,8 @@ pub struct SearchStats {
 pub(crate) enum Clock {
     /// Nanoseconds since the instant given.
     Wall(Instant),
-    /// Steps of work done: DFS nodes, plus `per_greedy_run` for each perturbed greedy run.
+    /// Steps of work done: DFS nodes, plus `per_greedy_run` for each perturbed greedy run,
+    /// plus the buffers each window move frees (`window.rs`).
     Steps { per_greedy_run: u64 },
 }
 
@@ -170,7 +178,8 @@ impl Clock {
             Clock::Steps { per_greedy_run } => stats
                 .greedy_runs
                 .saturating_mul(per_greedy_run)
-                .saturating_add(stats.dfs_nodes),
+                .saturating_add(stats.dfs_nodes)
+                .saturating_add(stats.window_buffers),
         }
     }
 }
@@ -252,7 +261,29 @@ pub(crate) fn search(
     let now = clock.now(stats);
     let half = now.saturating_add(deadline.saturating_sub(now) / 2);
     let until = (clock, half.min(dive_deadline));
-    let best = decompose::improve(instance, prep, best, until, seed, stats);
+    // Computed once: what the decomposition places, and whether the windows below apply.
+    let split = decompose::split(prep);
+    let windows = prep.len() > MAX_BUFFERS && split.is_none() && !prep.has_absences();
+    let best = decompose::improve(instance, prep, split, best, until, seed, stats);
+    if best.footprint == lb {
+        return best;
+    }
+    // Where neither the exact search nor the decomposition reaches (a part of time too large
+    // for them: one operator graph), windows of time placed again around the top
+    // (`window.rs`), with 7/8 of what is left, or more, up to the dive's deadline, when the
+    // other policies' two greedy runs take less than the last eighth. So much: there a
+    // greedy run costs 0.1–0.7 s, so the other policies' placements and best-of would take
+    // the whole budget for little, and a window move places buffers ten times as fast (the
+    // `iopddl` family at 1 s, 40k buffers: 1.0103 of `LB` with half, 1.0043 with 7/8;
+    // docs/BENCHMARKS.md). Not on the other instances: where the flat DFS at `LB` below meets
+    // the bound (the scaling instances), the windows' share cost it that.
+    let best = if windows {
+        let now = clock.now(stats);
+        let share = now.saturating_add(deadline.saturating_sub(now) / 8 * 7);
+        window::improve(prep, best, (clock, share.max(dive_deadline)), seed, stats)
+    } else {
+        best
+    };
     if best.footprint == lb {
         return best;
     }
@@ -277,7 +308,7 @@ pub(crate) fn search(
     improve(
         instance,
         prep,
-        dfs.as_ref(),
+        (dfs.as_ref(), windows),
         best,
         (clock, deadline),
         seed,
@@ -286,12 +317,13 @@ pub(crate) fn search(
 }
 
 /// Improves `incumbent` until `deadline` on `clock` (see the module doc): half of the
-/// remaining budget on the DFS at the lower bound, then slices of randomised greedy
-/// alternating with slices of DFS halfway between what is proved infeasible and the incumbent.
+/// remaining budget on the DFS at the lower bound, then slices of randomised greedy (of moves
+/// over windows of time where `windows`: `window.rs`) alternating with slices of DFS halfway
+/// between what is proved infeasible and the incumbent.
 fn improve(
     instance: &Instance,
     prep: &Prepared,
-    dfs: Option<&Dfs<'_>>,
+    (dfs, windows): (Option<&Dfs<'_>>, bool),
     incumbent: Outcome,
     (clock, deadline): (Clock, u64),
     seed: u64,
@@ -357,7 +389,15 @@ fn improve(
     let mut round = 0u64;
     while clock.now(stats) < deadline && best.footprint > feasible_from {
         let slice_end = clock.now(stats).saturating_add(greedy_slice).min(deadline);
-        while clock.now(stats) < slice_end && best.footprint > feasible_from {
+        if windows {
+            // Moves over windows of time instead of greedy runs on the whole instance, which
+            // there cost tenths of a second each; from the incumbent (the DFS may have
+            // replaced it), with a seed of their own, until they give up or the slice ends.
+            round += 1;
+            let until = (clock, slice_end);
+            best = window::improve(prep, best, until, seed.wrapping_add(round), stats);
+        }
+        while !windows && clock.now(stats) < slice_end && best.footprint > feasible_from {
             round += 1;
             let Some(candidate) = perturbed(instance, prep, &mut rng, round, cutoff) else {
                 return best;
