@@ -195,7 +195,11 @@ pub fn zero_stall_bound(trace: &OpTrace, copy: CopyModel) -> Bound {
 /// every copy window `slack = overhead · T0` longer (see the module documentation). NaN or
 /// negative `overhead` reads as 0.
 pub fn overhead_bound(trace: &OpTrace, copy: CopyModel, overhead: f64) -> Bound {
-    let p = Profile::new(trace);
+    bound_of(&Profile::new(trace), copy, overhead)
+}
+
+/// [`overhead_bound`] of a profiled trace.
+fn bound_of(p: &Profile, copy: CopyModel, overhead: f64) -> Bound {
     let window_ns = if overhead > 0.0 {
         overhead * p.t0()
     } else {
@@ -212,7 +216,7 @@ pub fn overhead_bound(trace: &OpTrace, copy: CopyModel, overhead: f64) -> Bound 
             floor_bytes: peak_bytes,
         };
     };
-    let at_peak = removal_at(&p, copy, k, window_ns);
+    let at_peak = removal_at(p, copy, k, window_ns);
     // Every other op must fit too: a reduction R needs `L_j − removal_j ≤ L* − R`. Ops in
     // decreasing load; once `L* − L_j` reaches the bound, no later op can lower it.
     let mut max_removal = at_peak.removal;
@@ -225,7 +229,7 @@ pub fn overhead_bound(trace: &OpTrace, copy: CopyModel, overhead: f64) -> Bound 
             break;
         }
         visits -= p.bytes.len();
-        let at = removal_at(&p, copy, j, window_ns);
+        let at = removal_at(p, copy, j, window_ns);
         max_removal = max_removal.min(slack.saturating_add(at.removal));
     }
     Bound {
@@ -236,6 +240,20 @@ pub fn overhead_bound(trace: &OpTrace, copy: CopyModel, overhead: f64) -> Bound 
         max_removal,
         floor_bytes: peak_bytes.saturating_sub(max_removal),
     }
+}
+
+/// Whether [`zero_stall_bound`] lets a zero-stall plan keep `limit` (`limit ≥ floor`), so a
+/// planner can skip a search for a zero-overhead plan that cannot exist. The peak op's
+/// knapsack alone is looked at first: one op, O(tensors + E log E), where the whole bound
+/// visits up to [`MAX_TENSOR_VISITS`] tensors (about a second on the largest shared logs).
+pub(crate) fn zero_stall_may_keep(trace: &OpTrace, copy: CopyModel, limit: u64) -> bool {
+    let p = Profile::new(trace);
+    let (peak_bytes, peak_op) = p.peak();
+    let Some(k) = peak_op else {
+        return true;
+    };
+    limit >= peak_bytes.saturating_sub(removal_at(&p, copy, k, 0.0).removal)
+        && limit >= bound_of(&p, copy, 0.0).floor_bytes
 }
 
 /// Tensors the ops after the peak op may visit in all (each visits every tensor): about a

@@ -5,6 +5,7 @@
 //! executor's [`plan_within`] is what `itermem plan --timings` runs to reproduce a live plan.
 
 use super::autoswap::{AutoSwapOptions, plan_as_told};
+use super::bound::zero_stall_may_keep;
 use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows};
 use crate::bo::{self, BoConfig, BoError, Objective, Progress};
 use crate::ops::{Op, OpTrace, Tensor, TensorId};
@@ -23,7 +24,7 @@ pub fn objective(result: &SimResult) -> Objective {
 pub struct BoPlan {
     pub plan: SwapPlan,
     pub weights: [f64; 4],
-    /// Objective evaluations, both runs of [`bo_plan`] counted.
+    /// Objective evaluations, every run of [`bo_plan`] counted.
     pub evaluations: usize,
 }
 
@@ -43,6 +44,14 @@ pub struct BoPlan {
 /// since every run probes each single score (the one-hot weights of BO's initial design)
 /// under its options, BO's plan is never worse than [`super::baselines::single_score`]'s,
 /// which is the best of the same four variants (`plan_with`).
+///
+/// When no run finds zero overhead but the limit is at or above the floor of the zero-stall
+/// copy bound ([`super::zero_stall_bound`]), the runs are made again in the same order with
+/// three times the budget until one finds it (issue 13: the zero-overhead reduction of the
+/// generated VGG16 rises from 21.2 to 22.7 % of the peak). A limit below that floor, where
+/// every plan must stall, costs one knapsack at the peak op more than before (and the whole
+/// bound when that knapsack alone allows the limit); the executor's [`plan_within`] plans
+/// through here too.
 pub fn bo_plan(
     trace: &OpTrace,
     limit: u64,
@@ -73,19 +82,42 @@ pub fn bo_plan(
         (options.early_out, early_without_units),
         (options.units && options.early_out, *options),
     ];
-    for (wanted, others_options) in others {
-        if !wanted {
-            continue;
-        }
-        let run = bo_run(trace, limit, copy, evaluations, &others_options, progress)?;
+    let runs: Vec<AutoSwapOptions> = std::iter::once(without_units)
+        .chain(others.iter().filter(|o| o.0).map(|o| o.1))
+        .collect();
+    for run_options in &runs[1..] {
+        let run = bo_run(trace, limit, copy, evaluations, run_options, progress)?;
         evaluations_done += run.0.evaluations;
         if run.1 < kept.1 {
             kept = run;
         }
     }
+    // Zero overhead missed although the copy bound allows it: its pockets among the weights
+    // can be too small for the budget (the generated VGG16, PCIe 3: 21.2 % of the peak at
+    // zero overhead with 36 evaluations per run, 22.7 % with 108), so each run is made again
+    // with `EXTENDED_BUDGET` times the budget, in the same order, until one finds it. Below
+    // the bound's floor no plan can have zero overhead, and nothing is made again.
+    if kept.1.primary != 0.0 && zero_stall_may_keep(trace, copy, limit) {
+        for run_options in &runs {
+            let budget = evaluations.saturating_mul(EXTENDED_BUDGET);
+            let run = bo_run(trace, limit, copy, budget, run_options, progress)?;
+            evaluations_done += run.0.evaluations;
+            if run.1 < kept.1 {
+                kept = run;
+            }
+            if kept.1.primary == 0.0 {
+                break;
+            }
+        }
+    }
     kept.0.evaluations = evaluations_done;
     Ok(kept.0)
 }
+
+/// How many times the budget of [`bo_plan`]'s runs grows when none finds zero overhead and
+/// the copy bound does not rule it out (the seeded runs are made from the start again, so
+/// a larger budget costs its whole length, not only the extra evaluations).
+const EXTENDED_BUDGET: usize = 3;
 
 /// One seeded BO run of [`bo_plan`] with `options`, and the objective of its plan.
 fn bo_run(
@@ -659,6 +691,52 @@ mod tests {
             measured: true,
             flops: 0.0,
         }
+    }
+
+    /// Issue 13: on this seeded iteration (PCIe 5, limit 95 % of the peak) no run of four
+    /// evaluations finds a plan of zero overhead, although the copy bound allows one; made
+    /// again with three times the budget, a run finds it, and it keeps the limit with zero
+    /// overhead in simulation. Below the copy bound's floor nothing is made again.
+    #[test]
+    fn issue_13_runs_grow_their_budget_when_the_bound_allows_zero_overhead() {
+        let mut rng = SplitMix64::new(31);
+        let t = random_iteration(&mut rng, 80, 50, 1 << 20);
+        let copy = CopyModel::pcie5();
+        let bound = super::super::zero_stall_bound(&t, copy);
+        let limit = (bound.peak_bytes as f64 * 0.95) as u64;
+        assert!(limit >= bound.floor_bytes && zero_stall_may_keep(&t, copy, limit));
+        let options = AutoSwapOptions::default();
+        let variants = [
+            AutoSwapOptions {
+                units: false,
+                early_out: false,
+                ..options
+            },
+            AutoSwapOptions {
+                early_out: false,
+                ..options
+            },
+            AutoSwapOptions {
+                units: false,
+                ..options
+            },
+            options,
+        ];
+        for variant in &variants {
+            let (run, objective) = bo_run(&t, limit, copy, 4, variant, None).unwrap();
+            assert!(objective.primary > 0.0 && !run.plan.claims_zero_overhead);
+        }
+        let found = bo_plan(&t, limit, copy, 4, &options, None).unwrap();
+        assert!(found.plan.claims_zero_overhead, "{found:?}");
+        assert!(found.evaluations > 4 * variants.len());
+        let r = check(&t, &found.plan, limit, copy).unwrap();
+        assert!(r.overhead == 0.0 && r.peak_bytes <= limit, "{r:?}");
+
+        let below = bound.floor_bytes - 1;
+        assert!(!zero_stall_may_keep(&t, copy, below));
+        let found = bo_plan(&t, below, copy, 4, &options, None).unwrap();
+        assert!(!found.plan.claims_zero_overhead);
+        assert_eq!(found.evaluations, 4 * variants.len());
     }
 
     #[test]
