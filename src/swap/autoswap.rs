@@ -200,6 +200,10 @@ pub struct AutoSwapOptions {
     /// Copy a tensor out right after its last write before the gap, overlapping the reads
     /// that follow it, instead of after its last access (see the module documentation).
     pub early_out: bool,
+    /// [`super::combined::bo_plan`] only: when none of its runs finds a plan of zero overhead
+    /// although the copy bound allows one, make them again with a larger budget (costly where
+    /// no such plan exists in AutoSwap's reach: up to twelve times the first run).
+    pub retry_zero_overhead: bool,
 }
 
 impl Default for AutoSwapOptions {
@@ -209,6 +213,7 @@ impl Default for AutoSwapOptions {
             rounds: 8,
             units: true,
             early_out: true,
+            retry_zero_overhead: true,
         }
     }
 }
