@@ -16,7 +16,9 @@
 //! The search offers these after its floor, best-fit and one dive, which leaves them two
 //! greedy runs' time, about what they cost (`search.rs`), so its plan needs at most each of their
 //! footprints whenever they ran: always under a budget of steps; on a wall clock whenever the
-//! budget leaves them their time after best-fit (not when best-fit alone takes most of it).
+//! budget leaves them their time after best-fit (not when best-fit alone takes most of it, nor
+//! when the windows of `window.rs` have taken 7/8 of it and a greedy run costs more than the
+//! eighth left: one operator graph of tens of thousands of buffers).
 //!
 //! **In the plan's terms.** A simulation places each buffer in one of its regions (cnmem's
 //! reservation or one region per miss, the caching allocator's segments). The regions are laid
