@@ -225,6 +225,32 @@ mod tests {
         greedy::run(instance, prep, Order::SizeDesc, Fit::Best)
     }
 
+    /// [`improve`] from `incumbent` with a budget of `steps` (so verdicts do not depend on the
+    /// machine), and its statistics.
+    fn improve_in_steps(
+        instance: &Instance,
+        prep: &Prepared,
+        incumbent: &Outcome,
+        steps: u64,
+        seed: u64,
+    ) -> (Outcome, SearchStats) {
+        let clock = Clock::Steps {
+            per_greedy_run: prep.len() as u64,
+        };
+        let mut stats = SearchStats::default();
+        let until = (clock, steps);
+        let out = improve(
+            instance,
+            prep,
+            split(prep),
+            incumbent.clone(),
+            until,
+            seed,
+            &mut stats,
+        );
+        (out, stats)
+    }
+
     /// Multi-step instances above the exact search's limit: the plan is valid and never above
     /// the incumbent whatever the budget (in steps, so the verdicts do not depend on the
     /// machine), and with enough steps every step meets its own bound, hence `LB`.
@@ -234,21 +260,9 @@ mod tests {
             let instance = somas_instance(exact::MAX_BUFFERS + 500, seed);
             let prep = Prepared::new(&instance, Alignment::default()).unwrap();
             let incumbent = best_fit(&instance, &prep);
-            let clock = Clock::Steps {
-                per_greedy_run: prep.len() as u64,
-            };
             let mut last = incumbent.footprint;
             for steps in [0, 100, 10_000, 1_000_000] {
-                let mut stats = SearchStats::default();
-                let out = improve(
-                    &instance,
-                    &prep,
-                    split(&prep),
-                    incumbent.clone(),
-                    (clock, steps),
-                    seed,
-                    &mut stats,
-                );
+                let (out, _) = improve_in_steps(&instance, &prep, &incumbent, steps, seed);
                 let valid =
                     check::validate_parts(&instance, &out.offsets, out.footprint, prep.alignment);
                 assert_eq!(valid, Ok(()), "seed {seed}, {steps} steps");
@@ -274,19 +288,7 @@ mod tests {
         let instance = iopddl_instance(exact::MAX_BUFFERS + 500, 1);
         let prep = Prepared::new(&instance, Alignment::default()).unwrap();
         let incumbent = best_fit(&instance, &prep);
-        let clock = Clock::Steps {
-            per_greedy_run: prep.len() as u64,
-        };
-        let mut stats = SearchStats::default();
-        let out = improve(
-            &instance,
-            &prep,
-            split(&prep),
-            incumbent.clone(),
-            (clock, 1_000_000),
-            1,
-            &mut stats,
-        );
+        let (out, stats) = improve_in_steps(&instance, &prep, &incumbent, 1_000_000, 1);
         assert_eq!(
             (out.offsets, out.method),
             (incumbent.offsets, incumbent.method)

@@ -93,7 +93,7 @@ use std::cell::OnceCell;
 use std::time::{Duration, Instant};
 
 use super::decompose;
-use super::exact::{Exact, MAX_BUFFERS};
+use super::exact::Exact;
 use super::greedy::{self, Fit, Order, Prepared};
 use super::{Cutoff, Instance, Method, Outcome, floor, online, window};
 use crate::rng::SplitMix64;
@@ -263,7 +263,7 @@ pub(crate) fn search(
     let until = (clock, half.min(dive_deadline));
     // Computed once: what the decomposition places, and whether the windows below apply.
     let split = decompose::split(prep);
-    let windows = prep.len() > MAX_BUFFERS && split.is_none() && !prep.has_absences();
+    let windows = window::applies(prep, split.is_some());
     let best = decompose::improve(instance, prep, split, best, until, seed, stats);
     if best.footprint == lb {
         return best;

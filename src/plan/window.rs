@@ -38,6 +38,7 @@
 
 use std::cmp::Reverse;
 
+use super::exact::MAX_BUFFERS;
 use super::greedy::{self, Fit, Prepared};
 use super::search::{Clock, SearchStats};
 use super::timeline::Timeline;
@@ -65,6 +66,12 @@ const MAX_FREED: usize = 4096;
 /// lifetimes ended at 1.0043–1.0414 of `LB`, up to 0–16 at 1.0000–1.0346; the narrow windows
 /// are cheap and many, the wide ones move what the narrow ones cannot.
 const REACH: [f64; 4] = [0.0, 1.0, 4.0, 16.0];
+
+/// Whether the search moves windows on `prep` (module doc): more buffers than the exact search
+/// takes, no split into parts it takes (`decomposes`: `decompose.rs`), no absence windows.
+pub(super) fn applies(prep: &Prepared, decomposes: bool) -> bool {
+    prep.len() > MAX_BUFFERS && !decomposes && !prep.has_absences()
+}
 
 /// The incumbent, or a strictly smaller plan found by moves until `deadline` on `clock` (see the
 /// module doc). Unchanged on instances with absence windows.
