@@ -4,6 +4,10 @@
 #[path = "../tests/support/samples.rs"]
 pub mod samples;
 
+#[path = "../tests/support/real_traces.rs"]
+mod real_traces;
+pub use real_traces::{real_trace, real_traces};
+
 use crate::event::Event;
 use crate::trace::{Clock, TraceHeader, TraceWriter};
 use std::path::{Path, PathBuf};

@@ -68,7 +68,7 @@ fn library() -> Option<&'static Path> {
     match real_cnmem() {
         Ok(path) => Some(path),
         Err(reason) => {
-            println!("skipped: real cnmem could not be built: {reason}");
+            support::say_skipped(format_args!("real cnmem could not be built: {reason}"));
             None
         }
     }
@@ -320,14 +320,6 @@ fn hand_made_sequence_matches_the_real_cnmem() {
 #[test]
 fn real_traces_match_the_real_cnmem() {
     let Some(library) = library() else { return };
-    let folder = support::root().join("../shared/real-traces/derived-dsa-csv");
-    if !folder.is_dir() {
-        println!(
-            "skipped: {} is absent (the shared real traces are not part of a fresh clone)",
-            folder.display()
-        );
-        return;
-    }
     // All five derived traces: a tiny fixture, a ViT, two Transformer LMs (the 2.7B one needs a
     // 48 GiB simulated device: cuda-shim only reserves address space, nothing is touched) and a
     // DLRM-like model with 13k buffers.
@@ -338,11 +330,9 @@ fn real_traces_match_the_real_cnmem() {
         "hta_v100_ddp_rank1_profile_memory_gpu1.csv",
         "cs336_lm2.7b_b4_ctx128_fp32_fullstep_dev0.csv",
     ] {
-        let path = folder.join(file);
-        if !path.is_file() {
-            println!("skipped: {} is absent", path.display());
+        let Some(path) = support::real_trace(&format!("derived-dsa-csv/{file}")) else {
             continue;
-        }
+        };
         // Read in place; never copied into the repository.
         let instance = itermem::import::read_dsa_csv(&path).unwrap();
         compare_all(library, file, &instance, false);

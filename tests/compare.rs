@@ -4,19 +4,9 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use support::{itermem, scratch, stdout_ok};
-
-fn real_traces() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!("skipped: ../shared/real-traces not found");
-        None
-    }
-}
+use support::{itermem, real_traces, scratch, stdout_ok};
 
 fn compare(args: &[&str], files: &[PathBuf]) -> serde_json::Value {
     let output = Command::new(itermem())

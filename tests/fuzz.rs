@@ -3,7 +3,7 @@
 //! and a few thousand seeded mutations: 0 panics, peak memory bounded").
 //!
 //! Each target starts from small valid inputs built here (and, when `../shared/real-traces` is
-//! present, a few small real files; "skipped" is printed when it is not), applies
+//! present, a few small real files; "SKIPPED" is printed when it is not), applies
 //! [`MUTATIONS`] seeded mutations (bit flips, byte inserts and deletes, truncation, splicing in
 //! pieces of other seeds, duplicated chunks, huge integers and varints; one to four of them per
 //! input, an eighth of the inputs gzipped afterwards) and runs the importer on each input under
@@ -29,8 +29,12 @@ use itermem::rng::SplitMix64;
 use itermem::trace::{Clock, TraceFile, TraceHeader};
 use serde_pickle::{SerOptions, Value};
 
+#[path = "support/real_traces.rs"]
+#[allow(dead_code)] // the fuzz targets need one file, not the folder
+mod real_traces;
 #[path = "support/samples.rs"]
 mod samples;
+use real_traces::real_trace;
 use samples::{GEN, dict, entry};
 
 /// Mutated inputs per target.
@@ -370,24 +374,10 @@ fn scratch(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{}-{name}", std::process::id()))
 }
 
-/// The real-traces folder, or `None` after printing that its seeds are skipped.
-fn real_traces() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: real-trace seeds (../shared/real-traces not found)");
-        None
-    }
-}
-
 /// A small real file as a seed (decompressed if gzip), if the folder and the file are there.
 fn real_seed(relative: &str) -> Option<Seed> {
-    let path = real_traces()?.join(relative);
-    let Ok(raw) = std::fs::read(&path) else {
-        eprintln!("skipped: real-trace seed {relative} (not found)");
-        return None;
-    };
+    let path = real_trace(relative)?;
+    let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&raw[..]), &mut out)

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::{itermem, scratch, stdout_ok};
+use support::{itermem, real_trace, scratch, stdout_ok};
 
 const MIB: u64 = 1 << 20;
 
@@ -163,11 +163,9 @@ fn check_bo_never_worse(sweep: &serde_json::Value) {
 
 #[test]
 fn real_dtr_logs_sweep_with_bo_never_worse() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces/dtr-op-logs");
-    if !dir.is_dir() {
-        println!("skipped: ../shared/real-traces not found");
+    let Some(dir) = real_trace("dtr-op-logs") else {
         return;
-    }
+    };
     let resnet = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use itermem::replay::{LoadSettings, Program, Scaling};
-use support::{itermem, read_json, run_under_itermem, scratch, stdout_ok, trace_info};
+use support::{itermem, read_json, real_trace, run_under_itermem, scratch, stdout_ok, trace_info};
 
 const MIB: u64 = 1 << 20;
 
@@ -352,20 +352,6 @@ fn replay_verified(
         let _ = std::fs::remove_file(path);
     }
     read
-}
-
-/// A shared real workload, or `None` after saying why the test is skipped.
-fn real_trace(relative: &str) -> Option<PathBuf> {
-    let path = support::root().join("../shared/real-traces").join(relative);
-    if path.exists() {
-        Some(path)
-    } else {
-        println!(
-            "skipped: {} is absent (the shared real traces are not part of a fresh clone)",
-            path.display()
-        );
-        None
-    }
 }
 
 #[test]

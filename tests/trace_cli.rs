@@ -1,6 +1,8 @@
 //! `itermem trace info|export` end to end: traces written with `TraceWriter`, read by the
 //! binary; corrupt traces must fail with exit code 2, the byte offset, and no panic.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -498,12 +500,10 @@ fn usage_errors_exit_with_2() {
 /// mallocs and frees, and its training step rather than its layer loop.
 #[test]
 fn trace_info_reads_a_pytorch_snapshot() {
-    let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/real-traces/pytorch-snapshots/vit_l16_b1_adam_3steps.pickle");
-    if !snapshot.exists() {
-        println!("skipped: ../shared/real-traces not found");
+    let Some(snapshot) = support::real_trace("pytorch-snapshots/vit_l16_b1_adam_3steps.pickle")
+    else {
         return;
-    }
+    };
     let json: serde_json::Value =
         serde_json::from_str(&ok(&["trace", "info", "--json", s(&snapshot)])).unwrap();
     assert_eq!(json["events"]["malloc"], 1497);

@@ -19,7 +19,7 @@ use crate::event::{Event, EventKind, MemKind};
 // ---------------------------------------------------------------------------------------------
 
 use crate::test_support::samples::{dict, entry, s};
-use crate::test_support::{TempPath, buffer, write_trace};
+use crate::test_support::{TempPath, buffer, real_traces, write_trace};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -66,17 +66,6 @@ fn source() -> Source {
         format: Format::ItermemTrace,
         path: PathBuf::from("synthetic"),
         gzip: false,
-    }
-}
-
-/// The real-traces folder, or `None` after printing why the test is skipped.
-fn real_traces() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: ../shared/real-traces not found");
-        None
     }
 }
 

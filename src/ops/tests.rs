@@ -534,6 +534,7 @@ fn itermem_events_become_one_iteration_of_launches() {
 }
 
 use crate::test_support::TempPath;
+use crate::test_support::real_traces;
 use crate::test_support::samples::GEN;
 
 #[test]
@@ -699,20 +700,6 @@ fn cost_model_is_a_roofline_with_checked_rates() {
 
 // ---------------------------------------------------------------------------------------------
 // The real traces
-
-/// The real-traces folder, or `None` after printing why the test is skipped.
-fn real_traces() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/real-traces"
-    ));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: ../shared/real-traces not found");
-        None
-    }
-}
 
 fn files(dir: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -6,7 +6,7 @@ use super::*;
 use crate::policy::sim::{self, Policy as Baseline};
 use crate::rng::SplitMix64;
 
-use crate::test_support::buffer as b;
+use crate::test_support::{self, buffer as b};
 
 fn inst(buffers: Vec<Buffer>) -> Instance {
     Instance::new(buffers).expect("a valid test instance")
@@ -1225,8 +1225,6 @@ fn property_search_never_loses_to_an_online_policy() {
 
 // ---------------------------------------------------------------- real traces
 
-const REAL_TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/real-traces");
-
 /// Every DSA CSV of the shared folder with its expectation: `real` traces must reach a ratio
 /// ≤ 1.02 with best-of; `optimum` names the policies proved to reach the lower bound (within
 /// [`AMPLE`] steps for the search, so in every build and under any load).
@@ -1320,21 +1318,10 @@ const TRACES: &[Trace] = &[
     },
 ];
 
-/// The shared folder; None (after saying the test is skipped) when it is absent.
-fn real_root() -> Option<&'static std::path::Path> {
-    let root = std::path::Path::new(REAL_TRACES);
-    if root.is_dir() {
-        Some(root)
-    } else {
-        println!("skipped: ../shared/real-traces not found");
-        None
-    }
-}
-
 /// Every instance of [`TRACES`], read; None (after saying the test is skipped) when the shared
 /// folder is absent.
 fn real_instances() -> Option<Vec<(&'static Trace, Instance)>> {
-    let root = real_root()?;
+    let root = test_support::real_traces()?;
     let read = |trace: &'static Trace| {
         let path = root.join(trace.path);
         let instance = crate::import::read_dsa_csv(&path)
@@ -1388,7 +1375,7 @@ fn real_traces() {
 /// release build). Times are reported in docs/BENCHMARKS.md, not asserted.
 #[test]
 fn minimalloc_challenging_instances_fit_two_to_the_twenty() {
-    let Some(root) = real_root() else {
+    let Some(root) = test_support::real_traces() else {
         return;
     };
     for (name, steps) in [
@@ -1436,7 +1423,9 @@ const RECORDINGS: [&str; 4] = [
 #[test]
 fn real_recordings_search_beats_every_online_policy() {
     // Each recording as `itermem compare` forms it: whole, and its iteration when one is found.
-    let Some(root) = real_root() else { return };
+    let Some(root) = test_support::real_traces() else {
+        return;
+    };
     let mut iterations = 0;
     for file in RECORDINGS {
         let loaded = crate::import::load(root.join(file)).unwrap();
@@ -1488,12 +1477,11 @@ fn bench_best_fit_100k() {
 #[test]
 #[ignore]
 fn bench_online_candidates() {
-    let path = std::path::Path::new(REAL_TRACES)
-        .join("derived-dsa-csv/hta_v100_ddp_rank1_profile_memory_gpu1.csv");
-    if !path.is_file() {
-        println!("skipped: {} absent", path.display());
+    let Some(path) =
+        test_support::real_trace("derived-dsa-csv/hta_v100_ddp_rank1_profile_memory_gpu1.csv")
+    else {
         return;
-    }
+    };
     let instance = crate::import::read_dsa_csv(&path).unwrap();
     let prep = greedy::Prepared::new(&instance, Alignment::DEFAULT).unwrap();
     let mut times: Vec<f64> = (0..7)

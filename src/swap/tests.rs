@@ -5,6 +5,7 @@ use super::*;
 use crate::ops::random::random_iteration;
 use crate::ops::{Op, OpTrace, Tensor};
 use crate::rng::SplitMix64;
+use crate::test_support::real_trace;
 
 /// 1 ns per byte both ways, no latency: a copy of b bytes takes b ns.
 const UNIT: CopyModel = CopyModel {
@@ -810,25 +811,17 @@ fn large_random_iteration_gets_a_valid_deterministic_plan() {
 
 #[test]
 fn real_dtr_traces() {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/real-traces/dtr-op-logs");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("skipped: ../shared/real-traces not found");
+    let Some(dir) = real_trace("dtr-op-logs") else {
         return;
     };
+    let entries = std::fs::read_dir(&dir).unwrap();
     let mut files: Vec<_> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with(".log.gz"))
         .collect();
     files.sort();
     for f in files {
-        let t = match crate::ops::load(&f) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("skipped {}: {e}", f.display());
-                continue;
-            }
-        };
+        let t = crate::ops::load(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let p = profile::Profile::new(&t);
         let limit = p.peak().0 / 10 * 8;
         let copy = CopyModel::pcie3();

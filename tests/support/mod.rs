@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+mod real_traces;
+#[allow(unused_imports)] // each test crate uses its own subset
+pub use real_traces::{real_trace, real_traces, say_skipped};
+
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -203,8 +207,8 @@ pub struct NvidiaDirs {
 }
 
 /// NVIDIA's directories for CUDA `major` (12 or 13), fetching the wheels through
-/// `tools/abi-check --nvidia-dirs <major>`; `None` when they cannot be downloaded (the caller
-/// says it skipped), a failure instead with `REQUIRE_NVIDIA_WHEELS=1`.
+/// `tools/abi-check --nvidia-dirs <major>`; `None` when they cannot be downloaded (after saying
+/// that the calling test is skipped), a failure instead with `REQUIRE_NVIDIA_WHEELS=1`.
 pub fn nvidia_dirs(major: u32) -> Option<NvidiaDirs> {
     let output = Command::new(root().join("tools/abi-check"))
         .args(["--nvidia-dirs", &major.to_string()])
@@ -222,6 +226,10 @@ pub fn nvidia_dirs(major: u32) -> Option<NvidiaDirs> {
             std::env::var("REQUIRE_NVIDIA_WHEELS").as_deref() != Ok("1"),
             "NVIDIA's wheels are required (REQUIRE_NVIDIA_WHEELS=1):\n{stderr}"
         );
+        say_skipped(format_args!(
+            "NVIDIA's CUDA {major} runtime wheel could not be downloaded (offline?); \
+             set REQUIRE_NVIDIA_WHEELS=1 to make this a failure"
+        ));
         return None;
     }
     let value = |key: &str| {
