@@ -369,7 +369,9 @@ pub(crate) fn best_of(
 }
 
 /// Places the buffers in `order` with `fit`; returns the offsets (instance order) and the
-/// footprint. `order` must be a permutation of `0..n`.
+/// footprint. `order` holds distinct indices: a permutation of `0..n` for a whole plan, else
+/// the others keep offset 0 and are not counted in the footprint (`window::start` places the
+/// largest buffers so).
 pub(crate) fn place(prep: &Prepared, order: &[usize], fit: Fit) -> (Vec<u64>, u64) {
     let mut placer = Placer::new(prep, fit);
     for i in by_part(prep, order) {
@@ -398,7 +400,7 @@ pub(crate) fn place_until(
 
 /// Buffers placed between two readings of the clock by [`place_until`]: about 0.1 ms of work
 /// on the scaling instance (2 µs a buffer), so a cut run stops that close to its cutoff.
-const CHECK_EVERY: usize = 64;
+pub(super) const CHECK_EVERY: usize = 64;
 
 /// `order` regrouped part by part (parts in time order), keeping the relative order within each
 /// part: a counting sort, O(n + parts). Since buffers of different parts never meet, every

@@ -39,8 +39,10 @@
 //!    a base order with seeded noise on the ranks, best or first fit.
 //!
 //! The order: the floor (best-fit in birth order with a free list, `floor.rs`), then best-fit
-//! by size, which replaces it unless larger; the dive, which on a wall clock stops early
-//! enough to leave two greedy runs' time before the deadline; on instances too large for the
+//! by size, which replaces it unless larger (where the windows below apply, their cheaper
+//! first plan instead, `window::start`, and best-fit runs with best-of); the dive, which on a
+//! wall clock stops early enough to leave two greedy runs' time before the deadline (where
+//! the windows apply, after `n + n/8` nodes, not `2n`); on instances too large for the
 //! exact search whose parts of time are not (once the buffers live throughout are stacked),
 //! the exact search part by part (`decompose.rs`), until the dive's deadline; where a part is
 //! too large for it too (one operator graph), windows of time placed again around the top
@@ -206,27 +208,36 @@ pub(crate) fn search(
     if best.footprint == lb {
         return best;
     }
-    // SmartPool's best-fit replaces it unless larger, if the budget lets it complete.
-    let best_fit_start = Instant::now();
-    let order = greedy::order_indices(instance, prep, Order::SizeDesc);
-    let best_fit = greedy::place_until(prep, &order, Fit::Best, cutoff);
-    // Freed now, not on return: the heap trim that freeing it may trigger (1.5 ms on 100k
-    // buffers) then fell after the deadline.
-    drop(order);
-    let Some((offsets, footprint)) = best_fit else {
-        return best;
-    };
-    let greedy_run = best_fit_start.elapsed();
-    if footprint <= best.footprint {
-        let method = Method::Greedy {
-            order: Order::SizeDesc,
-            fit: Fit::Best,
-        };
-        best = Outcome {
+    // Computed once: what the decomposition places, and whether the windows below apply.
+    let split = decompose::split(prep);
+    let windows = window::applies(prep, split.is_some());
+    // SmartPool's best-fit replaces it unless larger, if the budget lets it complete; where the
+    // windows apply, their first plan instead (`window::start`: best-fit's footprint there at
+    // 60–75 % of its cost), and best-fit joins best-of after the windows.
+    let first_start = Instant::now();
+    let first = if windows {
+        window::start(prep, cutoff)
+    } else {
+        let order = greedy::order_indices(instance, prep, Order::SizeDesc);
+        let best_fit = greedy::place_until(prep, &order, Fit::Best, cutoff);
+        // Freed now, not on return: the heap trim that freeing it may trigger (1.5 ms on 100k
+        // buffers) then fell after the deadline.
+        drop(order);
+        best_fit.map(|(offsets, footprint)| Outcome {
             offsets,
             footprint,
-            method,
-        };
+            method: Method::Greedy {
+                order: Order::SizeDesc,
+                fit: Fit::Best,
+            },
+        })
+    };
+    let Some(first) = first else {
+        return best;
+    };
+    let greedy_run = first_start.elapsed();
+    if first.footprint <= best.footprint {
+        best = first;
     }
     if best.footprint == lb {
         return best;
@@ -237,8 +248,12 @@ pub(crate) fn search(
     let mut dfs = Dfs::new(instance, prep, dive_cutoff);
     let dfs_cut = dfs.is_none() && dive_cutoff.passed();
     if let Some(dfs) = dfs.as_ref().filter(|_| !dive_cutoff.passed()) {
-        // One ranking and little backtracking: about the cost of a greedy run.
-        let limit = 2 * prep.len() as u64 + 64;
+        // One ranking and little backtracking: about the cost of a greedy run. Less where the
+        // windows apply: there it meets `LB` without backtracking (the shared traces of 6,770
+        // and 13,385 buffers: `n` nodes) or not at all (the `iopddl` family, where its `2n`
+        // nodes took 0.09–0.18 s at 20k–40k buffers, time the windows then lacked).
+        let n = prep.len() as u64;
+        let limit = if windows { n + n / 8 } else { 2 * n } + 64;
         stats.dfs_runs += 1;
         let until = (clock, dive_deadline);
         if let Ok(offsets) = dfs.run(&dfs.rankings[0], lb, limit, until, false, stats) {
@@ -261,9 +276,6 @@ pub(crate) fn search(
     let now = clock.now(stats);
     let half = now.saturating_add(deadline.saturating_sub(now) / 2);
     let until = (clock, half.min(dive_deadline));
-    // Computed once: what the decomposition places, and whether the windows below apply.
-    let split = decompose::split(prep);
-    let windows = window::applies(prep, split.is_some());
     let best = decompose::improve(instance, prep, split, best, until, seed, stats);
     if best.footprint == lb {
         return best;
@@ -297,9 +309,10 @@ pub(crate) fn search(
     if dfs_cut && !cutoff.passed() {
         dfs = Dfs::new(instance, prep, cutoff);
     }
-    // Without absence windows the floor is the run `floor::RUN`.
+    // Without absence windows the floor is the run `floor::RUN`; best-fit ran first unless the
+    // windows did.
     let done = |run: &(Order, Fit)| {
-        *run == (Order::SizeDesc, Fit::Best)
+        (*run == (Order::SizeDesc, Fit::Best) && !windows)
             || online::GREEDY_COLUMNS.contains(run)
             || (*run == floor::RUN && !prep.has_absences())
     };

@@ -55,6 +55,10 @@ impl IntervalSet {
         true
     }
 
+    fn clear(&mut self) {
+        self.ranges.clear();
+    }
+
     pub(crate) fn ranges(&self) -> &[(u64, u64)] {
         &self.ranges
     }
@@ -80,13 +84,27 @@ pub(crate) struct Timeline {
 
 impl Timeline {
     pub(crate) fn new(segments: usize) -> Timeline {
-        let segments = segments.max(1);
-        let leaves = segments.next_power_of_two();
-        Timeline {
-            segments,
-            leaves,
-            cover: vec![IntervalSet::default(); 2 * leaves],
-            sub: vec![IntervalSet::default(); 2 * leaves],
+        let mut timeline = Timeline {
+            segments: 0,
+            leaves: 0,
+            cover: Vec::new(),
+            sub: Vec::new(),
+        };
+        timeline.reset(segments);
+        timeline
+    }
+
+    /// Empties the timeline and makes it one of `segments` segments, keeping its memory: the
+    /// windows of `window.rs` each need a fresh timeline, hundreds a second, and allocating
+    /// and freeing each one's sets cost a seventh of their moves' time (2M buffers freed on
+    /// 20k `iopddl` buffers: 1.47 s, 1.26 s reusing one timeline).
+    pub(crate) fn reset(&mut self, segments: usize) {
+        self.segments = segments.max(1);
+        self.leaves = self.segments.next_power_of_two();
+        for sets in [&mut self.cover, &mut self.sub] {
+            sets.truncate(2 * self.leaves);
+            sets.iter_mut().for_each(IntervalSet::clear);
+            sets.resize_with(2 * self.leaves, IntervalSet::default);
         }
     }
 
@@ -197,6 +215,38 @@ mod tests {
         assert!(!s.insert(32, 60)); // already held: unchanged
         assert!(s.insert(0, 100));
         assert_eq!(s.ranges(), &[(0, 100)]);
+    }
+
+    #[test]
+    fn a_reset_timeline_answers_as_a_new_one() {
+        let mut rng = crate::rng::SplitMix64::new(11);
+        let mut reused = Timeline::new(40);
+        for segments in [40, 9, 70, 1, 33] {
+            reused.reset(segments);
+            let mut fresh = Timeline::new(segments);
+            for k in 0..50u64 {
+                let a = rng.below(segments as u64) as usize;
+                let b = a + 1 + rng.below((segments - a) as u64) as usize;
+                let start = 7 * k;
+                let end = start + 1 + rng.below(12);
+                reused.insert(a, b, start, end);
+                fresh.insert(a, b, start, end);
+            }
+            for from in 0..segments {
+                for to in from + 1..=segments {
+                    let lists = |t: &Timeline| {
+                        let mut refs = Vec::new();
+                        t.taken(from, to, &mut refs);
+                        (refs.iter().map(|&r| t.list(r).to_vec())).collect::<Vec<_>>()
+                    };
+                    assert_eq!(
+                        lists(&reused),
+                        lists(&fresh),
+                        "[{from}, {to}) of {segments}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
