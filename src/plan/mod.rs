@@ -235,7 +235,7 @@ pub enum Method {
     /// by the exact search where it can (`decompose.rs`).
     Decomposed { parts: usize },
     /// The incumbent with windows of time placed again around the buffers at its top, `kept`
-    /// re-placements kept (`window.rs`; 0: the windows' first plan, `window::start`).
+    /// re-placements kept (`window.rs`).
     Windows { kept: u64 },
 }
 

@@ -13,8 +13,7 @@
 //! buffer meets exactly the buffers live at its birth, as an online allocator does; best-fit
 //! so is the search's floor (`floor.rs`), first-fit best-of's run in that order.)
 //!
-//! The search offers these after its floor, best-fit (or the windows' cheaper first plan,
-//! `window::start`, where those apply) and one dive, which leaves them two
+//! The search offers these after its floor, best-fit and one dive, which leaves them two
 //! greedy runs' time, about what they cost (`search.rs`), so its plan needs at most each of their
 //! footprints whenever they ran: always under a budget of steps; on a wall clock whenever the
 //! budget leaves them their time after best-fit (not when best-fit alone takes most of it, nor

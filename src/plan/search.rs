@@ -39,8 +39,7 @@
 //!    a base order with seeded noise on the ranks, best or first fit.
 //!
 //! The order: the floor (best-fit in birth order with a free list, `floor.rs`), then best-fit
-//! by size, which replaces it unless larger (where the windows below apply, their cheaper
-//! first plan instead, `window::start`, and best-fit runs with best-of); the dive, which on a
+//! by size, which replaces it unless larger; the dive, which on a
 //! wall clock stops early enough to leave two greedy runs' time before the deadline (where
 //! the windows apply, after `n + n/8` nodes, not `2n`); on instances too large for the
 //! exact search whose parts of time are not (once the buffers live throughout are stacked),
@@ -208,40 +207,34 @@ pub(crate) fn search(
     if best.footprint == lb {
         return best;
     }
-    // Computed once: what the decomposition places, and whether the windows below apply.
-    let split = decompose::split(prep);
-    let windows = window::applies(prep, split.is_some());
-    // SmartPool's best-fit replaces it unless larger, if the budget lets it complete; where the
-    // windows apply, their first plan instead (`window::start`: best-fit's footprint there at
-    // 60–75 % of its cost), and best-fit joins best-of after the windows.
-    let first_start = Instant::now();
-    let first = if windows {
-        window::start(prep, cutoff)
-    } else {
-        let order = greedy::order_indices(instance, prep, Order::SizeDesc);
-        let best_fit = greedy::place_until(prep, &order, Fit::Best, cutoff);
-        // Freed now, not on return: the heap trim that freeing it may trigger (1.5 ms on 100k
-        // buffers) then fell after the deadline.
-        drop(order);
-        best_fit.map(|(offsets, footprint)| Outcome {
-            offsets,
-            footprint,
-            method: Method::Greedy {
-                order: Order::SizeDesc,
-                fit: Fit::Best,
-            },
-        })
-    };
-    let Some(first) = first else {
+    // SmartPool's best-fit replaces it unless larger, if the budget lets it complete.
+    let best_fit_start = Instant::now();
+    let order = greedy::order_indices(instance, prep, Order::SizeDesc);
+    let best_fit = greedy::place_until(prep, &order, Fit::Best, cutoff);
+    // Freed now, not on return: the heap trim that freeing it may trigger (1.5 ms on 100k
+    // buffers) then fell after the deadline.
+    drop(order);
+    let Some((offsets, footprint)) = best_fit else {
         return best;
     };
-    let greedy_run = first_start.elapsed();
-    if first.footprint <= best.footprint {
-        best = first;
+    let greedy_run = best_fit_start.elapsed();
+    if footprint <= best.footprint {
+        let method = Method::Greedy {
+            order: Order::SizeDesc,
+            fit: Fit::Best,
+        };
+        best = Outcome {
+            offsets,
+            footprint,
+            method,
+        };
     }
     if best.footprint == lb {
         return best;
     }
+    // Computed once: what the decomposition places, and whether the windows below apply.
+    let split = decompose::split(prep);
+    let windows = window::applies(prep, split.is_some());
     // The dive first, leaving the other policies' placements two greedy runs' time (module doc).
     let dive_deadline = clock.leave(deadline, 2 * greedy_run);
     let dive_cutoff = clock.cutoff(dive_deadline);
@@ -309,10 +302,9 @@ pub(crate) fn search(
     if dfs_cut && !cutoff.passed() {
         dfs = Dfs::new(instance, prep, cutoff);
     }
-    // Without absence windows the floor is the run `floor::RUN`; best-fit ran first unless the
-    // windows did.
+    // Without absence windows the floor is the run `floor::RUN`.
     let done = |run: &(Order, Fit)| {
-        (*run == (Order::SizeDesc, Fit::Best) && !windows)
+        *run == (Order::SizeDesc, Fit::Best)
             || online::GREEDY_COLUMNS.contains(run)
             || (*run == floor::RUN && !prep.has_absences())
     };

@@ -11,9 +11,7 @@
 //! to move; a greedy run on a window's own timeline places over a million buffers a second,
 //! about ten times a whole run's rate, so a second tries hundreds of windows (medians
 //! 1.0043–1.0060 at 1 s: docs/BENCHMARKS.md). `search.rs` runs it only where the
-//! decomposition into parts of time (`decompose.rs`) does not apply, from a first plan built by
-//! the same greedy runs on chunks of time ([`start`]) rather than from best-fit on the whole
-//! graph, which there took up to half of a 1 s budget.
+//! decomposition into parts of time (`decompose.rs`) does not apply.
 //!
 //! **A move.** Target a capacity `C` below the footprint `F` of the incumbent. Pick a buffer
 //! `v` whose top `o_v + s_v` exceeds `C` (at random), a window of segments `W ⊇ T_v`: its
@@ -44,7 +42,7 @@ use super::exact::MAX_BUFFERS;
 use super::greedy::{self, Fit, Prepared};
 use super::search::{Clock, SearchStats};
 use super::timeline::Timeline;
-use super::{Cutoff, Method, Outcome};
+use super::{Method, Outcome};
 use crate::rng::SplitMix64;
 
 /// Moves in a row that lower nothing before the target comes closer to the footprint.
@@ -68,12 +66,6 @@ const MAX_FREED: usize = 4096;
 /// lifetimes ended at 1.0043–1.0414 of `LB`, up to 0–16 at 1.0000–1.0346; the narrow windows
 /// are cheap and many, the wide ones move what the narrow ones cannot.
 const REACH: [f64; 4] = [0.0, 1.0, 4.0, 16.0];
-
-/// Consecutive births placed by one greedy run in [`start`].
-const START_CHUNK: usize = 4096;
-
-/// [`start`] places the largest `n / START_BIG` of `n` buffers first, on the whole instance.
-const START_BIG: usize = 20;
 
 /// Whether the search moves windows on `prep` (module doc): more buffers than the exact search
 /// takes, no split into parts it takes (`decomposes`: `decompose.rs`), no absence windows.
@@ -147,85 +139,6 @@ pub(super) fn improve(
         excess = search.excess(capacity);
     }
     best
-}
-
-/// A first plan for [`improve`] at a fraction of best-fit's cost: the largest of the buffers
-/// (the [`START_BIG`]-th part, by size) by best-fit on the whole instance, then the others by
-/// birth in chunks of [`START_CHUNK`], each chunk placed by best-fit by size on its own
-/// timeline (from its first birth to its last death), on which every buffer already placed
-/// that meets it is taken from the start. `None` if `cutoff` passes first (the clock read as
-/// often as a greedy run reads it).
-///
-/// Why: best-fit on the whole instance, the search's usual start, costs 6–10 µs a buffer on
-/// the `iopddl` family (one timeline over the whole graph, its lists long): 0.12–0.6 s of a
-/// 1 s budget at 20k–60k buffers. Its footprint is set by the largest buffers, placed first:
-/// on those instances this plan has best-fit's footprint (the largest placed alike), and the
-/// others, on the short timelines of their chunks, cost less: 60–75 % of best-fit's time in
-/// all (at 60k buffers 0.26–0.34 s against 0.44–0.47). From it, the moves do as well as from
-/// best-fit (8k buffers, 8 seeds, a million buffers freed: never worse, better on six).
-/// Valid by construction: a chunk's buffer meets a buffer placed before it only if that one
-/// meets the chunk's timeline.
-pub(super) fn start(prep: &Prepared, cutoff: Cutoff) -> Option<Outcome> {
-    let n = prep.len();
-    let length = |i: usize| prep.segs[i].1 - prep.segs[i].0;
-    let mut by_size: Vec<usize> = (0..n).collect();
-    by_size.sort_unstable_by_key(|&i| (Reverse(prep.sizes[i]), Reverse(length(i)), i));
-    let big = &by_size[..n / START_BIG];
-    let (offsets, _) = greedy::place_until(prep, big, Fit::Best, cutoff)?;
-    let mut search = Windows::new(prep, &offsets, 0);
-    let mut placed = vec![false; n];
-    for &i in big {
-        placed[i] = true;
-    }
-    // The next unplaced buffer by birth.
-    let mut next = 0;
-    while next < n {
-        search.freed.clear();
-        while next < n && search.freed.len() < START_CHUNK {
-            let i = search.by_start[next].1 as usize;
-            if !placed[i] {
-                search.freed.push(i);
-            }
-            next += 1;
-        }
-        let Some(&first) = search.freed.first() else {
-            break;
-        };
-        let base = prep.segs[first].0;
-        let end = (search.freed.iter())
-            .map(|&i| prep.segs[i].1)
-            .max()
-            .unwrap_or(base + 1);
-        let from = (search.by_start).partition_point(|&(f, _)| f + search.longest < base);
-        search.obstacles.clear();
-        for &(f, i) in &search.by_start[from..] {
-            if f >= end {
-                break;
-            }
-            let i = i as usize;
-            if placed[i] && prep.segs[i].1 > base {
-                search.obstacles.push(i);
-            }
-        }
-        let order = search.noisy_order(0, 0.0);
-        let mut count = 0;
-        let in_time = search.place((base, end), &order, Fit::Best, |_| {
-            count += 1;
-            count % greedy::CHECK_EVERY != 0 || !cutoff.passed()
-        });
-        if !in_time {
-            return None;
-        }
-        for (&i, &o) in order.iter().zip(&search.placed) {
-            search.offsets[i] = o;
-            placed[i] = true;
-        }
-    }
-    Some(Outcome {
-        footprint: search.footprint(),
-        offsets: search.offsets,
-        method: Method::Windows { kept: 0 },
-    })
 }
 
 /// The current plan of the search and what a move needs to find the buffers of a window.
@@ -327,39 +240,12 @@ impl<'p> Windows<'p> {
             (before, after) = (before / 2, after / 2);
         };
         stats.window_buffers += self.freed.len() as u64;
-        let base = self.rng.below(3);
-        let spread = [0.0, 0.02, 0.1, 0.3][self.rng.below(4) as usize];
-        let order = self.noisy_order(base, spread);
-        let fit = if self.rng.below(4) == 0 {
-            Fit::First
-        } else {
-            Fit::Best
-        };
-        let old: u64 = (self.freed.iter())
-            .map(|&i| self.top(i).saturating_sub(capacity))
-            .sum();
-        let mut new = 0u64;
-        let kept = self.place(window, &order, fit, |top| {
-            new += top.saturating_sub(capacity);
-            top <= ceiling && new <= old
-        });
-        if !kept {
-            return None;
-        }
-        for (&i, &o) in order.iter().zip(&self.placed) {
-            self.offsets[i] = o;
-        }
-        Some(old - new)
-    }
-
-    /// The freed buffers in a base order (`base`: size, contention or area descending, then
-    /// index) with each rank displaced by up to `spread` times the freed count, at random.
-    fn noisy_order(&mut self, base: u64, spread: f64) -> Vec<usize> {
-        let prep = self.prep;
+        // A base order (size, contention or area descending, then index) with each rank
+        // displaced by up to a random fraction of the freed count.
         let sizes = &prep.sizes;
         let length = |i: usize| (prep.segs[i].1 - prep.segs[i].0) as u64;
         let contention = &self.contention;
-        match base {
+        match self.rng.below(3) {
             0 => (self.freed).sort_unstable_by_key(|&i| (Reverse(sizes[i]), Reverse(length(i)), i)),
             1 => (self.freed)
                 .sort_unstable_by_key(|&i| (Reverse(contention[i]), Reverse(sizes[i]), i)),
@@ -371,27 +257,21 @@ impl<'p> Windows<'p> {
                 )
             }),
         }
-        let spread = self.freed.len() as f64 * spread;
+        let spread = self.freed.len() as f64 * [0.0, 0.02, 0.1, 0.3][self.rng.below(4) as usize];
         let mut keyed: Vec<(f64, usize)> = (self.freed.iter().enumerate())
             .map(|(rank, &i)| (rank as f64 + self.rng.unit() * spread, i))
             .collect();
         keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        keyed.into_iter().map(|(_, i)| i).collect()
-    }
-
-    /// Places `order` by `fit`, one greedy run on a timeline of the segments `[base, end)` on
-    /// which the buffers of `obstacles` are taken from the start at their offsets (clipped to
-    /// the window); their offsets in `placed`, in `order`'s order. Stops (false) as soon as
-    /// `keep` turns down the top of a buffer just placed.
-    fn place(
-        &mut self,
-        (base, end): (usize, usize),
-        order: &[usize],
-        fit: Fit,
-        mut keep: impl FnMut(u64) -> bool,
-    ) -> bool {
-        let prep = self.prep;
-        let sizes = &prep.sizes;
+        let fit = if self.rng.below(4) == 0 {
+            Fit::First
+        } else {
+            Fit::Best
+        };
+        let old: u64 = (self.freed.iter())
+            .map(|&i| self.top(i).saturating_sub(capacity))
+            .sum();
+        // The window's own timeline, the obstacles taken from the start.
+        let (base, end) = window;
         let timeline = &mut self.timeline;
         timeline.reset(end - base);
         for &j in &self.obstacles {
@@ -400,19 +280,25 @@ impl<'p> Windows<'p> {
             timeline.insert(f.max(base) - base, t.min(end) - base, o, o + sizes[j]);
         }
         let (mut refs, mut scratch) = (Vec::new(), (Vec::new(), Vec::new()));
+        let mut new = 0u64;
         self.placed.clear();
-        for &i in order {
+        for &(_, i) in &keyed {
             let (f, t) = (prep.segs[i].0 - base, prep.segs[i].1 - base);
             refs.clear();
             timeline.taken(f, t, &mut refs);
             let o = greedy::choose_gap(timeline, &refs, &mut scratch, sizes[i], fit);
-            if !keep(o + sizes[i]) {
-                return false;
+            let top = o + sizes[i];
+            new += top.saturating_sub(capacity);
+            if top > ceiling || new > old {
+                return None;
             }
-            timeline.insert(f, t, o, o + sizes[i]);
+            timeline.insert(f, t, o, top);
             self.placed.push(o);
         }
-        true
+        for (&(_, i), &o) in keyed.iter().zip(&self.placed) {
+            self.offsets[i] = o;
+        }
+        Some(old - new)
     }
 
     /// Fills `freed` (the buffers whose lifetimes lie inside `window`) and `obstacles` (the
