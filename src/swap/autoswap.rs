@@ -201,8 +201,9 @@ pub struct AutoSwapOptions {
     /// that follow it, instead of after its last access (see the module documentation).
     pub early_out: bool,
     /// [`super::combined::bo_plan`] only: when none of its runs finds a plan of zero overhead
-    /// although the copy bound allows one, make them again with a larger budget (costly where
-    /// no such plan exists in AutoSwap's reach: up to twelve times the first run).
+    /// although the copy bound allows one, make them again with a larger budget, then search
+    /// from their plans (`super::augment`; costly where no such plan exists in AutoSwap's
+    /// reach: up to twelve times the first run, and the search's budget).
     pub retry_zero_overhead: bool,
 }
 
@@ -862,7 +863,7 @@ fn issue_at(p: &Profile, start: f64, earliest: usize, need: usize) -> (usize, f6
 
 /// What to do with a gap too short to copy the tensor out and back without stalling.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Gaps {
+pub(super) enum Gaps {
     /// Drop it: the plan hides every copy behind compute (the paper's AutoSwap).
     Hide,
     /// Keep it: its swap-in is issued when the op that needs it is launched, and the compute
@@ -891,8 +892,8 @@ fn stall_window(
 
 /// One scheduled swap: its swap-out end and swap-in start, both on the iteration's axis
 /// (a wrapping swap's swap-in serves the next iteration: it is away on `[out_end, T0 + in_start]`).
-struct Sched {
-    cand: usize,
+pub(super) struct Sched {
+    pub(super) cand: usize,
     out_end: f64,
     in_start: f64,
     /// Kept under [`Gaps::TradeStalls`] although its copies cannot be hidden: the op whose
@@ -906,7 +907,7 @@ struct Sched {
 /// swap-out ends (for a wrapping gap: before the iteration starts) is dropped (kept, issued at
 /// its [`stall_window`], under [`Gaps::TradeStalls`]), and the rest is
 /// rescheduled without it (at most twice; dropping only moves the others' outs earlier).
-fn schedule(
+pub(super) fn schedule(
     p: &Profile,
     cands: &[Candidate],
     chosen: &[usize],
@@ -999,7 +1000,35 @@ fn select_and_schedule(
     gaps: Gaps,
 ) -> SwapPlan {
     let cands = candidates_profile(p, limit, copy, opts);
-    let pri = priorities(&cands, weights);
+    let sched = select(p, &cands, limit, weights, copy, opts, gaps);
+    swaps_of(p, &cands, &sched)
+}
+
+/// `last_over[k]`: the last op before `k` whose no-swap load exceeds `limit` (see
+/// [`stall_window`]).
+pub(super) fn last_over_limit(p: &Profile, limit: u64) -> Vec<Option<usize>> {
+    let mut last_over = Vec::with_capacity(p.n + 1);
+    last_over.push(None);
+    for k in 0..p.n {
+        let prev = last_over[k];
+        last_over.push(if p.load[k] > limit { Some(k) } else { prev });
+    }
+    last_over
+}
+
+/// AutoSwap's selection among `cands` in the order of their priorities under `weights`, and
+/// its schedule.
+fn select(
+    p: &Profile,
+    cands: &[Candidate],
+    limit: u64,
+    weights: Weights,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+    gaps: Gaps,
+) -> Vec<Sched> {
+    let last_over = &last_over_limit(p, limit);
+    let pri = priorities(cands, weights);
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_by(|&x, &y| {
         pri[y]
@@ -1014,12 +1043,6 @@ fn select_and_schedule(
     let mut sched: Vec<Sched> = Vec::new();
     let mut tree = MaxTree::new(&p.load);
     let t0 = p.t0();
-    let mut last_over = Vec::with_capacity(p.n + 1);
-    last_over.push(None);
-    for k in 0..p.n {
-        let prev = last_over[k];
-        last_over.push(if p.load[k] > limit { Some(k) } else { prev });
-    }
     // Under `TradeStalls`, a second pass over the order takes the gaps left out, each away for
     // its stall window, once the hidden copies alone cannot keep the limit.
     let mut stall_pass = false;
@@ -1048,7 +1071,7 @@ fn select_and_schedule(
             };
             let b = s_i - c.in_ns(copy);
             let rs = if stall_pass && c.returns {
-                stall_window(p, c, &last_over).1
+                stall_window(p, c, last_over).1
             } else {
                 away_ranges(p, c.out_after, c.in_before, c.wraps, a, b)
             };
@@ -1061,7 +1084,7 @@ fn select_and_schedule(
             chosen.push(order[pos - 1]);
             taken[order[pos - 1]] = true;
         }
-        sched = schedule(p, &cands, &chosen, copy, gaps, &last_over);
+        sched = schedule(p, cands, &chosen, copy, gaps, last_over);
         chosen = sched.iter().map(|s| s.cand).collect();
         taken.fill(false);
         for &c in &chosen {
@@ -1072,7 +1095,7 @@ fn select_and_schedule(
             let c = &cands[s.cand];
             let back = if c.wraps { s.in_start + t0 } else { s.in_start };
             let away = if s.stalled.is_some() {
-                stall_window(p, c, &last_over).1
+                stall_window(p, c, last_over).1
             } else {
                 away_ranges(p, c.out_after, c.in_before, c.wraps, s.out_end, back)
             };
@@ -1085,10 +1108,15 @@ fn select_and_schedule(
             break;
         }
     }
+    sched
+}
+
+/// The plan of the scheduled candidates `sched`.
+pub(super) fn swaps_of(p: &Profile, cands: &[Candidate], sched: &[Sched]) -> SwapPlan {
     // One swap per member: a unit's members leave after its last member's access, back to
     // back, and are queued back together before its first member's next access.
     let mut swaps = Vec::new();
-    for s in &sched {
+    for s in sched {
         let c = &cands[s.cand];
         let back = c.returns.then(|| {
             let earliest = if c.wraps { 0 } else { c.out_after + 1 };
@@ -1139,6 +1167,6 @@ fn copy_lead(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
 
 /// When candidate `c`'s tensor can leave the device with no stall: its copy-out and its last
 /// access before the gap both ended.
-fn left_at(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
+pub(super) fn left_at(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
     p.end(c.out_after) + copy_lead(p, c, copy)
 }

@@ -1,7 +1,8 @@
 //! AutoSwap: which tensors to copy to host memory between two uses, when, and what it costs.
 //!
 //! This module owns the swap *plan* ([`SwapPlan`]), the timeline simulator that prices a plan
-//! ([`sim`]), the AutoSwap planner ([`autoswap`]), its baselines ([`baselines`]), an upper
+//! ([`sim`]), the AutoSwap planner ([`autoswap`]), a local search that completes its plans
+//! near the copy bound (`augment`), its baselines ([`baselines`]), an upper
 //! bound on what any zero-stall plan can save ([`bound`]), when a swapped tensor's range
 //! may be lent to others ([`lend`]) and the combined pool + swap plan ([`combined`]).
 //! Everything is a pure function of an [`OpTrace`] (`crate::ops`): deterministic, allocation-local, `Send + Sync`, no printing, no
@@ -51,6 +52,7 @@
 //! access (no on-demand swap-in was needed) and a plan that claims zero overhead really has
 //! `overhead = 0` and `peak ≤ limit`.
 
+mod augment;
 pub mod autoswap;
 pub mod baselines;
 pub mod bound;
