@@ -217,6 +217,12 @@ mod tests {
         assert_eq!(s.ranges(), &[(0, 100)]);
     }
 
+    /// A random non-empty range `[a, b)` of `0..m`.
+    fn random_segments(rng: &mut crate::rng::SplitMix64, m: usize) -> (usize, usize) {
+        let a = rng.below(m as u64) as usize;
+        (a, a + 1 + rng.below((m - a) as u64) as usize)
+    }
+
     #[test]
     fn a_reset_timeline_answers_as_a_new_one() {
         let mut rng = crate::rng::SplitMix64::new(11);
@@ -225,8 +231,7 @@ mod tests {
             reused.reset(segments);
             let mut fresh = Timeline::new(segments);
             for k in 0..50u64 {
-                let a = rng.below(segments as u64) as usize;
-                let b = a + 1 + rng.below((segments - a) as u64) as usize;
+                let (a, b) = random_segments(&mut rng, segments);
                 let start = 7 * k;
                 let end = start + 1 + rng.below(12);
                 reused.insert(a, b, start, end);
@@ -257,8 +262,7 @@ mod tests {
         let mut placed = Vec::new();
         let mut rng = crate::rng::SplitMix64::new(7);
         for k in 0..60u64 {
-            let a = rng.below(m as u64) as usize;
-            let b = a + 1 + rng.below((m - a) as u64) as usize;
+            let (a, b) = random_segments(&mut rng, m);
             let start = 10 * k;
             let end = start + 1 + rng.below(15);
             t.insert(a, b, start, end);
