@@ -39,9 +39,9 @@
 //!    a base order with seeded noise on the ranks, best or first fit.
 //!
 //! The order: the floor (best-fit in birth order with a free list, `floor.rs`), then best-fit
-//! by size, which replaces it unless larger; the dive, which on a
-//! wall clock stops early enough to leave two greedy runs' time before the deadline (where
-//! the windows apply, after `n + n/8` nodes, not `2n`); on instances too large for the
+//! by size, which replaces it unless larger; the dive, which on a wall clock stops early
+//! enough to leave two greedy runs' time before the deadline (where the windows apply, after
+//! `n + n/8` nodes, not `2n`); on instances too large for the
 //! exact search whose parts of time are not (once the buffers live throughout are stacked),
 //! the exact search part by part (`decompose.rs`), until the dive's deadline; where a part is
 //! too large for it too (one operator graph), windows of time placed again around the top

@@ -74,7 +74,7 @@ pub(super) fn applies(prep: &Prepared, decomposes: bool) -> bool {
 }
 
 /// The incumbent, or a strictly smaller plan found by moves until `deadline` on `clock` (see the
-/// module doc). Unchanged on instances with absence windows.
+/// module doc). Only where [`applies`]: a move does not respect absence windows.
 pub(super) fn improve(
     prep: &Prepared,
     incumbent: Outcome,
@@ -83,7 +83,7 @@ pub(super) fn improve(
     stats: &mut SearchStats,
 ) -> Outcome {
     let lb = prep.lower_bound;
-    if prep.has_absences() || incumbent.footprint <= lb || clock.now(stats) >= deadline {
+    if incumbent.footprint <= lb || clock.now(stats) >= deadline {
         return incumbent;
     }
     let mut search = Windows::new(prep, &incumbent.offsets, seed);

@@ -44,9 +44,9 @@ pub(crate) fn augment(
     copy: CopyModel,
 ) -> Option<(usize, SwapPlan)> {
     let mut ops_left = MAX_SIMULATED_OPS;
+    let last_over = last_over_limit(p, limit);
     for (index, (plan, opts)) in starts.iter().enumerate() {
         let cands = candidates_profile(p, limit, copy, opts);
-        let last_over = last_over_limit(p, limit);
         let mut search = Search {
             p,
             cands: &cands,

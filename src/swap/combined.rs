@@ -73,12 +73,10 @@ pub fn bo_plan(
         units: false,
         ..late
     };
-    let mut kept = bo_run(trace, limit, copy, evaluations, &without_units, progress)?;
-    if kept.1.primary == 0.0 {
-        return Ok(kept.0);
+    let first = bo_run(trace, limit, copy, evaluations, &without_units, progress)?;
+    if first.1.primary == 0.0 {
+        return Ok(first.0);
     }
-    let mut starts = vec![(kept.1, kept.0.clone(), without_units)];
-    let mut evaluations_done = kept.0.evaluations;
     let early_without_units = AutoSwapOptions {
         units: false,
         ..*options
@@ -91,52 +89,55 @@ pub fn bo_plan(
     let runs: Vec<AutoSwapOptions> = std::iter::once(without_units)
         .chain(others.iter().filter(|o| o.0).map(|o| o.1))
         .collect();
+    // Every run made, with its objective and options: the best is the plan, and all of them
+    // are the search's starts.
+    let mut made = vec![(first.0, first.1, without_units)];
     for run_options in &runs[1..] {
-        let run = bo_run(trace, limit, copy, evaluations, run_options, progress)?;
-        evaluations_done += run.0.evaluations;
-        starts.push((run.1, run.0.clone(), *run_options));
-        if run.1 < kept.1 {
-            kept = run;
-        }
+        let (run, objective) = bo_run(trace, limit, copy, evaluations, run_options, progress)?;
+        made.push((run, objective, *run_options));
     }
+    let found_zero = |made: &[(BoPlan, Objective, AutoSwapOptions)]| {
+        made.iter()
+            .any(|(_, objective, _)| objective.primary == 0.0)
+    };
     // Zero overhead missed although the copy bound allows it: its pockets among the weights
     // can be too small for the budget (the generated VGG16, PCIe 3: 21.2 % of the peak at
     // zero overhead with 36 evaluations per run, 22.7 % with 108), so each run is made again
     // with `EXTENDED_BUDGET` times the budget, in the same order, until one finds it. Below
     // the bound's floor no plan can have zero overhead, and nothing is made again.
-    if options.retry_zero_overhead
-        && kept.1.primary != 0.0
-        && zero_stall_may_keep(trace, copy, limit)
-    {
+    let retry = options.retry_zero_overhead
+        && !found_zero(&made)
+        && zero_stall_may_keep(trace, copy, limit);
+    if retry {
         for run_options in &runs {
             let budget = evaluations.saturating_mul(EXTENDED_BUDGET);
-            let run = bo_run(trace, limit, copy, budget, run_options, progress)?;
-            evaluations_done += run.0.evaluations;
-            starts.push((run.1, run.0.clone(), *run_options));
-            if run.1 < kept.1 {
-                kept = run;
-            }
-            if kept.1.primary == 0.0 {
+            let (run, objective) = bo_run(trace, limit, copy, budget, run_options, progress)?;
+            made.push((run, objective, *run_options));
+            if objective.primary == 0.0 {
                 break;
             }
         }
-        // Still missed: search from the runs' plans, the best first.
-        if kept.1.primary != 0.0 {
-            starts.sort_by_key(|start| start.0);
-            let plans: Vec<(&SwapPlan, AutoSwapOptions)> =
-                starts.iter().map(|(_, run, o)| (&run.plan, *o)).collect();
-            let profile = Profile::new(trace);
-            if let Some((start, plan)) = augment(&profile, limit, &plans, copy)
-                && check(trace, &plan, limit, copy).is_ok()
-            {
-                kept.0.weights = starts[start].1.weights;
-                kept.0.plan = plan;
-                kept.1 = objective(&evaluate(trace, &kept.0.plan, limit, copy));
-            }
-        }
     }
-    kept.0.evaluations = evaluations_done;
-    Ok(kept.0)
+    let evaluations_done = made.iter().map(|(run, _, _)| run.evaluations).sum();
+    // The best first, the earliest of equals (stable).
+    made.sort_by_key(|(_, objective, _)| *objective);
+    // Still missed: search from the runs' plans, the best first.
+    let searched = if retry && !found_zero(&made) {
+        let plans: Vec<(&SwapPlan, AutoSwapOptions)> =
+            made.iter().map(|(run, _, o)| (&run.plan, *o)).collect();
+        augment(&Profile::new(trace), limit, &plans, copy)
+            .filter(|(_, plan)| check(trace, plan, limit, copy).is_ok())
+            .map(|(start, plan)| (made[start].0.weights, plan))
+    } else {
+        None
+    };
+    let mut kept = made.swap_remove(0).0;
+    if let Some((weights, plan)) = searched {
+        kept.weights = weights;
+        kept.plan = plan;
+    }
+    kept.evaluations = evaluations_done;
+    Ok(kept)
 }
 
 /// How many times the budget of [`bo_plan`]'s runs grows when none finds zero overhead and
