@@ -214,7 +214,9 @@ pub const OPTIONS: &[Opt] = &[
     Opt {
         name: "ITERMEM_SWAP_MIN_BYTES",
         forms: "bytes with an optional K, M, G suffix (e.g. 256K)",
-        doc: "swap mode: the smallest tensor the planner swaps (default 1M)",
+        doc: "swap mode: the smallest tensor the planner swaps on its own; smaller ones move \
+              in swap units of at least that many bytes where the pool does not fit without \
+              them (default 1M)",
         apply: |c, v| parse_bytes(v).map(|b| c.swap_min_bytes = b).is_some(),
     },
 ];

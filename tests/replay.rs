@@ -9,6 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use itermem::ops::{to_dtr_log, tree};
 use itermem::replay::{LoadSettings, Program, Scaling};
 use support::{itermem, read_json, real_trace, run_under_itermem, scratch, stdout_ok, trace_info};
 
@@ -419,6 +420,48 @@ fn swap_mode_on_a_real_log_serves_the_borrowers_of_ranges_whose_swap_in_is_queue
     );
     let (pool, swap) = (&summary["pool"], &summary["swap"]);
     assert!(swap["swapped_out"].as_u64().unwrap() > 0, "{swap:#}");
+    assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert!(
+        peak <= swap["limit_bytes"].as_u64().unwrap(),
+        "{peak} {swap:#}"
+    );
+}
+
+/// A Tree-LSTM's tensors are all below `ITERMEM_SWAP_MIN_BYTES` (1 MiB): without swap units the
+/// executor had no candidate, its pool could not fit a limit under the peak, and every
+/// allocation beyond the budget went to mapped host memory. With units its plan moves them and
+/// the pool serves the iteration within the limit.
+#[test]
+fn swap_mode_moves_a_program_of_small_tensors_in_swap_units() {
+    let iteration = tree::tree_lstm_iteration(1, &tree::TreeLstm::default());
+    let largest = iteration.tensors.iter().map(|t| t.bytes).max().unwrap();
+    assert!(
+        largest < MIB,
+        "the Tree-LSTM's largest tensor has {largest} B"
+    );
+    let trace = scratch("replay-small-tensors").with_extension("log");
+    std::fs::write(&trace, to_dtr_log(&iteration).unwrap()).unwrap();
+    // Planning takes 1-2 s beside the program; an iteration about 0.2 s at this time scale.
+    let (summary, shim) = replay_verified(
+        &trace,
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            "75%",
+            "--iters",
+            "24",
+            "--time-scale",
+            "0.2",
+        ],
+        "1",
+    );
+    let _ = std::fs::remove_file(&trace);
+    let (pool, swap) = (&summary["pool"], &summary["swap"]);
+    assert!(swap["swapped_out_bytes"].as_u64().unwrap() > 0, "{swap:#}");
+    assert_eq!(swap["on_demand_swap_ins"], 0, "{swap:#}");
+    assert!(pool["served"].as_u64().unwrap() > 0, "{pool:#}");
     assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
     let peak = shim["peak_device_bytes"].as_u64().unwrap();
     assert!(

@@ -30,7 +30,8 @@ pub struct ProgramArgs {
     #[arg(long, default_value_t = 10, value_name = "N")]
     iters: u32,
     /// Multiply every size by F (e.g. 0.02 to run an 11 GB log in 220 MB); the copy bandwidth
-    /// and the smallest tensor swap mode swaps (ITERMEM_SWAP_MIN_BYTES, 1 MiB) scale with it.
+    /// and the smallest tensor swap mode swaps on its own (ITERMEM_SWAP_MIN_BYTES, 1 MiB) scale
+    /// with it.
     #[arg(long, default_value_t = 1.0, value_name = "F", value_parser = positive)]
     scale: f64,
     /// Multiply every kernel's duration by F.

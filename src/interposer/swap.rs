@@ -48,7 +48,8 @@ pub struct SwapConfig {
     /// Device bytes the process may hold (None: no limit, nothing is swapped).
     pub limit: Option<crate::config::Limit>,
     pub copy: CopyModel,
-    /// `ITERMEM_SWAP_MIN_BYTES`: the smallest tensor swapped.
+    /// `ITERMEM_SWAP_MIN_BYTES`: the smallest tensor swapped on its own (smaller ones move in
+    /// swap units of at least that many bytes).
     pub min_bytes: u64,
     /// `ITERMEM_SWAP_VERIFY`: poison a range once its bytes are on the host.
     pub verify: bool,

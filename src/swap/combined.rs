@@ -346,6 +346,15 @@ pub struct Executable {
     pub fits: bool,
 }
 
+impl Executable {
+    /// Whether this plan is nearer the budget than `other`: it fits and `other` does not, or
+    /// both do or neither does and its pool is smaller.
+    fn nearer_than(&self, other: &Executable) -> bool {
+        let key = |e: &Executable| (e.fits, std::cmp::Reverse(e.pool.footprint));
+        key(self) > key(other)
+    }
+}
+
 /// The unit of the guards in front of lent tensors ([`combined_pool`]): one allocation granule
 /// of cnmem and PyTorch.
 pub const GUARD: u64 = 512;
@@ -488,10 +497,7 @@ pub fn plan_within(
             pool,
             swap_limit: limit,
         };
-        let better = best.as_ref().is_none_or(|b| {
-            (candidate.fits, std::cmp::Reverse(candidate.pool.footprint))
-                > (b.fits, std::cmp::Reverse(b.pool.footprint))
-        });
+        let better = best.as_ref().is_none_or(|b| candidate.nearer_than(b));
         let done = candidate.fits;
         if better {
             best = Some(candidate);
@@ -568,8 +574,8 @@ pub struct ExecutorInputs {
     /// start, and the pool's rounding to the allocation granule).
     pub outside_pool_bytes: u64,
     pub evaluations: usize,
-    /// Smallest tensor swapped (`ITERMEM_SWAP_MIN_BYTES`; plans written before it existed
-    /// used 1 MiB).
+    /// Smallest tensor swapped on its own, and of a swap unit of smaller ones
+    /// (`ITERMEM_SWAP_MIN_BYTES`; plans written before it existed used 1 MiB).
     #[serde(default = "default_min_swap_bytes")]
     pub min_swap_bytes: u64,
     /// False when a launch's accesses could not be seen: the pool is planned without swaps.
@@ -587,18 +593,17 @@ impl ExecutorInputs {
     }
 
     /// [`plan_within`] on [`poolable`]'s part of the iteration `trace` (read with the
-    /// window), its ops timed: the reduced trace, the ids its tensors have in `trace`, the plan.
+    /// window), its ops timed, with swap units only where the pool does not fit without them:
+    /// the reduced trace, the ids its tensors have in `trace`, the plan.
     pub fn plan(&self, trace: &OpTrace) -> anyhow::Result<(OpTrace, Vec<TensorId>, Executable)> {
         let timed = self.timed(trace)?;
         let (reduced, kept) = poolable(&timed);
-        // No swap units: `min_swap_bytes` (`ITERMEM_SWAP_MIN_BYTES`) promises the smallest
-        // tensor swap mode moves. A unit is ordinary swaps sharing their issue points, which
-        // the executor could run, but no swap-mode run has been checked with them yet. No
-        // early copy-out: the executor releases a tensor's range when its copy-out ends, so a
-        // copy started before the last read would free the range under that read. No retry for
-        // zero overhead: the plan must come while the program runs, and where AutoSwap has no
-        // zero-overhead plan the retries cost up to twelve times the first run (a 20-iteration
-        // replay, `tests/replay.rs`, then ended before its plan) for a plan that stalls anyway.
+        // No early copy-out: the executor releases a tensor's range when its copy-out ends, so
+        // a copy started before the last read would free the range under that read. No retry
+        // for zero overhead: the plan must come while the program runs, and where AutoSwap has
+        // no zero-overhead plan the retries cost up to twelve times the first run (a
+        // 20-iteration replay, `tests/replay.rs`, then ended before its plan) for a plan that
+        // stalls anyway.
         let options = AutoSwapOptions {
             min_bytes: self.min_swap_bytes,
             units: false,
@@ -606,14 +611,40 @@ impl ExecutorInputs {
             retry_zero_overhead: false,
             ..AutoSwapOptions::default()
         };
-        let plan = plan_within(
-            &reduced,
-            self.budget_bytes,
-            self.copy,
-            self.evaluations,
-            &options,
-            self.allow_swaps,
-        )?;
+        let within_budget = |options: &AutoSwapOptions| {
+            plan_within(
+                &reduced,
+                self.budget_bytes,
+                self.copy,
+                self.evaluations,
+                options,
+                self.allow_swaps,
+            )
+        };
+        // Swap units only where the pool does not fit without them: a program of small tensors
+        // (a Tree-LSTM's cells) has no candidate of `min_swap_bytes` otherwise, and is planned
+        // with them at once. Elsewhere they would add a second BO run wherever the first stalls,
+        // for a plan that at best stalls a little less, and the plan came an iteration or more
+        // later (docs/BENCHMARKS.md). A unit is ordinary swaps of its members sharing their
+        // issue points, which the executor runs as any others.
+        let with_units = AutoSwapOptions {
+            units: true,
+            ..options
+        };
+        if !(reduced.tensors.iter()).any(|t| t.bytes >= self.min_swap_bytes) {
+            let plan = within_budget(&with_units)?;
+            return Ok((reduced, kept, plan));
+        }
+        let plan = within_budget(&options)?;
+        if plan.fits || !self.allow_swaps {
+            return Ok((reduced, kept, plan));
+        }
+        let with_units = within_budget(&with_units)?;
+        let plan = if with_units.nearer_than(&plan) {
+            with_units
+        } else {
+            plan
+        };
         Ok((reduced, kept, plan))
     }
 
@@ -720,6 +751,68 @@ mod tests {
             time_ns: 1000.0,
             measured: true,
             flops: 0.0,
+        }
+    }
+
+    /// Swap mode plans with swap units where its pool does not fit without them: here a 2 MiB
+    /// tensor every op reads leaves nothing of `min_swap_bytes` to swap, and eight 256 KiB
+    /// tensors, each written early and read late, must be away in part for the pool to fit.
+    #[test]
+    fn the_executor_plans_swap_units_where_its_pool_does_not_fit_without() {
+        const KIB: u64 = 1 << 10;
+        let n = 40;
+        let mut tensors = vec![Tensor {
+            bytes: 2048 * KIB,
+            ..tensor(0, Some(0), Some(n - 1))
+        }];
+        let mut ops: Vec<Op> = (0..n).map(|_| op(&[0], &[])).collect();
+        ops[0].writes.push(0);
+        for i in 0..8 {
+            let id = 1 + i as TensorId;
+            let (written, read) = (1 + i, n - 2 - i);
+            tensors.push(Tensor {
+                bytes: 256 * KIB,
+                ..tensor(id, Some(written), Some(read))
+            });
+            ops[written].writes.push(id);
+            ops[read].reads.push(id);
+        }
+        let trace = OpTrace {
+            source: "units".into(),
+            tensors,
+            ops,
+        };
+        let inputs = ExecutorInputs {
+            window: [0, 0],
+            op_time_ns: vec![1e6; n],
+            copy: CopyModel::pcie3(),
+            budget_bytes: 3328 * KIB,
+            outside_pool_bytes: 0,
+            evaluations: 8,
+            min_swap_bytes: 1024 * KIB,
+            allow_swaps: true,
+        };
+        let without_units = AutoSwapOptions {
+            min_bytes: inputs.min_swap_bytes,
+            units: false,
+            early_out: false,
+            retry_zero_overhead: false,
+            ..AutoSwapOptions::default()
+        };
+        let alone = plan_within(
+            &trace,
+            inputs.budget_bytes,
+            inputs.copy,
+            8,
+            &without_units,
+            true,
+        );
+        assert!(!alone.unwrap().fits);
+        let (reduced, _, plan) = inputs.plan(&trace).unwrap();
+        assert!(plan.fits, "{:?}", plan.pool.footprint);
+        assert!(!plan.plan.swaps.is_empty());
+        for swap in &plan.plan.swaps {
+            assert!(reduced.tensors[swap.tensor as usize].bytes < inputs.min_swap_bytes);
         }
     }
 
