@@ -598,19 +598,7 @@ impl ExecutorInputs {
     pub fn plan(&self, trace: &OpTrace) -> anyhow::Result<(OpTrace, Vec<TensorId>, Executable)> {
         let timed = self.timed(trace)?;
         let (reduced, kept) = poolable(&timed);
-        // No early copy-out: the executor releases a tensor's range when its copy-out ends, so
-        // a copy started before the last read would free the range under that read. No retry
-        // for zero overhead: the plan must come while the program runs, and where AutoSwap has
-        // no zero-overhead plan the retries cost up to twelve times the first run (a
-        // 20-iteration replay, `tests/replay.rs`, then ended before its plan) for a plan that
-        // stalls anyway.
-        let options = AutoSwapOptions {
-            min_bytes: self.min_swap_bytes,
-            units: false,
-            early_out: false,
-            retry_zero_overhead: false,
-            ..AutoSwapOptions::default()
-        };
+        let options = self.options_without_units();
         let within_budget = |options: &AutoSwapOptions| {
             plan_within(
                 &reduced,
@@ -639,13 +627,29 @@ impl ExecutorInputs {
         if plan.fits || !self.allow_swaps {
             return Ok((reduced, kept, plan));
         }
-        let with_units = within_budget(&with_units)?;
-        let plan = if with_units.nearer_than(&plan) {
-            with_units
+        let planned_with_units = within_budget(&with_units)?;
+        let plan = if planned_with_units.nearer_than(&plan) {
+            planned_with_units
         } else {
             plan
         };
         Ok((reduced, kept, plan))
+    }
+
+    /// AutoSwap's options in swap mode, before units (see [`ExecutorInputs::plan`]). No early
+    /// copy-out: the executor releases a tensor's range when its copy-out ends, so a copy
+    /// started before the last read would free the range under that read. No retry for zero
+    /// overhead: the plan must come while the program runs, and where AutoSwap has no
+    /// zero-overhead plan the retries cost up to twelve times the first run (a 20-iteration
+    /// replay, `tests/replay.rs`, then ended before its plan) for a plan that stalls anyway.
+    fn options_without_units(&self) -> AutoSwapOptions {
+        AutoSwapOptions {
+            min_bytes: self.min_swap_bytes,
+            units: false,
+            early_out: false,
+            retry_zero_overhead: false,
+            ..AutoSwapOptions::default()
+        }
     }
 
     /// `trace` with the measured op times.
@@ -792,13 +796,7 @@ mod tests {
             min_swap_bytes: 1024 * KIB,
             allow_swaps: true,
         };
-        let without_units = AutoSwapOptions {
-            min_bytes: inputs.min_swap_bytes,
-            units: false,
-            early_out: false,
-            retry_zero_overhead: false,
-            ..AutoSwapOptions::default()
-        };
+        let without_units = inputs.options_without_units();
         let alone = plan_within(
             &trace,
             inputs.budget_bytes,
