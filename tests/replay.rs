@@ -418,6 +418,12 @@ fn swap_mode_on_a_real_log_serves_the_borrowers_of_ranges_whose_swap_in_is_queue
         &["--mode", "swap", "--limit", "70%", "--iters", "16"],
         "0.01",
     );
+    assert_swapped_within_the_limit(&summary, &shim);
+}
+
+/// A swap-mode replay's statistics and cuda-shim's: something was swapped, the pool served every
+/// allocation after its plan, and the device stayed within the limit.
+fn assert_swapped_within_the_limit(summary: &serde_json::Value, shim: &serde_json::Value) {
     let (pool, swap) = (&summary["pool"], &summary["swap"]);
     assert!(swap["swapped_out"].as_u64().unwrap() > 0, "{swap:#}");
     assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
@@ -464,15 +470,11 @@ fn swap_mode_moves_a_program_of_small_tensors_in_swap_units() {
         "1",
     );
     let _ = std::fs::remove_file(&trace);
-    let (pool, swap) = (&summary["pool"], &summary["swap"]);
-    assert!(swap["swapped_out_bytes"].as_u64().unwrap() > 0, "{swap:#}");
-    assert_eq!(swap["on_demand_swap_ins"], 0, "{swap:#}");
-    assert!(pool["served"].as_u64().unwrap() > 0, "{pool:#}");
-    assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
-    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert_swapped_within_the_limit(&summary, &shim);
+    assert_eq!(summary["swap"]["on_demand_swap_ins"], 0, "{summary:#}");
     assert!(
-        peak <= swap["limit_bytes"].as_u64().unwrap(),
-        "{peak} {swap:#}"
+        summary["pool"]["served"].as_u64().unwrap() > 0,
+        "{summary:#}"
     );
 }
 

@@ -21,7 +21,7 @@
 //! about a second on the generated ResNet-50 (944 ops), where it fails near the bound.
 
 use super::autoswap::{
-    AutoSwapOptions, Candidate, Gaps, candidates_profile, last_over_limit, left_at, schedule,
+    AutoSwapOptions, Candidate, Gaps, candidates_profile, ideal_absence, last_over_limit, schedule,
     swaps_of,
 };
 use super::profile::Profile;
@@ -175,14 +175,8 @@ impl Search<'_> {
 
     /// Whether candidate `c` could be away at some moment of `over` (on the iteration's axis).
     fn spans(&self, c: &Candidate, over: &[(f64, f64)]) -> bool {
-        let (p, t0) = (self.p, self.p.t0());
-        let a = left_at(p, c, self.copy);
-        let s_i = if c.wraps {
-            t0 + p.start[c.in_before]
-        } else {
-            p.start[c.in_before]
-        };
-        let b = s_i - c.in_ns(self.copy);
+        let t0 = self.p.t0();
+        let (a, b) = ideal_absence(self.p, c, self.copy);
         over.iter()
             .any(|&(x, y)| (a < y && x < b) || (c.wraps && a - t0 < y && x < b - t0))
     }

@@ -1063,13 +1063,7 @@ fn select(
             if taken[order[pos - 1]] {
                 continue;
             }
-            let a = left_at(p, c, copy);
-            let s_i = if c.wraps {
-                t0 + p.start[c.in_before]
-            } else {
-                p.start[c.in_before]
-            };
-            let b = s_i - c.in_ns(copy);
+            let (a, b) = ideal_absence(p, c, copy);
             let rs = if stall_pass && c.returns {
                 stall_window(p, c, last_over).1
             } else {
@@ -1165,8 +1159,15 @@ fn copy_lead(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
     (c.out_ns(copy) - overlap).max(0.0)
 }
 
-/// When candidate `c`'s tensor can leave the device with no stall: its copy-out and its last
-/// access before the gap both ended.
-pub(super) fn left_at(p: &Profile, c: &Candidate, copy: CopyModel) -> f64 {
-    p.end(c.out_after) + copy_lead(p, c, copy)
+/// When candidate `c`'s tensor can be away with no stall, on the iteration's axis (past `T0`
+/// for a wrapping gap): from when it has left (its copy-out and its last access before the gap
+/// both ended) to when its swap-in must start to be back for its next access.
+pub(super) fn ideal_absence(p: &Profile, c: &Candidate, copy: CopyModel) -> (f64, f64) {
+    let left = p.end(c.out_after) + copy_lead(p, c, copy);
+    let next = if c.wraps {
+        p.t0() + p.start[c.in_before]
+    } else {
+        p.start[c.in_before]
+    };
+    (left, next - c.in_ns(copy))
 }
