@@ -495,13 +495,79 @@ fn stacked(prep: &greedy::Prepared) -> Outcome {
 
 /// The window search from a given incumbent, with a budget of `steps` (buffers freed).
 fn windows(prep: &greedy::Prepared, incumbent: Outcome, steps: u64, seed: u64) -> Outcome {
+    windows_until(prep, incumbent, (steps, steps), seed)
+}
+
+/// [`windows`], giving up at `first` steps if nothing was found by then.
+fn windows_until(
+    prep: &greedy::Prepared,
+    incumbent: Outcome,
+    (first, steps): (u64, u64),
+    seed: u64,
+) -> Outcome {
     let clock = search::Clock::Steps {
         per_greedy_run: prep.len() as u64,
     };
     let mut stats = SearchStats::default();
-    let out = window::improve(prep, incumbent, (clock, steps), seed, &mut stats);
-    assert!(stats.window_buffers <= steps + 4096, "{stats:?}");
+    let out = window::improve(prep, incumbent, (clock, first, steps), seed, &mut stats);
+    let limit = if stats.improvements == 0 {
+        first
+    } else {
+        steps
+    };
+    assert!(stats.window_buffers <= limit + 4096, "{stats:?}");
     out
+}
+
+/// The windows give their time back at their first deadline when they have found nothing by
+/// then and the buffers at the top live too long for any window (real operator graphs:
+/// docs/BENCHMARKS.md), and only then.
+#[test]
+fn window_moves_give_their_time_back_when_the_top_is_too_wide_for_them() {
+    // 5,000 short buffers side by side at offset 0, and above them one that lives across all
+    // of them: every move is around it, and no window frees it.
+    let n = 5_000u64;
+    let mut buffers: Vec<_> = (0..n).map(|k| b(k, k, k + 1, 512)).collect();
+    buffers.push(b(n, 0, n, 512));
+    let instance = Instance::new(buffers).unwrap();
+    let prep = greedy::Prepared::new(&instance, Alignment::default()).unwrap();
+    let mut offsets = vec![0; n as usize];
+    offsets.push(4096);
+    let incumbent = Outcome {
+        offsets,
+        footprint: 4608,
+        method: Method::Floor,
+    };
+    let steps = |first: u64| {
+        let clock = search::Clock::Steps {
+            per_greedy_run: prep.len() as u64,
+        };
+        let mut stats = SearchStats::default();
+        let until = (clock, first, u64::MAX);
+        let out = window::improve(&prep, incumbent.clone(), until, 1, &mut stats);
+        assert_eq!(out.footprint, incumbent.footprint);
+        stats.window_buffers
+    };
+    // A move costs at most 4096 steps per narrowing of its window (at most 2^17 wide).
+    let one_move = 18 * 4096;
+    assert!(steps(100_000) <= 100_000 + one_move);
+    assert!(steps(u64::MAX) > 10 * (100_000 + one_move));
+
+    // Where no move is too wide (one operator graph of the `iopddl` family, from best-fit,
+    // whose first plan takes 30k–100k steps), the first deadline changes nothing.
+    let instance = iopddl_instance(5_000, 1);
+    let prep = greedy::Prepared::new(&instance, Alignment::default()).unwrap();
+    let order = greedy::order_indices(&instance, &prep, Order::SizeDesc);
+    let (offsets, footprint) = greedy::place(&prep, &order, Fit::Best);
+    let best_fit = Outcome {
+        offsets,
+        footprint,
+        method: Method::Floor,
+    };
+    let first_deadline = windows_until(&prep, best_fit.clone(), (30_000, 1_000_000), 1);
+    let without = windows(&prep, best_fit.clone(), 1_000_000, 1);
+    assert_eq!(first_deadline.offsets, without.offsets);
+    assert!(without.footprint < best_fit.footprint);
 }
 
 /// From the worst incumbent, on crowded instances (~80 live): every plan the window search

@@ -32,9 +32,18 @@
 //! nothing, the next target lies half as far (down to `F − 1`: only the buffers at the top),
 //! and after [`GIVE_UP`] such rounds at `F − 1` the search returns what it has.
 //!
+//! **Giving up.** The moves also return at a first deadline the caller gives if they have found
+//! no plan by then and one move in four or more was skipped because its buffer alone lives
+//! across more than [`MAX_FREED`] others: no window frees such a buffer, and on real operator
+//! graphs (saved activations live from the forward pass to the backward pass) most buffers
+//! at the top are such, while the rest of the search may use the time. On the `iopddl`
+//! family no move is skipped so, and the first plan can come late (0.53 of the time given,
+//! 40k buffers, seed 2).
+//!
 //! Instances with absence windows are left to the rest of the search (a swapped buffer's
 //! resident intervals would each need their own obstacles). A move counts one step per buffer
-//! it frees ([`SearchStats::window_buffers`]), as a greedy run counts one per buffer.
+//! it frees ([`SearchStats::window_buffers`]), as a greedy run counts one per buffer, and a
+//! move around a buffer too wide for any window [`MAX_FREED`] (what its last gather took).
 
 use std::cmp::Reverse;
 
@@ -73,12 +82,13 @@ pub(super) fn applies(prep: &Prepared, decomposes: bool) -> bool {
     prep.len() > MAX_BUFFERS && !decomposes && !prep.has_absences()
 }
 
-/// The incumbent, or a strictly smaller plan found by moves until `deadline` on `clock` (see the
-/// module doc). Only where [`applies`]: a move does not respect absence windows.
+/// The incumbent, or a strictly smaller plan found by moves until `deadline` on `clock`, or
+/// until `first` if none is found by then and the buffers at the top are too wide for windows
+/// (see the module doc). Only where [`applies`]: a move does not respect absence windows.
 pub(super) fn improve(
     prep: &Prepared,
     incumbent: Outcome,
-    (clock, deadline): (Clock, u64),
+    (clock, first, deadline): (Clock, u64, u64),
     seed: u64,
     stats: &mut SearchStats,
 ) -> Outcome {
@@ -95,6 +105,7 @@ pub(super) fn improve(
     // Rounds of `PATIENCE` fruitless moves at `F − 1` since the last improvement.
     let mut stuck = 0u64;
     let mut kept = 0u64;
+    let mut improved = false;
     loop {
         if excess == 0 {
             // The current plan fits `capacity < best.footprint`.
@@ -105,6 +116,7 @@ pub(super) fn improve(
                 method: Method::Windows { kept },
             };
             stats.improvements += 1;
+            improved = true;
             stuck = 0;
             if footprint <= lb {
                 break;
@@ -118,7 +130,9 @@ pub(super) fn improve(
                 }
             }
             step = (step / 2).max(1);
-        } else if clock.now(stats) >= deadline {
+        } else if clock.now(stats) >= deadline
+            || (!improved && search.cannot_reach_the_top() && clock.now(stats) >= first)
+        {
             break;
         } else {
             let Some(v) = search.pick_above(capacity) else {
@@ -163,6 +177,10 @@ struct Windows<'p> {
     placed: Vec<u64>,
     /// The timeline of a move's window, its memory kept from one move to the next.
     timeline: Timeline,
+    /// Moves tried, and how many of them were around a buffer whose own lifetime frees more
+    /// than [`MAX_FREED`] buffers (no window can move it).
+    moves: u64,
+    too_wide: u64,
 }
 
 impl<'p> Windows<'p> {
@@ -184,7 +202,14 @@ impl<'p> Windows<'p> {
             obstacles: Vec::new(),
             placed: Vec::new(),
             timeline: Timeline::new(1),
+            moves: 0,
+            too_wide: 0,
         }
+    }
+
+    /// Whether one move in four or more was around a buffer too wide for any window.
+    fn cannot_reach_the_top(&self) -> bool {
+        self.moves > 0 && 4 * self.too_wide >= self.moves
     }
 
     fn top(&self, i: usize) -> u64 {
@@ -223,6 +248,7 @@ impl<'p> Windows<'p> {
         stats: &mut SearchStats,
     ) -> Option<u64> {
         let prep = self.prep;
+        self.moves += 1;
         let (from, to) = prep.segs[v];
         let width = (to - from).max(self.mean) as f64;
         let reach = (width * REACH[self.rng.below(REACH.len() as u64) as usize]) as u64;
@@ -235,6 +261,10 @@ impl<'p> Windows<'p> {
                 break window;
             }
             if before == 0 && after == 0 {
+                // The work of the last gather, so that such moves also advance a clock of
+                // steps.
+                stats.window_buffers += MAX_FREED as u64;
+                self.too_wide += 1;
                 return None;
             }
             (before, after) = (before / 2, after / 2);
