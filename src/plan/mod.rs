@@ -296,7 +296,13 @@ pub fn plan(
         Policy::BestOf => {
             let incumbent = greedy::run(instance, &prep, Order::SizeDesc, Fit::Best);
             let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
-            greedy::best_of(instance, &prep, incumbent, others, Cutoff::NEVER)
+            greedy::best_of(
+                instance,
+                &prep,
+                incumbent,
+                others,
+                (Cutoff::NEVER, Duration::ZERO),
+            )
         }
         Policy::Search => search::search(
             instance,

@@ -301,7 +301,13 @@ pub(crate) fn search(
     // The other policies of `itermem compare` (`online.rs`): what makes the plan never worse
     // than any of them. Then the DFS's lists, if the dive's share of the budget cut them short.
     let best = online::best_of_online(instance, prep, best, (cutoff, greedy_run));
-    let best = greedy::best_of(instance, prep, best, online::GREEDY_COLUMNS, cutoff);
+    let best = greedy::best_of(
+        instance,
+        prep,
+        best,
+        online::GREEDY_COLUMNS,
+        (cutoff, greedy_run),
+    );
     if best.footprint == lb {
         return best;
     }
@@ -321,7 +327,7 @@ pub(crate) fn search(
     // (20k buffers at 250 ms: 1.0006 → 1.0000; docs/BENCHMARKS.md).
     let mut rest: Vec<(Order, Fit)> = greedy::every_run().filter(|run| !done(run)).collect();
     rest.sort_by_key(|&(order, _)| order != Order::ContentionDesc);
-    let best = greedy::best_of(instance, prep, best, rest, cutoff);
+    let best = greedy::best_of(instance, prep, best, rest, (cutoff, greedy_run));
     improve(
         instance,
         prep,
