@@ -510,12 +510,7 @@ fn windows_until(
     };
     let mut stats = SearchStats::default();
     let out = window::improve(prep, incumbent, (clock, first, steps), seed, &mut stats);
-    let limit = if stats.improvements == 0 {
-        first
-    } else {
-        steps
-    };
-    assert!(stats.window_buffers <= limit + 4096, "{stats:?}");
+    assert!(stats.window_buffers <= steps + 4096, "{stats:?}");
     out
 }
 
@@ -548,10 +543,9 @@ fn window_moves_give_their_time_back_when_the_top_is_too_wide_for_them() {
         assert_eq!(out.footprint, incumbent.footprint);
         stats.window_buffers
     };
-    // A move costs at most 4096 steps per narrowing of its window (at most 2^17 wide).
-    let one_move = 18 * 4096;
-    assert!(steps(100_000) <= 100_000 + one_move);
-    assert!(steps(u64::MAX) > 10 * (100_000 + one_move));
+    // A move counts at most 4096 steps.
+    assert!(steps(100_000) <= 100_000 + 4096);
+    assert!(steps(u64::MAX) > 1_000_000);
 
     // Where no move is too wide (one operator graph of the `iopddl` family, from best-fit,
     // whose first plan takes 30k–100k steps), the first deadline changes nothing.
