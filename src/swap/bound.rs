@@ -28,7 +28,7 @@
 //! with Fenwick trees. A fractional knapsack may count part of a tensor, which with a few
 //! large candidates is most of its looseness (ResNet-32: 6.67 tensors of 180 MB at the
 //! binding constraint), so the constraints within one tensor of the least, at the ops within
-//! one tensor of the least bound, are computed again with whole tensors ([`whole_knapsack`]):
+//! one tensor of the least bound, are computed again with whole tensors (`whole_knapsack`):
 //! ResNet-32 11.91 → 11.64 % of the peak.
 //!
 //! Every op must fit, not only `k*`: op `j` needs `L_j − removal_j ≤ limit`, where
