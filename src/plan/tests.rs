@@ -495,23 +495,26 @@ fn stacked(prep: &greedy::Prepared) -> Outcome {
 
 /// The window search from a given incumbent, with a budget of `steps` (buffers freed).
 fn windows(prep: &greedy::Prepared, incumbent: Outcome, steps: u64, seed: u64) -> Outcome {
-    windows_until(prep, incumbent, (steps, steps), seed)
+    windows_until(prep, incumbent, (steps, steps), seed).0
 }
 
-/// [`windows`], giving up at `first` steps if nothing was found by then.
+/// [`windows`], giving up at `first` steps if nothing was found by then; with the steps spent.
 fn windows_until(
     prep: &greedy::Prepared,
     incumbent: Outcome,
     (first, steps): (u64, u64),
     seed: u64,
-) -> Outcome {
+) -> (Outcome, u64) {
     let clock = search::Clock::Steps {
         per_greedy_run: prep.len() as u64,
     };
     let mut stats = SearchStats::default();
     let out = window::improve(prep, incumbent, (clock, first, steps), seed, &mut stats);
-    assert!(stats.window_buffers <= steps + 4096, "{stats:?}");
-    out
+    assert!(
+        stats.window_buffers <= steps.saturating_add(4096),
+        "{stats:?}"
+    );
+    (out, stats.window_buffers)
 }
 
 /// The windows give their time back at their first deadline when they have found nothing by
@@ -534,14 +537,9 @@ fn window_moves_give_their_time_back_when_the_top_is_too_wide_for_them() {
         method: Method::Floor,
     };
     let steps = |first: u64| {
-        let clock = search::Clock::Steps {
-            per_greedy_run: prep.len() as u64,
-        };
-        let mut stats = SearchStats::default();
-        let until = (clock, first, u64::MAX);
-        let out = window::improve(&prep, incumbent.clone(), until, 1, &mut stats);
+        let (out, spent) = windows_until(&prep, incumbent.clone(), (first, u64::MAX), 1);
         assert_eq!(out.footprint, incumbent.footprint);
-        stats.window_buffers
+        spent
     };
     // A move counts at most 4096 steps.
     assert!(steps(100_000) <= 100_000 + 4096);
@@ -558,7 +556,7 @@ fn window_moves_give_their_time_back_when_the_top_is_too_wide_for_them() {
         footprint,
         method: Method::Floor,
     };
-    let first_deadline = windows_until(&prep, best_fit.clone(), (30_000, 1_000_000), 1);
+    let (first_deadline, _) = windows_until(&prep, best_fit.clone(), (30_000, 1_000_000), 1);
     let without = windows(&prep, best_fit.clone(), 1_000_000, 1);
     assert_eq!(first_deadline.offsets, without.offsets);
     assert!(without.footprint < best_fit.footprint);
