@@ -20,6 +20,13 @@
 //! SmartPool (Zhang et al.) is [`Order::SizeDesc`] + [`Fit::Best`]: size descending, ties by
 //! longer lifetime, then id.
 //!
+//! **Peak-first orders** ([`Order::PeakBirth`] and the three after it) place the buffers
+//! resident at each part's peak of resident bytes first, as one stack, so that peak meets `LB`
+//! by construction, and then the rest; the stacking order decides where ranges free up around
+//! the peak (see `peak_first`). On real operator graphs they meet `LB` where every other order
+//! fragments around the long-lived buffers; the search runs them early, each only while it may
+//! meet `LB` ([`meeting_lb`]).
+//!
 //! **Cost**: `P_i` is never enumerated (on real traces it holds hundreds to thousands of
 //! buffers). The [`Timeline`] (a segment tree over time whose nodes keep *merged* byte ranges)
 //! returns, in O(log m) node visits, `k_i ≤ 2 log m` sorted lists whose union is exactly the
@@ -78,16 +85,33 @@ pub enum Order {
     Birth,
     /// Death (`upper`) descending, then size descending.
     DeathDesc,
+    /// Peak first: the buffers resident at their part's peak of resident bytes placed first,
+    /// stacked by birth (the earliest born lowest), then the others by contention descending.
+    /// Every peak-first order meets `LB` at that peak by construction (see `peak_first`).
+    PeakBirth,
+    /// Peak first, stacked by death descending (the last to die lowest), then the others by
+    /// contention descending.
+    PeakDeath,
+    /// Peak first, stacked by the shorter side of their lifetime around the peak, descending
+    /// (the longest-lived on both sides lowest), then the others by size descending.
+    PeakMiddle,
+    /// Peak first, stacked by size descending, then the others by their distance in time from
+    /// the peak, ascending (outward from it).
+    PeakSize,
 }
 
 impl Order {
-    pub const ALL: [Order; 6] = [
+    pub const ALL: [Order; 10] = [
         Order::SizeDesc,
         Order::LengthDesc,
         Order::AreaDesc,
         Order::ContentionDesc,
         Order::Birth,
         Order::DeathDesc,
+        Order::PeakBirth,
+        Order::PeakDeath,
+        Order::PeakMiddle,
+        Order::PeakSize,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +122,10 @@ impl Order {
             Order::ContentionDesc => "contention",
             Order::Birth => "birth",
             Order::DeathDesc => "death",
+            Order::PeakBirth => "peak-birth",
+            Order::PeakDeath => "peak-death",
+            Order::PeakMiddle => "peak-middle",
+            Order::PeakSize => "peak-size",
         }
     }
 }
@@ -232,6 +260,14 @@ impl Prepared {
         live
     }
 
+    /// For each part of time, the first segment where its resident bytes peak.
+    pub(crate) fn peak_segments(&self) -> Vec<usize> {
+        let live = self.live_per_segment();
+        (self.parts.iter())
+            .map(|&(from, to)| (from..to).rev().max_by_key(|&t| live[t]).unwrap_or(from))
+            .collect()
+    }
+
     /// For each buffer, the peak of the resident bytes over its resident intervals (a sparse
     /// table of maxima over the segments: O(m log m) build, O(1) per interval).
     pub(crate) fn contention(&self) -> Vec<u64> {
@@ -304,6 +340,9 @@ pub(crate) fn order_indices(instance: &Instance, prep: &Prepared, order: Order) 
         Order::DeathDesc => sorted_by(n, |i| {
             (Reverse(bufs[i].upper), Reverse(size(i)), bufs[i].id)
         }),
+        Order::PeakBirth | Order::PeakDeath | Order::PeakMiddle | Order::PeakSize => {
+            peak_first(instance, prep, order)
+        }
     }
 }
 
@@ -316,6 +355,51 @@ fn sorted_by<K: Ord>(n: usize, key: impl Fn(usize) -> K) -> Vec<usize> {
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
+/// A peak-first order (see [`Order::PeakBirth`]): the buffers resident at their part's peak
+/// segment by the order's stacking key, then the others by its key for the rest.
+///
+/// Why: at the peak every byte below `LB` is taken, so the buffers resident there must form
+/// one stack without a hole, and a fit placing them first makes exactly that stack (each meets
+/// all placed before it, which fill `[0, Σ)`). Which of them sit low decides where their
+/// ranges free up before and after the peak: by birth, the not yet born are the top of the
+/// stack at every instant before it; by death, the dead are at every instant after it. The
+/// other buffers then fill those ranges. On real operator graphs, where the other orders
+/// leave the buffers near the peak fragmented around the long-lived ones, this meets `LB`:
+/// idealloc's IOPDDL `S_1` and `Y_1` (peak by birth) and SOMAS `pangu_2.6B` (by size, the
+/// rest outward from the peak), which every other order left at 1.0036–1.0334
+/// (docs/BENCHMARKS.md).
+fn peak_first(instance: &Instance, prep: &Prepared, order: Order) -> Vec<usize> {
+    let bufs = instance.buffers();
+    let peaks = prep.peak_segments();
+    // The peak segment of `i`'s part, and whether `i` is resident then.
+    let peak = |i: usize| {
+        let t = peaks[prep.part_of[i]];
+        let resident = (prep.resident(i).iter()).any(|&(from, to)| from <= t && t < to);
+        (t, resident)
+    };
+    let contention =
+        matches!(order, Order::PeakBirth | Order::PeakDeath).then(|| prep.contention());
+    let size = |i: usize| prep.sizes[i];
+    sorted_by(prep.len(), |i| {
+        let (from, to) = (prep.segs[i].0 as u64, prep.segs[i].1 as u64);
+        let (t, at_peak) = peak(i);
+        let t = t as u64;
+        // Ascending, like the whole key.
+        let key = match (order, at_peak) {
+            (Order::PeakBirth, true) => from,
+            (Order::PeakDeath, true) => u64::MAX - to,
+            // The shorter side of its lifetime around the peak, longest first.
+            (Order::PeakMiddle, true) => u64::MAX - (t - from).min(to - t),
+            (Order::PeakSize, true) | (Order::PeakMiddle, false) => u64::MAX - size(i),
+            // Outward from the peak (0 for a buffer absent at the peak it lives across).
+            (Order::PeakSize, false) if to <= t => t - to,
+            (Order::PeakSize, false) => from.saturating_sub(t),
+            (_, _) => u64::MAX - contention.as_ref().map_or(0, |c| c[i]),
+        };
+        (!at_peak, key, Reverse(size(i)), bufs[i].id)
+    })
+}
+
 /// One greedy run: `order` with `fit`, to completion.
 pub(crate) fn run(instance: &Instance, prep: &Prepared, order: Order, fit: Fit) -> Outcome {
     let idx = order_indices(instance, prep, order);
@@ -326,6 +410,14 @@ pub(crate) fn run(instance: &Instance, prep: &Prepared, order: Order, fit: Fit) 
         method: Method::Greedy { order, fit },
     }
 }
+
+/// The peak-first runs, in the order the search tries them.
+pub(crate) const PEAK_RUNS: [(Order, Fit); 4] = [
+    (Order::PeakBirth, Fit::Best),
+    (Order::PeakDeath, Fit::Best),
+    (Order::PeakMiddle, Fit::First),
+    (Order::PeakSize, Fit::Best),
+];
 
 /// Every order of [`Order::ALL`] with each fit, in that order: the runs of best-of.
 pub(crate) fn every_run() -> impl Iterator<Item = (Order, Fit)> {
@@ -358,8 +450,13 @@ pub(crate) fn best_of(
             Some((same, idx)) if same == order => idx,
             _ => order_indices(instance, prep, order),
         };
-        let Some((offsets, footprint)) = place_until(prep, &idx, fit, cutoff) else {
-            break;
+        let Some((offsets, footprint)) = place_below(prep, &idx, fit, (cutoff, best.footprint))
+        else {
+            if cutoff.passed() {
+                break;
+            }
+            indices = Some((order, idx));
+            continue;
         };
         if footprint < best.footprint {
             best = Outcome {
@@ -371,6 +468,33 @@ pub(crate) fn best_of(
         indices = Some((order, idx));
     }
     best
+}
+
+/// The first of `runs` that meets the lower bound, each abandoned as soon as its footprint
+/// exceeds it (most that fail do so early: see `search.rs`); `None` if none does before
+/// `cutoff` leaves less than an eighth of `greedy_run`, as in [`best_of`].
+pub(crate) fn meeting_lb(
+    instance: &Instance,
+    prep: &Prepared,
+    runs: impl IntoIterator<Item = (Order, Fit)>,
+    (cutoff, greedy_run): (Cutoff, Duration),
+) -> Option<Outcome> {
+    let ceiling = prep.lower_bound.saturating_add(1);
+    for (order, fit) in runs {
+        if !cutoff.allows(greedy_run / 8) {
+            break;
+        }
+        let idx = order_indices(instance, prep, order);
+        if let Some((offsets, footprint)) = place_below(prep, &idx, fit, (cutoff, ceiling)) {
+            let method = Method::Greedy { order, fit };
+            return Some(Outcome {
+                offsets,
+                footprint,
+                method,
+            });
+        }
+    }
+    None
 }
 
 /// Places the buffers in `order` with `fit`; returns the offsets (instance order) and the
@@ -391,13 +515,26 @@ pub(crate) fn place_until(
     fit: Fit,
     cutoff: Cutoff,
 ) -> Option<(Vec<u64>, u64)> {
+    place_below(prep, order, fit, (cutoff, u64::MAX))
+}
+
+/// [`place_until`], also abandoned once the footprint reaches `ceiling`.
+pub(crate) fn place_below(
+    prep: &Prepared,
+    order: &[usize],
+    fit: Fit,
+    (cutoff, ceiling): (Cutoff, u64),
+) -> Option<(Vec<u64>, u64)> {
     let mut placer = Placer::new(prep, fit);
     for (k, i) in by_part(prep, order).into_iter().enumerate() {
-        if k % CHECK_EVERY == 0 && cutoff.passed() {
+        if (k % CHECK_EVERY == 0 && cutoff.passed()) || placer.footprint >= ceiling {
             free_off_the_clock(placer.timeline);
             return None;
         }
         placer.put(i);
+    }
+    if placer.footprint >= ceiling {
+        return None;
     }
     Some((placer.offsets, placer.footprint))
 }
@@ -720,6 +857,13 @@ mod tests {
                     assert_eq!(offsets, want, "round {round}, {order:?}, {fit:?}");
                     let top = want.iter().zip(&prep.sizes).map(|(o, s)| o + s).max();
                     assert_eq!(footprint, top.unwrap_or(0));
+                    let peak_first = matches!(
+                        order,
+                        Order::PeakBirth | Order::PeakDeath | Order::PeakMiddle | Order::PeakSize
+                    );
+                    if peak_first {
+                        assert_each_parts_peak_is_one_stack(&prep, &offsets);
+                    }
                     let cut = place_until(&prep, &idx, fit, Cutoff::NEVER);
                     assert_eq!(cut, Some((offsets, footprint)));
                 }
@@ -729,6 +873,90 @@ mod tests {
             several_parts > 100,
             "{several_parts} instances with several parts"
         );
+    }
+
+    /// At the peak segment of each part, the buffers resident there fill `[0, live)`.
+    fn assert_each_parts_peak_is_one_stack(prep: &Prepared, offsets: &[u64]) {
+        let live = prep.live_per_segment();
+        for (part, t) in prep.peak_segments().into_iter().enumerate() {
+            let top = (0..prep.len())
+                .filter(|&i| prep.part_of[i] == part)
+                .filter(|&i| (prep.resident(i).iter()).any(|&(from, to)| from <= t && t < to))
+                .map(|i| offsets[i] + prep.sizes[i])
+                .max();
+            assert_eq!(top.unwrap_or(0), live[t], "part {part}, peak segment {t}");
+        }
+    }
+
+    /// Lifetimes `[lower, upper)` and sizes with a peak of 14 at instants 1 and 2, which all
+    /// but the first buffer span. Stacked by birth there, the first buffer fits below the top
+    /// at instant 0; every other order, with either fit, needs more.
+    fn peak_instance() -> Instance {
+        let spans = [
+            (0, 1, 4),
+            (0, 5, 1),
+            (0, 4, 2),
+            (1, 3, 2),
+            (0, 4, 2),
+            (0, 4, 3),
+        ];
+        let spans = spans.into_iter().chain([(1, 4, 3), (0, 3, 1)]);
+        let buffers = (spans.enumerate())
+            .map(|(id, (lower, upper, size))| Buffer {
+                id: id as u64,
+                lower,
+                upper,
+                size,
+            })
+            .collect();
+        Instance::new(buffers).unwrap()
+    }
+
+    #[test]
+    fn stacking_the_peak_by_birth_meets_the_bound_where_the_other_orders_do_not() {
+        let instance = peak_instance();
+        let prep = Prepared::new(&instance, Alignment::NONE).unwrap();
+        assert_eq!(prep.lower_bound, 14);
+        for order in [Order::PeakBirth, Order::PeakMiddle] {
+            for fit in [Fit::Best, Fit::First] {
+                assert_eq!(run(&instance, &prep, order, fit).footprint, 14, "{order:?}");
+            }
+        }
+        let peak_first = |order: &Order| PEAK_RUNS.iter().any(|(peak, _)| peak == order);
+        for order in Order::ALL.into_iter().filter(|order| !peak_first(order)) {
+            for fit in [Fit::Best, Fit::First] {
+                assert!(
+                    run(&instance, &prep, order, fit).footprint > 14,
+                    "{order:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn runs_stop_at_their_ceiling() {
+        let instance = peak_instance();
+        let prep = Prepared::new(&instance, Alignment::NONE).unwrap();
+        let idx = order_indices(&instance, &prep, Order::SizeDesc);
+        let (offsets, footprint) = place(&prep, &idx, Fit::Best);
+        assert_eq!(footprint, 15);
+        assert_eq!(
+            place_below(&prep, &idx, Fit::Best, (Cutoff::NEVER, 15)),
+            None
+        );
+        let below_16 = place_below(&prep, &idx, Fit::Best, (Cutoff::NEVER, 16));
+        assert_eq!(below_16, Some((offsets, 15)));
+        // Only runs that meet the bound count; the first that does is returned.
+        let never = (Cutoff::NEVER, Duration::ZERO);
+        let size_only = [(Order::SizeDesc, Fit::Best), (Order::SizeDesc, Fit::First)];
+        assert!(meeting_lb(&instance, &prep, size_only, never).is_none());
+        let met = meeting_lb(&instance, &prep, PEAK_RUNS, never).unwrap();
+        assert_eq!(met.footprint, 14);
+        let birth = Method::Greedy {
+            order: Order::PeakBirth,
+            fit: Fit::Best,
+        };
+        assert_eq!(met.method, birth);
     }
 
     #[test]

@@ -39,9 +39,11 @@
 //!   it unless larger; one dive of a canonical depth-first search (MiniMalloc-style) tries to
 //!   meet `LB` at once (above 4096 buffers, when every part of time left once the buffers
 //!   live throughout are stacked has at most 4096, the exact search on each part follows:
-//!   `decompose.rs`; where a part has more, windows of time around the buffers at the top
-//!   are placed again with the rest fixed: `window.rs`); then the placements of the other
-//!   policies `itermem compare` reports are offered: cnmem (tuned and grown) and PyTorch's
+//!   `decompose.rs`); the peak-first greedy orders, each only while it may meet `LB`
+//!   ([`Order::PeakBirth`]); where a part has more than 4096 buffers, windows of time around
+//!   the buffers at the top placed again with the rest fixed (`window.rs`); then the
+//!   placements of the other policies `itermem compare` reports are offered: cnmem (tuned
+//!   and grown) and PyTorch's
 //!   caching allocator as their simulators place them, and first-fit (see `online.rs`: so
 //!   that SmartPool never needs more than any of them); the rest of best-of runs, then, while
 //!   `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the

@@ -43,7 +43,9 @@
 //! enough to leave two greedy runs' time before the deadline (where the windows apply, after
 //! `n + n/8` nodes, not `2n`); on instances too large for the
 //! exact search whose parts of time are not (once the buffers live throughout are stacked),
-//! the exact search part by part (`decompose.rs`), until the dive's deadline; where a part is
+//! the exact search part by part (`decompose.rs`), until the dive's deadline; the peak-first
+//! greedy orders (`greedy.rs`), each abandoned once it exceeds `LB`, until the deadline itself
+//! (a plan at `LB` needs no other candidate); where a part is
 //! too large for it too (one operator graph), windows of time placed again around the top
 //! (`window.rs`), with 7/8 of what is left or until the dive's deadline if later; the
 //! placements of the other policies `itermem compare` reports (`online.rs`: cnmem tuned and
@@ -272,6 +274,16 @@ pub(crate) fn search(
     let best = decompose::improve(instance, prep, split, best, until, seed, stats);
     if best.footprint == lb {
         return best;
+    }
+    // The peak-first orders (`greedy.rs`), each only while it may meet `LB`: on real operator
+    // graphs they do where the other orders and the windows do not (idealloc's IOPDDL and
+    // SOMAS instances), and elsewhere most of them exceed `LB` within the first few percent of
+    // their buffers. Until the deadline itself, not the dive's: a plan at `LB` needs none of
+    // the other policies' placements.
+    if let Some(optimal) =
+        greedy::meeting_lb(instance, prep, greedy::PEAK_RUNS, (cutoff, greedy_run))
+    {
+        return optimal;
     }
     // Where neither the exact search nor the decomposition reaches (a part of time too large
     // for them: one operator graph), windows of time placed again around the top

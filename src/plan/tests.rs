@@ -1141,25 +1141,25 @@ fn assert_search_beats_online(instance: &Instance, opts: &PlanOptions, what: &st
     best
 }
 
-/// Sizes in 512-byte units; the peak is 24. cnmem's address-ordered best fit packs it at 24,
-/// best-of does not.
+/// Sizes in 512-byte units; the peak is 28. cnmem's address-ordered best fit packs it at 28,
+/// best-of (every greedy order, the peak-first ones included) does not.
 fn cnmem_packs_what_best_of_does_not() -> Instance {
     let units: [(u64, u64, u64, u64); 15] = [
-        (0, 2, 4, 6),
-        (1, 3, 7, 5),
-        (2, 1, 4, 2),
-        (3, 2, 7, 6),
-        (4, 11, 13, 6),
-        (5, 6, 9, 8),
-        (6, 8, 13, 7),
-        (7, 10, 12, 8),
-        (8, 6, 8, 2),
-        (9, 3, 4, 4),
-        (10, 4, 6, 5),
-        (11, 6, 8, 1),
-        (12, 1, 2, 6),
-        (13, 7, 9, 7),
-        (14, 6, 11, 2),
+        (0, 8, 11, 7),
+        (1, 3, 8, 5),
+        (2, 8, 10, 1),
+        (3, 2, 5, 2),
+        (4, 7, 9, 1),
+        (5, 5, 10, 3),
+        (6, 4, 9, 3),
+        (7, 11, 13, 8),
+        (8, 9, 10, 7),
+        (9, 8, 11, 7),
+        (10, 5, 6, 7),
+        (11, 4, 9, 1),
+        (12, 4, 5, 8),
+        (13, 4, 6, 8),
+        (14, 2, 5, 1),
     ];
     inst(
         units
@@ -1171,17 +1171,17 @@ fn cnmem_packs_what_best_of_does_not() -> Instance {
 
 #[test]
 fn search_takes_the_cnmem_placement_where_greedy_and_the_dive_miss() {
-    // With no budget the search has only its first dive, which misses here, and the
-    // candidates: cnmem's, offered before best-of, meets the bound.
+    // With no budget the search has only its first dive and the peak-first orders, which
+    // miss here, and the candidates: cnmem's, offered before best-of, meets the bound.
     let i = cnmem_packs_what_best_of_does_not();
     let no_budget = options(512, 0);
-    assert!(plan(&i, Policy::BestOf, &no_budget).unwrap().footprint > 24 * 512);
+    assert!(plan(&i, Policy::BestOf, &no_budget).unwrap().footprint > 28 * 512);
     assert_eq!(
         sim::simulate(&i, Baseline::Cnmem).unwrap().footprint,
-        24 * 512
+        28 * 512
     );
     let r = assert_search_beats_online(&i, &no_budget, "hand-made");
-    assert_eq!((r.footprint, r.lower_bound), (24 * 512, 24 * 512));
+    assert_eq!((r.footprint, r.lower_bound), (28 * 512, 28 * 512));
     assert_eq!(
         r.method,
         Method::Online {
@@ -1204,7 +1204,7 @@ fn a_passed_cutoff_drops_the_online_candidates() {
     let cnmem = Method::Online {
         policy: Baseline::Cnmem,
     };
-    assert_eq!((taken.footprint, taken.method), (24 * 512, cnmem));
+    assert_eq!((taken.footprint, taken.method), (28 * 512, cnmem));
 }
 
 #[test]
@@ -1242,7 +1242,6 @@ fn property_search_never_loses_to_an_online_policy() {
     // long lifetimes, where greedy fragments most), every alignment kind (dividing 512 or
     // not), with no search budget (only the candidates can help) and with some.
     let mut rng = SplitMix64::new(0x0041_113E);
-    let mut kept_online = 0;
     for round in 0..300 {
         let i = match round % 4 {
             0 => {
@@ -1270,15 +1269,13 @@ fn property_search_never_loses_to_an_online_policy() {
         let alignment = [512, 1, 256, 3, 4096][round % 5];
         for steps in [0, SHORT] {
             let what = format!("round {round}, {steps} steps");
-            let r = assert_search_beats_online(&i, &options(alignment, steps), &what);
-            kept_online += usize::from(matches!(r.method, Method::Online { .. }));
+            assert_search_beats_online(&i, &options(alignment, steps), &what);
         }
     }
-    // Without the candidates this test fails: it meets instances where they win.
-    assert!(
-        kept_online > 0,
-        "no instance where an online placement wins"
-    );
+    // Since the peak-first orders, best-of alone needs no more than any online placement on
+    // every instance here (measured: none of the 600 plans); the hand-made instance of
+    // `search_takes_the_cnmem_placement_where_greedy_and_the_dive_miss` is one where only the
+    // candidates keep the property.
 }
 
 // ---------------------------------------------------------------- real traces
