@@ -365,9 +365,9 @@ fn sorted_by<K: Ord>(n: usize, key: impl Fn(usize) -> K) -> Vec<usize> {
 /// stack at every instant before it; by death, the dead are at every instant after it. The
 /// other buffers then fill those ranges. On real operator graphs, where the other orders
 /// leave the buffers near the peak fragmented around the long-lived ones, this meets `LB`:
-/// idealloc's IOPDDL `S_1` and `Y_1` (peak by birth) and SOMAS `pangu_2.6B` (by size, the
-/// rest outward from the peak), which every other order left at 1.0036–1.0334
-/// (docs/BENCHMARKS.md).
+/// idealloc's IOPDDL `S_1` (peak by birth) and SOMAS `pangu_2.6B` (by size, the rest outward
+/// from the peak), which every other order left at 1.0249 and 1.0076, and IOPDDL `Y_1` (by
+/// birth) within 1 s (docs/BENCHMARKS.md).
 fn peak_first(instance: &Instance, prep: &Prepared, order: Order) -> Vec<usize> {
     let bufs = instance.buffers();
     let peaks = prep.peak_segments();
