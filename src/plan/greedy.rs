@@ -757,6 +757,7 @@ fn union_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
 mod tests {
     use super::*;
     use crate::plan::{Absence, Buffer};
+    use crate::test_support::buffer;
 
     #[test]
     fn gap_choice() {
@@ -892,22 +893,12 @@ mod tests {
     /// but the first buffer span. Stacked by birth there, the first buffer fits below the top
     /// at instant 0; every other order, with either fit, needs more.
     fn peak_instance() -> Instance {
-        let spans = [
-            (0, 1, 4),
-            (0, 5, 1),
-            (0, 4, 2),
-            (1, 3, 2),
-            (0, 4, 2),
-            (0, 4, 3),
-        ];
-        let spans = spans.into_iter().chain([(1, 4, 3), (0, 3, 1)]);
+        let spans = [(0, 1, 4), (0, 5, 1), (0, 4, 2), (1, 3, 2)];
+        let spans = spans
+            .into_iter()
+            .chain([(0, 4, 2), (0, 4, 3), (1, 4, 3), (0, 3, 1)]);
         let buffers = (spans.enumerate())
-            .map(|(id, (lower, upper, size))| Buffer {
-                id: id as u64,
-                lower,
-                upper,
-                size,
-            })
+            .map(|(id, (lower, upper, size))| buffer(id as u64, lower, upper, size))
             .collect();
         Instance::new(buffers).unwrap()
     }
