@@ -43,12 +43,12 @@
 //!   ([`Order::PeakBirth`]); where a part has more than 4096 buffers, windows of time around
 //!   the buffers at the top placed again with the rest fixed (`window.rs`); then the
 //!   placements of the other policies `itermem compare` reports are offered: cnmem (tuned
-//!   and grown) and PyTorch's
-//!   caching allocator as their simulators place them, and first-fit (see `online.rs`: so
-//!   that SmartPool never needs more than any of them); the rest of best-of runs, then, while
-//!   `footprint > LB` and [`PlanOptions::budget`] (or [`PlanOptions::steps`]) lasts, the
-//!   depth-first search at `LB` and at capacities between `LB` and the incumbent, alternating
-//!   with a seeded randomised iterated greedy, or with those windows where they apply (see
+//!   and grown) and PyTorch's caching allocator as their simulators place them, and
+//!   first-fit (see `online.rs`: so that SmartPool never needs more than any of them); the
+//!   rest of best-of runs, then, while `footprint > LB` and [`PlanOptions::budget`] (or
+//!   [`PlanOptions::steps`]) lasts, the depth-first search at `LB` and at capacities between
+//!   `LB` and the incumbent, alternating with a seeded randomised iterated greedy, or with
+//!   those windows where they apply (see
 //!   `search.rs`). Up to 4096 buffers that search is exact
 //!   (`exact.rs`: MiniMalloc's canonical solutions, section inference, dominance and dynamic
 //!   temporal decomposition, with remembered refutations, a stronger section bound and
