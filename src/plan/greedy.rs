@@ -527,14 +527,15 @@ pub(crate) fn place_below(
 ) -> Option<(Vec<u64>, u64)> {
     let mut placer = Placer::new(prep, fit);
     for (k, i) in by_part(prep, order).into_iter().enumerate() {
-        if (k % CHECK_EVERY == 0 && cutoff.passed()) || placer.footprint >= ceiling {
+        if k % CHECK_EVERY == 0 && cutoff.passed() {
             free_off_the_clock(placer.timeline);
             return None;
         }
         placer.put(i);
-    }
-    if placer.footprint >= ceiling {
-        return None;
+        if placer.footprint >= ceiling {
+            free_off_the_clock(placer.timeline);
+            return None;
+        }
     }
     Some((placer.offsets, placer.footprint))
 }

@@ -161,17 +161,20 @@ fn side_bound(
     } else {
         idx.sort_by(|&a, &b| jobs[a].deadline.total_cmp(&jobs[b].deadline));
     }
+    // A job's copy time on this side.
+    let cost = |job: &Job| if out_side { job.c_out } else { job.c_in };
     let mut rank_cost = vec![0.0; m];
     let mut rank_bytes = vec![0.0; m];
     for (j, job) in jobs.iter().enumerate() {
-        rank_cost[ranks[j]] = if out_side { job.c_out } else { job.c_in };
+        rank_cost[ranks[j]] = cost(job);
         rank_bytes[ranks[j]] = job.bytes as f64;
     }
     let mut fw = Fenwick::new(m);
     let mut inside = 0.0;
     let mut best = total;
-    // Each constraint: its fractional bound, how many jobs of `idx` it holds, its capacity.
-    let mut constraints: Vec<(f64, usize, f64)> = Vec::new();
+    // Each constraint: its fractional bound, how many jobs of `idx` it holds and their bytes,
+    // its capacity.
+    let mut constraints: Vec<(f64, usize, f64, f64)> = Vec::new();
     let mut x = 0;
     while x < m {
         let key = if out_side {
@@ -185,11 +188,7 @@ fn side_bound(
             if kj != key {
                 break;
             }
-            fw.add(
-                ranks[idx[x]],
-                if out_side { j.c_out } else { j.c_in },
-                j.bytes as f64,
-            );
+            fw.add(ranks[idx[x]], cost(j), j.bytes as f64);
             inside += j.bytes as f64;
             x += 1;
         }
@@ -197,7 +196,7 @@ fn side_bound(
         let bound = (total - inside) + fw.knapsack(cap.max(0.0), &rank_cost, &rank_bytes);
         best = best.min(bound);
         if whole {
-            constraints.push((bound, x, cap.max(0.0)));
+            constraints.push((bound, x, inside, cap.max(0.0)));
         }
     }
     if constraints.is_empty() {
@@ -208,20 +207,17 @@ fn side_bound(
     constraints.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut tightened = f64::INFINITY;
     let mut items = Vec::new();
-    for (k, &(fractional, len, cap)) in constraints.iter().enumerate() {
+    for (k, &(fractional, len, inside, cap)) in constraints.iter().enumerate() {
         if k == WHOLE_CONSTRAINTS || fractional - largest >= tightened {
             // Every constraint left keeps its fractional value, the least of them this one's.
             return best.min(tightened).min(fractional);
         }
         items.clear();
-        items.extend(idx[..len].iter().map(|&j| {
-            let job = &jobs[j];
-            (
-                job.bytes as f64,
-                if out_side { job.c_out } else { job.c_in },
-            )
-        }));
-        let inside: f64 = items.iter().map(|&(bytes, _)| bytes).sum();
+        items.extend(
+            idx[..len]
+                .iter()
+                .map(|&j| (jobs[j].bytes as f64, cost(&jobs[j]))),
+        );
         let bound = (total - inside) + whole_knapsack(&items, cap);
         tightened = tightened.min(bound.min(fractional));
     }
