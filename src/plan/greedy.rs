@@ -260,6 +260,17 @@ impl Prepared {
         live
     }
 
+    /// Peak of the aligned bytes resident at once of the buffers of at least `min_size`
+    /// aligned bytes: the lower bound of the instance they form alone.
+    pub(crate) fn peak_from(&self, min_size: u64) -> u64 {
+        let sizes = &self.sizes;
+        let size = |i: usize| if sizes[i] >= min_size { sizes[i] } else { 0 };
+        self.resident_per_segment(size)
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+    }
+
     /// For each part of time, the first segment where its resident bytes peak.
     pub(crate) fn peak_segments(&self) -> Vec<usize> {
         let live = self.live_per_segment();
@@ -540,6 +551,44 @@ pub(crate) fn place_below(
     Some((placer.offsets, placer.footprint))
 }
 
+/// [`place_below`] around `fixed` buffers: each `(i, offset)` of `fixed` is taken at its
+/// offset first, then the buffers of `order` (the others) are placed in that order with `fit`.
+/// Together they must be a permutation of `0..n`.
+pub(crate) fn place_around(
+    prep: &Prepared,
+    fixed: &[(usize, u64)],
+    order: &[usize],
+    fit: Fit,
+    (cutoff, ceiling): (Cutoff, u64),
+) -> Option<(Vec<u64>, u64)> {
+    let mut placer = Placer::new(prep, fit);
+    let mut at = vec![None; prep.len()];
+    for &(i, offset) in fixed {
+        at[i] = Some(offset);
+    }
+    // Part by part, each part's fixed buffers before its others (`by_part` keeps the order).
+    let all: Vec<usize> = fixed
+        .iter()
+        .map(|&(i, _)| i)
+        .chain(order.iter().copied())
+        .collect();
+    for (k, i) in by_part(prep, &all).into_iter().enumerate() {
+        if k % CHECK_EVERY == 0 && cutoff.passed() {
+            free_off_the_clock(placer.timeline);
+            return None;
+        }
+        match at[i] {
+            Some(offset) => placer.take(i, offset),
+            None => placer.put(i),
+        }
+        if placer.footprint >= ceiling {
+            free_off_the_clock(placer.timeline);
+            return None;
+        }
+    }
+    Some((placer.offsets, placer.footprint))
+}
+
 /// Frees a cut run's timeline on a thread of its own (inline if none can start), so that the
 /// caller returns by its deadline: on one operator graph of 60k–100k buffers it holds millions
 /// of small sets, and freeing them took 7–20 ms after the deadline (`bench plan --family iopddl`
@@ -607,13 +656,7 @@ impl<'p> Placer<'p> {
     /// Places buffer `i` at the gap `fit` picks among the bytes taken while it is resident.
     fn put(&mut self, i: usize) {
         let prep = self.prep;
-        let part = prep.part_of[i];
-        let (base, end) = prep.parts[part];
-        if part != self.part {
-            self.part = part;
-            self.timeline = Timeline::new(end - base);
-        }
-        let size = prep.sizes[i];
+        let base = self.enter_part(i);
         self.refs.clear();
         // The bytes taken during any resident interval (the lists of several intervals may
         // repeat a node: harmless, the union absorbs it).
@@ -624,9 +667,24 @@ impl<'p> Placer<'p> {
             &self.timeline,
             &self.refs,
             &mut self.scratch,
-            size,
+            prep.sizes[i],
             self.fit,
         );
+        self.insert(i, offset, base);
+    }
+
+    /// Places buffer `i` at `offset`, which the caller has checked is free while it is
+    /// resident.
+    fn take(&mut self, i: usize, offset: u64) {
+        let base = self.enter_part(i);
+        self.insert(i, offset, base);
+    }
+
+    /// Records buffer `i` at `offset` on the timeline of its part, which begins at segment
+    /// `base`.
+    fn insert(&mut self, i: usize, offset: u64, base: usize) {
+        let prep = self.prep;
+        let size = prep.sizes[i];
         self.offsets[i] = offset;
         // Taken only while resident: an absence window leaves the range free for others.
         for &(from, to) in prep.resident(i) {
@@ -634,6 +692,18 @@ impl<'p> Placer<'p> {
                 .insert(from - base, to - base, offset, offset + size);
         }
         self.footprint = self.footprint.max(offset + size);
+    }
+
+    /// Makes the timeline that of `i`'s part (a new one when the part changes: buffers come
+    /// part by part); returns the part's first segment.
+    fn enter_part(&mut self, i: usize) -> usize {
+        let part = self.prep.part_of[i];
+        let (base, end) = self.prep.parts[part];
+        if part != self.part {
+            self.part = part;
+            self.timeline = Timeline::new(end - base);
+        }
+        base
     }
 }
 
@@ -821,35 +891,41 @@ mod tests {
         offsets
     }
 
+    /// Up to 60 buffers with short lifetimes over a long horizon, which cut time into many
+    /// parts, a third of them with an absence window (a buffer's resident time is then a
+    /// union of intervals), and a random alignment.
+    fn random_in_parts(rng: &mut crate::rng::SplitMix64) -> (Instance, Prepared) {
+        let n = 1 + rng.below(60);
+        let (horizon, longest) = (10 + rng.below(300), 1 + rng.below(40));
+        let mut buffers = Vec::new();
+        let mut absences = Vec::new();
+        for id in 0..n {
+            let lower = rng.below(horizon);
+            let upper = lower + 1 + rng.below(longest);
+            buffers.push(Buffer {
+                id,
+                lower,
+                upper,
+                size: 1 + rng.below(100),
+            });
+            if upper - lower >= 3 && rng.below(3) == 0 {
+                let from = rng.range(lower + 1, upper - 1);
+                let to = rng.range(from + 1, upper);
+                absences.push(Absence { id, from, to });
+            }
+        }
+        let instance = Instance::with_absences(buffers, absences).unwrap();
+        let alignment = Alignment::new(1 + rng.below(8)).unwrap();
+        let prep = Prepared::new(&instance, alignment).unwrap();
+        (instance, prep)
+    }
+
     #[test]
     fn placements_match_the_pairwise_reference_part_by_part() {
-        // Short lifetimes over a long horizon cut time into many parts; absence windows make
-        // a buffer's resident time a union of intervals.
         let mut rng = crate::rng::SplitMix64::new(13);
         let mut several_parts = 0;
         for round in 0..300 {
-            let n = 1 + rng.below(60);
-            let (horizon, longest) = (10 + rng.below(300), 1 + rng.below(40));
-            let mut buffers = Vec::new();
-            let mut absences = Vec::new();
-            for id in 0..n {
-                let lower = rng.below(horizon);
-                let upper = lower + 1 + rng.below(longest);
-                buffers.push(Buffer {
-                    id,
-                    lower,
-                    upper,
-                    size: 1 + rng.below(100),
-                });
-                if upper - lower >= 3 && rng.below(3) == 0 {
-                    let from = rng.range(lower + 1, upper - 1);
-                    let to = rng.range(from + 1, upper);
-                    absences.push(Absence { id, from, to });
-                }
-            }
-            let instance = Instance::with_absences(buffers, absences).unwrap();
-            let alignment = Alignment::new(1 + rng.below(8)).unwrap();
-            let prep = Prepared::new(&instance, alignment).unwrap();
+            let (instance, prep) = random_in_parts(&mut rng);
             several_parts += usize::from(prep.parts.len() > 1);
             for order in Order::ALL {
                 let idx = order_indices(&instance, &prep, order);
@@ -875,6 +951,41 @@ mod tests {
             several_parts > 100,
             "{several_parts} instances with several parts"
         );
+    }
+
+    /// Buffers fixed where a run put them leave the others where that run put them, part by
+    /// part; fixed anywhere valid, they stay there and the plan around them is valid.
+    #[test]
+    fn runs_around_fixed_buffers_keep_them_and_stay_valid() {
+        let mut rng = crate::rng::SplitMix64::new(17);
+        for round in 0..300 {
+            let (instance, prep) = random_in_parts(&mut rng);
+            let idx = order_indices(&instance, &prep, Order::SizeDesc);
+            let k = rng.below(idx.len() as u64 + 1) as usize;
+            let (head, rest) = idx.split_at(k);
+            let (offsets, footprint) = place(&prep, &idx, Fit::Best);
+            let fixed: Vec<(usize, u64)> = head.iter().map(|&i| (i, offsets[i])).collect();
+            let around = place_around(&prep, &fixed, rest, Fit::Best, (Cutoff::NEVER, u64::MAX));
+            assert_eq!(around, Some((offsets, footprint)), "round {round}");
+
+            // The head fixed where another order put it, the rest by first-fit.
+            let (elsewhere, _) = place(
+                &prep,
+                &order_indices(&instance, &prep, Order::Birth),
+                Fit::Best,
+            );
+            let fixed: Vec<(usize, u64)> = head.iter().map(|&i| (i, elsewhere[i])).collect();
+            let around = place_around(&prep, &fixed, rest, Fit::First, (Cutoff::NEVER, u64::MAX));
+            let (offsets, footprint) = around.unwrap();
+            for &(i, offset) in &fixed {
+                assert_eq!(offsets[i], offset, "round {round}");
+            }
+            let valid =
+                crate::plan::check::validate_parts(&instance, &offsets, footprint, prep.alignment);
+            assert_eq!(valid, Ok(()), "round {round}");
+            let ceiling = (Cutoff::NEVER, footprint);
+            assert_eq!(place_around(&prep, &fixed, rest, Fit::First, ceiling), None);
+        }
     }
 
     /// At the peak segment of each part, the buffers resident there fill `[0, live)`.

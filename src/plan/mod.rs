@@ -40,9 +40,10 @@
 //!   meet `LB` at once (above 4096 buffers, when every part of time left once the buffers
 //!   live throughout are stacked has at most 4096, the exact search on each part follows:
 //!   `decompose.rs`); the peak-first greedy orders, each only while it may meet `LB`
-//!   ([`Order::PeakBirth`]); where a part has more than 4096 buffers, windows of time around
-//!   the buffers at the top placed again with the rest fixed (`window.rs`); then the
-//!   placements of the other policies `itermem compare` reports are offered: cnmem (tuned
+//!   ([`Order::PeakBirth`]); where a part has more than 4096 buffers, the large buffers placed
+//!   first by short DFS runs and the small ones around them (`layers.rs`), then windows of
+//!   time around the buffers at the top placed again with the rest fixed (`window.rs`); then
+//!   the placements of the other policies `itermem compare` reports are offered: cnmem (tuned
 //!   and grown) and PyTorch's caching allocator as their simulators place them, and
 //!   first-fit (see `online.rs`: so that SmartPool never needs more than any of them); the
 //!   rest of best-of runs, then, while `footprint > LB` and [`PlanOptions::budget`] (or
@@ -81,6 +82,7 @@ mod exact;
 mod floor;
 mod greedy;
 mod instance;
+mod layers;
 mod online;
 mod search;
 mod timeline;
@@ -239,6 +241,9 @@ pub enum Method {
     /// The incumbent with windows of time placed again around the buffers at its top, `kept`
     /// re-placements kept (`window.rs`).
     Windows { kept: u64 },
+    /// The buffers of at least `threshold` aligned bytes placed first by the DFS, the others
+    /// around them by best-fit (`layers.rs`).
+    Layers { threshold: u64 },
 }
 
 impl fmt::Display for Method {
@@ -251,6 +256,7 @@ impl fmt::Display for Method {
             Method::Floor => f.write_str("floor"),
             Method::Decomposed { parts } => write!(f, "decomposed/{parts}"),
             Method::Windows { kept } => write!(f, "windows/{kept}"),
+            Method::Layers { threshold } => write!(f, "layers@{threshold}"),
         }
     }
 }

@@ -45,9 +45,11 @@
 //! exact search whose parts of time are not (once the buffers live throughout are stacked),
 //! the exact search part by part (`decompose.rs`), until the dive's deadline; the peak-first
 //! greedy orders (`greedy.rs`), each abandoned once it exceeds `LB`, until the deadline itself
-//! (a plan at `LB` needs no other candidate); where a part is
-//! too large for it too (one operator graph), windows of time placed again around the top
-//! (`window.rs`), with 7/8 of what is left or until the dive's deadline if later; the
+//! (a plan at `LB` needs no other candidate); where a part is too large for it too (one
+//! operator graph), the large buffers placed first by short DFS runs and the small ones
+//! around them (`layers.rs`), with at most half of what is left, then windows of time placed
+//! again around the top (`window.rs`), with 7/8 of what is left or until the dive's deadline
+//! if later; the
 //! placements of the other policies `itermem compare` reports (`online.rs`: cnmem tuned and
 //! grown, the caching allocator, first-fit), which cost about those two runs and make the plan
 //! never worse than any of them;
@@ -98,7 +100,7 @@ use std::time::{Duration, Instant};
 use super::decompose;
 use super::exact::Exact;
 use super::greedy::{self, Fit, Order, Prepared};
-use super::{Cutoff, Instance, Method, Outcome, floor, online, window};
+use super::{Cutoff, Instance, Method, Outcome, floor, layers, online, window};
 use crate::rng::SplitMix64;
 
 /// DFS nodes between two readings of the clock. A node usually costs under a microsecond, but
@@ -113,7 +115,8 @@ pub(crate) const MAX_OVERLAP_PAIRS: usize = 8_000_000;
 /// What [`super::Policy::Search`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SearchStats {
-    /// Greedy placements run on perturbed orders.
+    /// Greedy placements run on perturbed orders, and the small buffers placed around large
+    /// ones placed first (`layers.rs`).
     pub greedy_runs: u64,
     /// Buffers placed (search nodes) by the depth-first search.
     pub dfs_nodes: u64,
@@ -172,7 +175,7 @@ impl Clock {
 
     /// The deadline that leaves `time` before `deadline` on a wall clock for work that must
     /// follow; `deadline` itself on a clock of steps, where that work is not counted.
-    fn leave(&self, deadline: u64, time: Duration) -> u64 {
+    pub(super) fn leave(&self, deadline: u64, time: Duration) -> u64 {
         match *self {
             Clock::Wall(_) => deadline.saturating_sub(nanos(time)),
             Clock::Steps { .. } => deadline,
@@ -291,7 +294,28 @@ pub(crate) fn search(
         return optimal;
     }
     // Where neither the exact search nor the decomposition reaches (a part of time too large
-    // for them: one operator graph), windows of time placed again around the top
+    // for them: one operator graph), the large buffers first (`layers.rs`), each attempt a
+    // short DFS on them alone: on the `iopddl` family they end near `LB` where the whole
+    // instance's DFS and the windows stall (docs/BENCHMARKS.md). With at most half of what
+    // is left for the attempts, the rest for the windows.
+    let best = if windows {
+        let now = clock.now(stats);
+        let half = now.saturating_add(deadline.saturating_sub(now) / 2);
+        let until = (clock, half, deadline);
+        match layers::place(instance, prep, best.footprint, until, greedy_run, stats) {
+            Some(layered) => {
+                stats.improvements += 1;
+                layered
+            }
+            None => best,
+        }
+    } else {
+        best
+    };
+    if best.footprint == lb {
+        return best;
+    }
+    // Then windows of time placed again around the top
     // (`window.rs`), with 7/8 of what is left, or more, up to the dive's deadline, when the
     // other policies' two greedy runs take less than the last eighth. So much: there a
     // greedy run costs 0.1–0.7 s, so the other policies' placements and best-of would take
@@ -838,7 +862,9 @@ impl<'a> Dfs<'a> {
         Verdict::Unknown
     }
 
-    fn run(
+    /// One search in the order of `rank` for a placement within `capacity`, abandoned after
+    /// `node_limit` nodes or at the deadline; with `floors`, the section floors prune too.
+    pub(super) fn run(
         &self,
         rank: &[u32],
         capacity: u64,

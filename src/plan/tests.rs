@@ -633,6 +633,26 @@ fn search_moves_windows_where_nothing_decomposes() {
     );
 }
 
+/// Where the windows apply and best-fit fragments (1.0348 of `LB`), the search places the
+/// large buffers first (`layers.rs`), and nothing after does better.
+#[test]
+fn search_places_large_buffers_first_on_an_operator_graph() {
+    let instance = iopddl_instance(5000, 2);
+    let search = plan(&instance, Policy::Search, &options(512, 100_000)).unwrap();
+    assert_eq!(validate(&instance, &search.plan), Ok(()));
+    assert!(
+        matches!(search.method, Method::Layers { .. }),
+        "{}",
+        search.method
+    );
+    let lb = search.lower_bound;
+    assert!(
+        search.footprint <= lb + lb / 500,
+        "{} vs {lb}",
+        search.footprint
+    );
+}
+
 // ---------------------------------------------------------------- the validator
 
 fn plan_of(offsets: Vec<u64>, footprint: u64, alignment: u64) -> Plan {
