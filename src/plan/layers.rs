@@ -66,6 +66,9 @@ pub(super) fn place(
     greedy_run: Duration,
     stats: &mut SearchStats,
 ) -> Option<Outcome> {
+    if clock.now(stats) >= latest {
+        return None;
+    }
     let lb = prep.lower_bound;
     for threshold in thresholds(prep) {
         let large: Vec<usize> = (0..prep.len())
