@@ -534,26 +534,15 @@ pub(crate) fn place_below(
     prep: &Prepared,
     order: &[usize],
     fit: Fit,
-    (cutoff, ceiling): (Cutoff, u64),
+    cut: (Cutoff, u64),
 ) -> Option<(Vec<u64>, u64)> {
-    let mut placer = Placer::new(prep, fit);
-    for (k, i) in by_part(prep, order).into_iter().enumerate() {
-        if k % CHECK_EVERY == 0 && cutoff.passed() {
-            free_off_the_clock(placer.timeline);
-            return None;
-        }
-        placer.put(i);
-        if placer.footprint >= ceiling {
-            free_off_the_clock(placer.timeline);
-            return None;
-        }
-    }
-    Some((placer.offsets, placer.footprint))
+    place_around(prep, &[], order, fit, cut)
 }
 
 /// [`place_below`] around `fixed` buffers: each `(i, offset)` of `fixed` is taken at its
 /// offset first, then the buffers of `order` (the others) are placed in that order with `fit`.
-/// Together they must be a permutation of `0..n`.
+/// Together they must be a permutation of `0..n`, and the fixed offsets a valid placement of
+/// the fixed buffers (as those of a plan of them are).
 pub(crate) fn place_around(
     prep: &Prepared,
     fixed: &[(usize, u64)],
