@@ -158,11 +158,24 @@ mod tests {
     use crate::plan::check::validate_parts;
     use crate::plan::{Alignment, Order, iopddl_instance};
 
-    fn unlimited(buffers: usize) -> (Clock, u64, u64) {
+    /// An operator graph where best-fit fragments (1.0348 of `LB`).
+    fn fragmenting() -> (Instance, Prepared) {
+        let instance = iopddl_instance(5000, 2);
+        let prep = Prepared::new(&instance, Alignment::default()).unwrap();
+        (instance, prep)
+    }
+
+    /// [`place`] below `ceiling` on a clock of steps that never runs out.
+    fn untimed(
+        (instance, prep): &(Instance, Prepared),
+        ceiling: u64,
+        stats: &mut SearchStats,
+    ) -> Option<Outcome> {
         let clock = Clock::Steps {
-            per_greedy_run: buffers as u64,
+            per_greedy_run: instance.len() as u64,
         };
-        (clock, u64::MAX, u64::MAX)
+        let until = (clock, u64::MAX, u64::MAX);
+        place(instance, prep, ceiling, until, Duration::ZERO, stats)
     }
 
     /// The small buffers' share of `LB` when the buffers of at least `threshold` go first.
@@ -170,38 +183,25 @@ mod tests {
         1.0 - prep.peak_from(threshold) as f64 / prep.lower_bound as f64
     }
 
-    /// An operator graph where best-fit fragments (1.0348 of `LB`): the buffers of 16 MiB and
-    /// more, placed first, leave the small ones room, and the plan ends within 0.2 % of `LB`.
+    /// The buffers of 16 MiB and more, placed first, leave the small ones room, and the plan
+    /// ends within 0.2 % of `LB`.
     #[test]
     fn large_buffers_first_end_near_the_bound_where_best_fit_fragments() {
-        let instance = iopddl_instance(5000, 2);
-        let prep = Prepared::new(&instance, Alignment::default()).unwrap();
+        let graph = fragmenting();
+        let (instance, prep) = &graph;
         let lb = prep.lower_bound;
-        let best_fit = greedy::run(&instance, &prep, Order::SizeDesc, Fit::Best);
-        assert!(
-            best_fit.footprint > lb + lb / 40,
-            "{} vs {lb}",
-            best_fit.footprint
-        );
+        let best_fit = greedy::run(instance, prep, Order::SizeDesc, Fit::Best);
+        assert!(best_fit.footprint > lb + lb / 40, "{}", best_fit.footprint);
 
         let mut stats = SearchStats::default();
-        let until = unlimited(instance.len());
-        let out = place(
-            &instance,
-            &prep,
-            u64::MAX,
-            until,
-            Duration::ZERO,
-            &mut stats,
-        )
-        .unwrap();
-        let valid = validate_parts(&instance, &out.offsets, out.footprint, prep.alignment);
+        let out = untimed(&graph, u64::MAX, &mut stats).unwrap();
+        let valid = validate_parts(instance, &out.offsets, out.footprint, prep.alignment);
         assert_eq!(valid, Ok(()));
         assert!(out.footprint <= lb + lb / 500, "{} vs {lb}", out.footprint);
         let Method::Layers { threshold } = out.method else {
             panic!("{}", out.method)
         };
-        assert!(thresholds(&prep).contains(&threshold));
+        assert!(thresholds(prep).contains(&threshold));
         // The completion is a greedy run; nothing else but DFS nodes was counted.
         assert_eq!(stats.greedy_runs, 1);
         assert!(stats.dfs_nodes > 0);
@@ -230,58 +230,30 @@ mod tests {
     /// attempts' deadline has passed.
     #[test]
     fn no_attempt_starts_too_late_for_its_completion() {
-        let instance = iopddl_instance(5000, 2);
-        let prep = Prepared::new(&instance, Alignment::default()).unwrap();
+        let (instance, prep) = fragmenting();
         let mut stats = SearchStats::default();
-        let (clock, _, _) = unlimited(instance.len());
-        let out = place(
-            &instance,
-            &prep,
-            u64::MAX,
-            (clock, 0, u64::MAX),
-            Duration::ZERO,
-            &mut stats,
-        );
-        assert!(out.is_none());
-        assert_eq!(stats, SearchStats::default());
+        let steps = Clock::Steps {
+            per_greedy_run: instance.len() as u64,
+        };
         let wall = Clock::Wall(std::time::Instant::now());
-        let long = Duration::from_secs(3600);
-        let out = place(
-            &instance,
-            &prep,
-            u64::MAX,
-            (wall, u64::MAX, 1_000_000_000),
-            long,
-            &mut stats,
-        );
-        assert!(out.is_none());
-        assert_eq!(stats, SearchStats::default());
+        let second = 1_000_000_000;
+        let an_hour = Duration::from_secs(3600);
+        for (until, greedy_run) in [
+            ((steps, 0, u64::MAX), Duration::ZERO),
+            ((wall, u64::MAX, second), an_hour),
+        ] {
+            let out = place(&instance, &prep, u64::MAX, until, greedy_run, &mut stats);
+            assert!(out.is_none());
+            assert_eq!(stats, SearchStats::default());
+        }
     }
 
     /// A completion that reaches the ceiling (the incumbent's footprint) is dropped.
     #[test]
     fn a_completion_at_the_ceiling_is_dropped() {
-        let instance = iopddl_instance(5000, 2);
-        let prep = Prepared::new(&instance, Alignment::default()).unwrap();
+        let graph = fragmenting();
         let mut stats = SearchStats::default();
-        let until = unlimited(instance.len());
-        let found = place(
-            &instance,
-            &prep,
-            u64::MAX,
-            until,
-            Duration::ZERO,
-            &mut stats,
-        )
-        .unwrap();
-        let out = place(
-            &instance,
-            &prep,
-            found.footprint,
-            until,
-            Duration::ZERO,
-            &mut stats,
-        );
-        assert!(out.is_none());
+        let found = untimed(&graph, u64::MAX, &mut stats).unwrap();
+        assert!(untimed(&graph, found.footprint, &mut stats).is_none());
     }
 }
