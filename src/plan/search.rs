@@ -259,7 +259,8 @@ pub(crate) fn search(
         let limit = if windows { n + n / 8 } else { 2 * n } + 64;
         stats.dfs_runs += 1;
         let until = (clock, dive_deadline);
-        if let Ok(offsets) = dfs.run(&dfs.rankings[0], lb, limit, until, false, stats) {
+        let limits = (limit, u64::MAX);
+        if let Ok(offsets) = dfs.run(&dfs.rankings[0], lb, limits, until, false, stats) {
             offer(
                 &mut best,
                 offsets,
@@ -846,7 +847,8 @@ impl<'a> Dfs<'a> {
             limit = limit.saturating_mul(2);
             for rank in &self.rankings {
                 stats.dfs_runs += 1;
-                match self.run(rank, capacity, limit, (clock, deadline), true, stats) {
+                let limits = (limit, u64::MAX);
+                match self.run(rank, capacity, limits, (clock, deadline), true, stats) {
                     Ok(offsets) => return Verdict::Found(offsets),
                     Err(Stop::Exhausted) => {
                         stats.dfs_refuted += 1;
@@ -863,12 +865,14 @@ impl<'a> Dfs<'a> {
     }
 
     /// One search in the order of `rank` for a placement within `capacity`, abandoned after
-    /// `node_limit` nodes or at the deadline; with `floors`, the section floors prune too.
+    /// `node_limit` nodes, once more than `off_path` of them lie off the path it is on (the
+    /// nodes it backtracked over), or at the deadline; with `floors`, the section floors
+    /// prune too.
     pub(super) fn run(
         &self,
         rank: &[u32],
         capacity: u64,
-        node_limit: u64,
+        (node_limit, off_path): (u64, u64),
         (clock, deadline): (Clock, u64),
         floors: bool,
         stats: &mut SearchStats,
@@ -905,7 +909,8 @@ impl<'a> Dfs<'a> {
             frame.cursor = Some(key);
             nodes += 1;
             stats.dfs_nodes += 1;
-            if nodes >= node_limit {
+            let depth = (self.prep.len() - state.remaining) as u64;
+            if nodes >= node_limit || nodes.saturating_sub(depth) > off_path {
                 return Err(Stop::Aborted);
             }
             if nodes.is_multiple_of(NODES_PER_CHECK) && clock.now(stats) >= deadline {
