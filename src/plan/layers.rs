@@ -18,9 +18,9 @@
 //! For each, one DFS run (`search.rs`, section floors on) per ranking, in the order of
 //! [`RANKINGS`], at the capacity `LB_τ + (LB − LB_τ) /` [`SLACK`], each abandoned once it
 //! has backtracked over a few nodes ([`backtracks`]): a run that succeeds places nearly every
-//! buffer at its first try. The first placement found is completed: its large buffers stay where they are
-//! and the small ones follow by best-fit in descending size, as SmartPool's best-fit would
-//! place them after the large ones (`greedy::place_around`).
+//! buffer at its first try. The first placement found is completed: its large buffers stay
+//! where they are and the small ones follow by best-fit in descending size, as SmartPool's
+//! best-fit would place them after the large ones (`greedy::place_around`).
 //!
 //! The attempts stop at a deadline the caller gives, and early enough to leave the completion
 //! its time; the completion is abandoned at the search's deadline or once it reaches the
@@ -42,7 +42,7 @@ use super::{Instance, Method, Outcome};
 const SHARES: (f64, f64) = (0.015, 0.03);
 
 /// The capacity of an attempt exceeds `LB_τ` by this fraction of the small buffers' share
-/// (LB − LB_τ): a little room makes a run that places the large buffers without
+/// `LB − LB_τ`: a little room makes a run that places the large buffers without
 /// backtracking more likely (the `iopddl` 40k instance of seed 3, nine thresholds and three
 /// rankings: 11 of 27 runs succeed at 0.3 % of `LB` above `LB_τ`, 8 at `LB_τ`), and the
 /// completion still ends near `LB`. Chosen with [`SHARES`] on the 15 instances of seeds 1–5
