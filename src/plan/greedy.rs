@@ -488,24 +488,17 @@ pub(crate) fn meeting_lb(
     instance: &Instance,
     prep: &Prepared,
     runs: impl IntoIterator<Item = (Order, Fit)>,
-    (cutoff, greedy_run): (Cutoff, Duration),
+    cut: (Cutoff, Duration),
 ) -> Option<Outcome> {
-    let ceiling = prep.lower_bound.saturating_add(1);
-    for (order, fit) in runs {
-        if !cutoff.allows(greedy_run / 8) {
-            break;
-        }
-        let idx = order_indices(instance, prep, order);
-        if let Some((offsets, footprint)) = place_below(prep, &idx, fit, (cutoff, ceiling)) {
-            let method = Method::Greedy { order, fit };
-            return Some(Outcome {
-                offsets,
-                footprint,
-                method,
-            });
-        }
-    }
-    None
+    // Best-of from an incumbent just above `LB`: every run is abandoned there, so only one at
+    // `LB` replaces it, and best-of stops at the first.
+    let above = Outcome {
+        offsets: Vec::new(),
+        footprint: prep.lower_bound.checked_add(1)?,
+        method: Method::Floor,
+    };
+    let met = best_of(instance, prep, above, runs, cut);
+    (met.footprint == prep.lower_bound).then_some(met)
 }
 
 /// Places the buffers in `order` with `fit`; returns the offsets (instance order) and the

@@ -148,6 +148,7 @@ fn complete(
     stats.greedy_runs += 1;
     let cut = (clock.cutoff(deadline), ceiling);
     let (offsets, footprint) = greedy::place_around(prep, fixed, &small, Fit::Best, cut)?;
+    stats.improvements += 1;
     Some(Outcome {
         offsets,
         footprint,

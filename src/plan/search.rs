@@ -303,13 +303,7 @@ pub(crate) fn search(
         let now = clock.now(stats);
         let half = now.saturating_add(deadline.saturating_sub(now) / 2);
         let until = (clock, half, deadline);
-        match layers::place(instance, prep, best.footprint, until, greedy_run, stats) {
-            Some(layered) => {
-                stats.improvements += 1;
-                layered
-            }
-            None => best,
-        }
+        layers::place(instance, prep, best.footprint, until, greedy_run, stats).unwrap_or(best)
     } else {
         best
     };

@@ -209,8 +209,8 @@ fn side_bound(
     let mut items = Vec::new();
     for (k, &(fractional, len, inside, cap)) in constraints.iter().enumerate() {
         if k == WHOLE_CONSTRAINTS || fractional - largest >= tightened {
-            // Every constraint left keeps its fractional value, the least of them this one's.
-            return best.min(tightened).min(fractional);
+            // Every constraint left keeps its fractional value, which `best` already counts.
+            break;
         }
         items.clear();
         items.extend(
@@ -350,7 +350,7 @@ fn bound_of(p: &Profile, copy: CopyModel, overhead: f64) -> Bound {
     let mut tightened = u64::MAX;
     for (n, &(fractional, j)) in by_op.iter().enumerate() {
         if n == WHOLE_OPS || fractional.saturating_sub(largest) >= tightened {
-            tightened = tightened.min(fractional);
+            // Every op left keeps its fractional value, which `max_removal` already counts.
             break;
         }
         let slack = peak_bytes.saturating_sub(p.load[j]);
