@@ -132,6 +132,7 @@ impl Order {
 
 /// An instance reduced to what the placers need: aligned sizes and resident intervals as
 /// ranges of elementary time segments.
+#[derive(Clone)]
 pub(crate) struct Prepared {
     /// Aligned sizes, instance order; their sum fits in a `u64`.
     pub(crate) sizes: Vec<u64>,

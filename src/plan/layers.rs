@@ -27,6 +27,7 @@
 //! incumbent's footprint. `search.rs` tries this only where the windows apply (`window.rs`:
 //! one part of time above the exact search's size, no absence windows).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::greedy::{self, Fit, Prepared};
@@ -57,16 +58,19 @@ const RANKINGS: [usize; 3] = [1, 0, 2];
 /// succeeds before `latest` on `clock` and its completion ends below `ceiling` before
 /// `deadline`. An attempt starts only if it may end in time for its completion, which costs
 /// about `greedy_run` (one greedy run on the whole instance) times the share of the buffers it
-/// places.
+/// places. Once `stop` is set no run or completion starts (`search.rs` runs this on a thread
+/// of its own).
 pub(super) fn place(
     instance: &Instance,
     prep: &Prepared,
     ceiling: u64,
     (clock, latest, deadline): (Clock, u64, u64),
     greedy_run: Duration,
+    stop: &AtomicBool,
     stats: &mut SearchStats,
 ) -> Option<Outcome> {
-    if clock.now(stats) >= latest {
+    let stopped = || stop.load(Ordering::Relaxed);
+    if clock.now(stats) >= latest || stopped() {
         return None;
     }
     let lb = prep.lower_bound;
@@ -89,7 +93,7 @@ pub(super) fn place(
             continue;
         };
         for rank in RANKINGS {
-            if clock.now(stats) >= attempts_until {
+            if clock.now(stats) >= attempts_until || stopped() {
                 return None;
             }
             stats.dfs_runs += 1;
@@ -99,6 +103,9 @@ pub(super) fn place(
             else {
                 continue;
             };
+            if stopped() {
+                return None;
+            }
             let fixed: Vec<(usize, u64)> = large.into_iter().zip(offsets).collect();
             return complete(prep, &fixed, threshold, (clock, deadline, ceiling), stats);
         }
@@ -179,7 +186,15 @@ mod tests {
             per_greedy_run: instance.len() as u64,
         };
         let until = (clock, u64::MAX, u64::MAX);
-        place(instance, prep, ceiling, until, Duration::ZERO, stats)
+        place(
+            instance,
+            prep,
+            ceiling,
+            until,
+            Duration::ZERO,
+            &AtomicBool::new(false),
+            stats,
+        )
     }
 
     /// The small buffers' share of `LB` when the buffers of at least `threshold` go first.
@@ -230,8 +245,8 @@ mod tests {
         }
     }
 
-    /// Attempts start only while they leave the completion its time, and none once the
-    /// attempts' deadline has passed.
+    /// Attempts start only while they leave the completion its time, none once the attempts'
+    /// deadline has passed, and none once told to stop.
     #[test]
     fn no_attempt_starts_too_late_for_its_completion() {
         let (instance, prep) = fragmenting();
@@ -242,11 +257,22 @@ mod tests {
         let wall = Clock::Wall(std::time::Instant::now());
         let second = 1_000_000_000;
         let an_hour = Duration::from_secs(3600);
-        for (until, greedy_run) in [
-            ((steps, 0, u64::MAX), Duration::ZERO),
-            ((wall, u64::MAX, second), an_hour),
+        let untimed = (steps, u64::MAX, u64::MAX);
+        for (until, greedy_run, stopped) in [
+            ((steps, 0, u64::MAX), Duration::ZERO, false),
+            ((wall, u64::MAX, second), an_hour, false),
+            (untimed, Duration::ZERO, true),
         ] {
-            let out = place(&instance, &prep, u64::MAX, until, greedy_run, &mut stats);
+            let stop = AtomicBool::new(stopped);
+            let out = place(
+                &instance,
+                &prep,
+                u64::MAX,
+                until,
+                greedy_run,
+                &stop,
+                &mut stats,
+            );
             assert!(out.is_none());
             assert_eq!(stats, SearchStats::default());
         }

@@ -41,8 +41,9 @@
 //!   live throughout are stacked has at most 4096, the exact search on each part follows:
 //!   `decompose.rs`); the peak-first greedy orders, each only while it may meet `LB`
 //!   ([`Order::PeakBirth`]); where a part has more than 4096 buffers, the large buffers placed
-//!   first by short DFS runs and the small ones around them (`layers.rs`), then windows of
-//!   time around the buffers at the top placed again with the rest fixed (`window.rs`); then
+//!   first by short DFS runs and the small ones around them (`layers.rs`; on a wall clock
+//!   with a second core, on a thread of their own beside everything after them), then windows
+//!   of time around the buffers at the top placed again with the rest fixed (`window.rs`); then
 //!   the placements of the other policies `itermem compare` reports are offered: cnmem (tuned
 //!   and grown) and PyTorch's caching allocator as their simulators place them, and
 //!   first-fit (see `online.rs`: so that SmartPool never needs more than any of them); the
