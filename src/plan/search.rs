@@ -359,11 +359,11 @@ struct Later<'a> {
 /// The large buffers first (`layers.rs`) on a thread of their own: on a wall clock with two
 /// cores, the attempts get the whole time left instead of half of it, and the windows theirs
 /// from the incumbent, in parallel. Measured on the `iopddl` family at 1 s (seeds 1–15, three
-/// rounds each): better on 10 of the 45 instances in every round (40k seed 7 1.0331 → 1.0008
-/// of `LB`), worse on none (docs/BENCHMARKS.md). The thread works on its own copies of the
-/// instance, so a search that meets `LB` here returns at once: it only tells the thread to stop
-/// (between two of its runs) and does not wait. The other way round there is no such signal:
-/// a plan at `LB` found there is taken at the deadline.
+/// interleaved rounds each): lower on 8 of the 45 instances in every round (40k seed 7
+/// 1.0331 → 1.0008 of `LB`), higher on none in every round (docs/BENCHMARKS.md). The thread
+/// works on its own copies of the instance, so a search that meets `LB` here returns at once:
+/// it only tells the thread to stop (between two of its runs) and does not wait. The other way
+/// round there is no such signal: a plan at `LB` found there is taken at the deadline.
 struct Beside {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<(Option<Outcome>, SearchStats)>,
@@ -439,6 +439,9 @@ fn after_layers(
         seed,
     } = later;
     let lb = prep.lower_bound;
+    if best.footprint == lb {
+        return best;
+    }
     let cutoff = clock.cutoff(deadline);
     // Then windows of time placed again around the top
     // (`window.rs`), with 7/8 of what is left, or more, up to the dive's deadline, when the
