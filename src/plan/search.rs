@@ -428,16 +428,9 @@ fn after_layers(
     (mut dfs, dfs_cut): (Option<Dfs<'_>>, bool),
     stats: &mut SearchStats,
 ) -> Outcome {
-    let &Later {
-        instance,
-        prep,
-        clock,
-        deadline,
-        dive_deadline,
-        greedy_run,
-        windows,
-        seed,
-    } = later;
+    let (instance, prep, seed) = (later.instance, later.prep, later.seed);
+    let (clock, deadline, greedy_run) = (later.clock, later.deadline, later.greedy_run);
+    let (dive_deadline, windows) = (later.dive_deadline, later.windows);
     let lb = prep.lower_bound;
     if best.footprint == lb {
         return best;
