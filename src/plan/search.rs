@@ -1464,7 +1464,8 @@ mod tests {
         );
         let valid = check::validate_parts(&instance, &best.offsets, best.footprint, prep.alignment);
         assert_eq!(valid, Ok(()));
-        assert_eq!((stats.greedy_runs, stats.improvements), (1, 1));
+        assert_eq!(stats.improvements, 1);
+        assert!(stats.greedy_runs >= 1, "{stats:?}");
         assert!(stats.dfs_runs > 0 && stats.dfs_nodes > 0, "{stats:?}");
     }
 
