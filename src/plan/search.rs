@@ -47,14 +47,13 @@
 //! greedy orders (`greedy.rs`), each abandoned once it exceeds `LB`, until the deadline itself
 //! (a plan at `LB` needs no other candidate); where a part is too large for it too (one
 //! operator graph), the large buffers placed first by short DFS runs and the small ones
-//! around them (`layers.rs`), with at most half of what is left (on a wall clock with a second
-//! core, on a thread of their own until the deadline instead: [`Beside`]), then windows of time placed
-//! again around the top (`window.rs`), with 7/8 of what is left or until the dive's deadline
-//! if later; the
-//! placements of the other policies `itermem compare` reports (`online.rs`: cnmem tuned and
-//! grown, the caching allocator, first-fit), which cost about those two runs and make the plan
-//! never worse than any of them;
-//! the rest of best-of (except the floor's run); then half of the remaining budget goes to the
+//! around them (`layers.rs`), with at most half of what is left (on a wall clock with a
+//! second core, on a thread of their own until the deadline instead: [`Beside`]), then
+//! windows of time placed again around the top (`window.rs`), with 7/8 of what is left or
+//! until the dive's deadline if later; the placements of the other policies that
+//! `itermem compare` reports (`online.rs`: cnmem tuned and grown, the caching allocator,
+//! first-fit), which cost about those two runs and make the plan never worse than any of
+//! them; the rest of best-of (except the floor's run); then half of the remaining budget goes to the
 //! DFS at `LB`, and the rest alternates slices of randomised greedy (of those windows where
 //! they apply) and of DFS halfway between the largest capacity proved infeasible and the
 //! incumbent. After best-fit the incumbent is
@@ -359,8 +358,9 @@ struct Later<'a> {
 /// The large buffers first (`layers.rs`) on a thread of their own: on a wall clock with two
 /// cores, the attempts get the whole time left instead of half of it, and the windows theirs
 /// from the incumbent, in parallel. Measured on the `iopddl` family at 1 s (seeds 1–15, three
-/// interleaved rounds each): lower on 8 of the 45 instances in every round (40k seed 7
-/// 1.0331 → 1.0008 of `LB`), higher on none in every round (docs/BENCHMARKS.md). The thread
+/// rounds each, with the thresholds of `layers.rs` from 0.5 %): lower on 12 of the 45
+/// instances in every round (40k seed 7 1.0331 → 1.0008 of `LB`), higher on none in every
+/// round (docs/BENCHMARKS.md). The thread
 /// works on its own copies of the instance, so a search that meets `LB` here returns at once:
 /// it only tells the thread to stop (between two of its runs) and does not wait. The other way
 /// round there is no such signal: a plan at `LB` found there is taken at the deadline.
