@@ -10,11 +10,13 @@
 //! Module map: `config` (environment), `memory` (device and pinned memory), `stream` (ordering),
 //! `kernel` (function registry and parameter layout), `vmm` (reserved ranges and
 //! mapped physical memory), `device` (the context and every
-//! operation's semantics), `stats` (counters), `exports` (the C ABI), `result` (error codes).
+//! operation's semantics), `stats` (counters), `exports` (the C ABI), `result` (error codes),
+//! `fatbin` (the PTX inside the fatbinaries of nvcc-built programs).
 
 pub mod config;
 pub mod device;
 pub mod exports;
+pub mod fatbin;
 pub mod kernel;
 pub mod memory;
 pub mod result;
