@@ -426,6 +426,10 @@ int main(int argc, char **argv) {
       rdz1(rz1.size()), rlogits(static_cast<size_t>(B) * C), rdlogits(rlogits.size()),
       rgw1(w1.host.size()), rgb1(H), rgw2(w2.host.size()), rgb2(C);
 
+  // The set-up ran on the legacy default stream, which the two non-blocking streams do not wait
+  // for (and a cudaMemset or a pageable cudaMemcpy may return before the device has finished).
+  CHECK(cudaDeviceSynchronize());
+
   Adam adam;
   double worst_loss_error = 0.0;
   bool ok = true;
