@@ -1,13 +1,22 @@
 //! The fatbinaries of real nvcc builds (`tools/build-cuda-programs`): the PTX that
-//! `cuda_shim::fatbin` finds in them. Skipped, with one `SKIPPED: ...` line, where the programs
-//! have not been built (the toolkit comes from PyPI).
+//! `cuda_shim::fatbin` finds in them. Skipped, with one `SKIPPED <test>: ...` line on the
+//! terminal, where the programs have not been built (the toolkit comes from PyPI).
 
 use cuda_shim::fatbin::{Image, PtxEntry, read_fatbin, read_image, select_ptx};
+use std::io::Write;
 use std::path::Path;
 
 /// The repository's root.
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+/// Says on the terminal that the calling test is skipped, and why (as the workspace's tests do:
+/// written to the stream itself, which the harness does not capture).
+fn say_skipped(why: std::fmt::Arguments) {
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// The bytes of the ELF section `name` of the ELF64 little-endian file `elf`.
@@ -54,10 +63,10 @@ fn fatbin_of_nvcc_vector_add() {
     let dir = root().join("target/programs/cu");
     let shared = dir.join("vector_add");
     if !shared.exists() {
-        println!(
-            "SKIPPED: {} is not built (run tools/build-cuda-programs)",
+        say_skipped(format_args!(
+            "{} is not built (run tools/build-cuda-programs)",
             shared.display()
-        );
+        ));
         return;
     }
     for binary in [shared, dir.join("vector_add-static")] {
@@ -105,8 +114,8 @@ fn fatbin_of_every_nvcc_program() {
         checked += 1;
     }
     if checked == 0 {
-        println!(
-            "SKIPPED: no program of tests/programs/cu is built (run tools/build-cuda-programs)"
-        );
+        say_skipped(format_args!(
+            "no program of tests/programs/cu is built (run tools/build-cuda-programs)"
+        ));
     }
 }
