@@ -23,7 +23,14 @@ pub struct Config {
     pub seed: u64,
     /// `CUDA_SHIM_STATS`: path of the JSON statistics written at process exit.
     pub stats_path: Option<String>,
+    /// `CUDA_SHIM_COMPUTE_CAPABILITY`: the devices' compute capability as `10 × major + minor`
+    /// (written `9.0`; default 9.0, Hopper). It decides which PTX of a fatbinary runs.
+    pub compute_capability: u32,
 }
+
+/// Compute capability of the simulated devices unless `CUDA_SHIM_COMPUTE_CAPABILITY` says
+/// otherwise: Hopper's 9.0, the GPUs this project is lent.
+pub const DEFAULT_COMPUTE_CAPABILITY: u32 = 90;
 
 pub const DEFAULT_CAPACITY: u64 = 8 << 30;
 /// Most devices the shim simulates (`CUDA_SHIM_DEVICES`).
@@ -51,6 +58,11 @@ impl Config {
                 .map(Setting::Float)
         };
         let int = |s: &str| s.parse::<u64>().ok().map(Setting::Int);
+        let capability = |s: &str| {
+            let (major, minor) = s.split_once('.')?;
+            let (major, minor) = (major.parse::<u64>().ok()?, minor.parse::<u64>().ok()?);
+            ((1..=99).contains(&major) && minor <= 9).then_some(Setting::Int(major * 10 + minor))
+        };
         let size_form = "a positive size in bytes with an optional K, M, G or T suffix (e.g. 8G)";
         let rate_form = "a positive number of GB/s (e.g. 12.5)";
         let count = |s: &str| {
@@ -98,6 +110,12 @@ impl Config {
             .map_or(Duration::ZERO, |s| Duration::from_micros(s.int())),
             seed: read("CUDA_SHIM_SEED", "a whole number", &int).map_or(0, Setting::int),
             stats_path: lookup("CUDA_SHIM_STATS").filter(|p| !p.is_empty()),
+            compute_capability: read(
+                "CUDA_SHIM_COMPUTE_CAPABILITY",
+                "MAJOR.MINOR with a minor digit (e.g. 9.0 or 8.6)",
+                &capability,
+            )
+            .map_or(DEFAULT_COMPUTE_CAPABILITY, |s| s.int() as u32),
         }
     }
 }

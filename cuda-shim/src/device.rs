@@ -19,8 +19,9 @@
 //! peer access is not waited for, as on CUDA (a use after free of the program).
 
 use crate::config::{Config, MAX_DEVICES};
-use crate::kernel::{Functions, Layout};
+use crate::kernel::{Body, Functions, Layout, PtxKernel};
 use crate::memory::{DeviceKind, DeviceMemory, PinnedMemory};
+use crate::ptx;
 use crate::result::*;
 use crate::stats::{Stats, StatsSnapshot, write_json};
 use crate::stream::{Executor, Marker, Streams};
@@ -57,6 +58,8 @@ pub enum Work {
     Launch {
         layout: Layout,
         buffer: Vec<u128>,
+        /// Grid, block and dynamic shared memory, and the module's variables (PTX kernels).
+        shape: Shape,
     },
     /// `height` rows of `width` bytes, `src_pitch`/`dst_pitch` apart (one row for a 1D copy).
     Copy {
@@ -86,6 +89,16 @@ pub enum Work {
     /// A host function run on the stream's thread in stream order (`cuLaunchHostFunc`,
     /// `cuStreamAddCallback`).
     Host(HostCall),
+}
+
+/// The shape of a launch: grid and block dimensions, dynamic shared memory bytes, and the
+/// device addresses of the module's variables (PTX kernels read them; host kernels do not).
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared: u32,
+    pub globals: Vec<u64>,
 }
 
 /// A host function queued on a stream.
@@ -184,7 +197,11 @@ impl Executor for Device {
         }
         match work {
             Work::Marker => {}
-            Work::Launch { layout, buffer } => self.run_kernel(layout, buffer),
+            Work::Launch {
+                layout,
+                buffer,
+                shape,
+            } => self.run_kernel(layout, buffer, shape),
             Work::Copy {
                 dst,
                 dst_pitch,
@@ -268,6 +285,21 @@ impl Executor for Device {
     }
 }
 
+/// What a PTX kernel may access: device blocks of any device (peer access is not checked),
+/// mapped page-locked host memory and mapped ranges of the virtual memory API.
+impl ptx::Memory for Driver {
+    fn range(&self, addr: u64) -> Option<(u64, u64)> {
+        let at = addr as usize;
+        let found = self
+            .contexts
+            .iter()
+            .find_map(|c| c.device.memory.find(at).map(|b| (b.start, b.size)))
+            .or_else(|| self.pinned.find(at))
+            .or_else(|| self.vmm.mapping(at).map(|m| (m.start, m.size)))?;
+        Some((found.0 as u64, (found.0 + found.1) as u64))
+    }
+}
+
 /// Physical memory of `cuMemCreate` counts against the capacity of its device.
 impl Capacity for Driver {
     fn charge(&self, device: usize, bytes: usize) -> CuResult<()> {
@@ -283,21 +315,34 @@ impl Capacity for Driver {
 }
 
 impl Device {
-    fn run_kernel(&self, layout: Layout, mut buffer: Vec<u128>) {
-        let Some(body) = layout.body else { return };
-        let base = buffer.as_mut_ptr() as *mut u8;
-        let mut args: Vec<*mut c_void> = layout
-            .params
-            .iter()
-            // SAFETY: the buffer holds `layout.buffer_size()` bytes, so every offset is in bounds.
-            .map(|p| unsafe { base.add(p.offset) } as *mut c_void)
-            .collect();
-        IN_KERNEL.with(|k| k.set(true));
-        // SAFETY: `body` was registered as a kernel taking these parameters; `args` points to
-        // one value of the registered size per parameter, alive for the whole call.
-        unsafe { body(args.as_mut_ptr()) };
-        IN_KERNEL.with(|k| k.set(false));
-        let raised = RAISED.with(|r| r.replace(0));
+    fn run_kernel(&self, layout: Layout, mut buffer: Vec<u128>, shape: Shape) {
+        let raised = match &layout.body {
+            Some(Body::Host(body)) => {
+                let body = *body;
+                let base = buffer.as_mut_ptr() as *mut u8;
+                let mut args: Vec<*mut c_void> = layout
+                    .params
+                    .iter()
+                    // SAFETY: the buffer holds `layout.buffer_size()` bytes, so every offset is
+                    // in bounds.
+                    .map(|p| unsafe { base.add(p.offset) } as *mut c_void)
+                    .collect();
+                IN_KERNEL.with(|k| k.set(true));
+                // SAFETY: `body` was registered as a kernel taking these parameters; `args`
+                // points to one value of the registered size per parameter, alive for the call.
+                unsafe { body(args.as_mut_ptr()) };
+                IN_KERNEL.with(|k| k.set(false));
+                RAISED.with(|r| r.replace(0))
+            }
+            Some(Body::Ptx(kernel)) => {
+                let size = layout.buffer_size();
+                // SAFETY: the buffer holds at least `size` initialised bytes.
+                let params =
+                    unsafe { std::slice::from_raw_parts(buffer.as_ptr() as *const u8, size) };
+                self.run_ptx(kernel, params, &shape)
+            }
+            Some(Body::NoImage) | None => return,
+        };
         if raised != 0 {
             // First fault wins; Release publishes everything the kernel wrote before it.
             let _ = self
@@ -306,6 +351,31 @@ impl Device {
         }
         if !layout.simulated.is_zero() {
             std::thread::sleep(layout.simulated);
+        }
+    }
+
+    /// Interprets a PTX kernel; returns the `CUresult` of its fault (0 = none).
+    fn run_ptx(&self, kernel: &PtxKernel, params: &[u8], shape: &Shape) -> u32 {
+        let launch = ptx::Launch {
+            grid: shape.grid,
+            block: shape.block,
+            dynamic_shared: shape.shared as usize,
+            params,
+            globals: &shape.globals,
+            memory: match DRIVER.get() {
+                Some(driver) => driver,
+                None => return LAUNCH_FAILED.0,
+            },
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        match ptx::run(&kernel.kernel, &launch) {
+            Ok(_) => 0,
+            Err(ptx::Fault::IllegalAddress { .. }) => ILLEGAL_ADDRESS.0,
+            Err(ptx::Fault::Misaligned { .. }) => MISALIGNED_ADDRESS.0,
+            Err(fault) => {
+                crate::module::report(&format!("kernel {} failed: {fault:?}", kernel.kernel.name));
+                LAUNCH_FAILED.0
+            }
         }
     }
 
@@ -1557,13 +1627,29 @@ impl Context {
         params: Option<&[*const u8]>,
         packed: Option<&[u8]>,
         stream: usize,
+        mut shape: Shape,
     ) -> CuResult<()> {
         if self.owner(stream)?.ordinal != self.ordinal {
             return Err(INVALID_HANDLE);
         }
         let layout = self.driver().functions.by_handle(function)?.layout();
-        if layout.body.is_none() {
-            return Err(NOT_FOUND);
+        match &layout.body {
+            None => return Err(NOT_FOUND),
+            Some(Body::NoImage) => return Err(NO_BINARY_FOR_GPU),
+            Some(Body::Host(_)) => {}
+            Some(Body::Ptx(kernel)) => {
+                if let Some(ptx::Fault::Unsupported { what, line }) =
+                    ptx::first_unsupported(&kernel.kernel)
+                {
+                    crate::module::report(&format!(
+                        "kernel {} uses `{what}` (PTX line {line}), outside the subset the shim \
+                         interprets (docs/ARCHITECTURE.md); CUDA_ERROR_INVALID_PTX",
+                        kernel.kernel.name
+                    ));
+                    return Err(INVALID_PTX);
+                }
+                shape.globals = self.module_globals(kernel.module)?;
+            }
         }
         let size = layout.buffer_size();
         let mut buffer = vec![0u128; size.div_ceil(16)];
@@ -1588,10 +1674,36 @@ impl Context {
             (None, None) if layout.params.is_empty() => {}
             _ => return Err(INVALID_VALUE),
         }
-        self.streams
-            .submit(stream, Work::Launch { layout, buffer }, None)?;
+        self.streams.submit(
+            stream,
+            Work::Launch {
+                layout,
+                buffer,
+                shape,
+            },
+            None,
+        )?;
         Stats::add(&self.device.stats.kernel_launches, 1);
         Ok(())
+    }
+
+    /// The device addresses of `module`'s variables on this context's device: device memory of
+    /// the primary context, outside the program's allocations (as on CUDA), made and initialised
+    /// from the PTX at first use.
+    pub fn module_globals(&self, module: &crate::module::Module) -> CuResult<Vec<u64>> {
+        let primary = &self.driver().contexts[self.ordinal];
+        module.globals(
+            self.ordinal,
+            |size| primary.alloc(size, DeviceKind::Device).map(|a| a as u64),
+            |addr, bytes| {
+                // SAFETY: `addr` was just allocated with at least `bytes.len()` bytes of device
+                // memory, which is host-addressable on the shim.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len())
+                };
+                Ok(())
+            },
+        )
     }
 
     // ---- synchronisation ----

@@ -5,9 +5,12 @@
 //! `CUDA_ERROR_UNKNOWN`, never an unwind into C) and lists it for `cuGetProcAddress`.
 //! Bodies only decode C arguments and call the [`Context`]; the semantics live in `device`.
 
-use crate::device::{self, Context, Driver, MemoryType, Place, Rect, current, init, initialized};
-use crate::kernel::{Layout, pack_offsets};
+use crate::device::{
+    self, Context, Driver, MemoryType, Place, Rect, Shape, current, init, initialized,
+};
+use crate::kernel::{Body, Layout, pack_offsets};
 use crate::memory::DeviceKind;
+use crate::module::Module;
 use crate::result::*;
 use crate::stats::StatsSnapshot;
 use crate::stream::PER_THREAD;
@@ -91,7 +94,8 @@ fn attribute(attr: i32, ordinal: i32) -> CuResult<i32> {
         38 => 40 << 20,
         39 => 2048,
         40 => 2,
-        75 => 8,
+        75 => (device::driver()?.config.compute_capability / 10) as i32,
+        76 => (device::driver()?.config.compute_capability % 10) as i32,
         87 => 2,
         81 => 164 << 10,
         97 => 163 << 10,
@@ -1098,7 +1102,7 @@ driver_api! {
         block_x: u32,
         block_y: u32,
         block_z: u32,
-        _shared_mem: u32,
+        shared_mem: u32,
         stream: usize,
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
@@ -1106,6 +1110,7 @@ driver_api! {
         let launch = Launch {
             grid: [grid_x, grid_y, grid_z],
             block: [block_x, block_y, block_z],
+            shared: shared_mem,
             stream,
             cooperative: false,
         };
@@ -1129,6 +1134,7 @@ driver_api! {
         let launch = Launch {
             grid: config.grid,
             block: config.block,
+            shared: config.shared_mem,
             stream: config.stream,
             cooperative: false,
         };
@@ -1148,13 +1154,14 @@ driver_api! {
         block_x: u32,
         block_y: u32,
         block_z: u32,
-        _shared_mem: u32,
+        shared_mem: u32,
         stream: usize,
         params: *mut *mut c_void,
     ) {
         let launch = Launch {
             grid: [grid_x, grid_y, grid_z],
             block: [block_x, block_y, block_z],
+            shared: shared_mem,
             stream,
             cooperative: true,
         };
@@ -1269,7 +1276,9 @@ driver_api! {
         let layout = Layout {
             name,
             // SAFETY: the caller registers a function of the kernel-body signature.
-            body: Some(unsafe { std::mem::transmute::<*const c_void, crate::kernel::KernelFn>(host) }),
+            body: Some(Body::Host(unsafe {
+                std::mem::transmute::<*const c_void, crate::kernel::KernelFn>(host)
+            })),
             params: pack_offsets(sizes)?,
             simulated: Duration::from_nanos(simulated_ns),
         };
@@ -1286,6 +1295,106 @@ driver_api! {
         // SAFETY: `name` is NUL-terminated.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
         driver.functions.name(host as usize, name);
+        Ok(())
+    }
+
+    /// Shim-only: loads a fatbinary registered by nvcc's startup code (`__cudaRegisterFatBinary`)
+    /// for the devices' compute capability. No context is needed: registration runs before
+    /// `main`, and NVIDIA's runtime loads such modules into every context it makes.
+    fn cuShimLoadFatBinary(module: *mut usize, image: *const c_void) {
+        let driver = init()?;
+        if image.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: `image` is what nvcc's registration code handed the runtime.
+        let loaded = unsafe { Module::load(image as *const u8, driver.config.compute_capability) }?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(module, loaded.handle()) }
+    }
+
+    /// Shim-only: binds host stub `host` (`__cudaRegisterFunction`) to kernel `name` of a module
+    /// of `cuShimLoadFatBinary`. A kernel the module does not have keeps only its name, as before
+    /// a body is registered with `cudaShimRegisterKernel`, which replaces the PTX either way.
+    fn cuShimBindFunction(host: *const c_void, module: usize, name: *const c_char) {
+        let driver = init()?;
+        if host.is_null() || name.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let module = Module::from_handle(module)?;
+        // SAFETY: `name` is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        match module.function(&name) {
+            Some(layout) => {
+                driver.functions.register(host as usize, layout);
+            }
+            None => driver.functions.name(host as usize, name),
+        }
+        Ok(())
+    }
+
+    /// Loads PTX text, a fatbinary or a cubin into the current context (see `module`: only PTX
+    /// runs; a module without PTX for the device loads and its launches fail).
+    fn cuModuleLoadData(module: *mut usize, image: *const c_void) {
+        current()?;
+        if image.is_null() || module.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let capability = device::driver()?.config.compute_capability;
+        // SAFETY: `image` is one of the formats cuModuleLoadData documents.
+        let loaded = unsafe { Module::load(image as *const u8, capability) }?;
+        // SAFETY: checked non-null; the caller's out-parameter.
+        unsafe { put(module, loaded.handle()) }
+    }
+
+    /// `cuModuleLoadData` of a fatbinary.
+    fn cuModuleLoadFatBinary(module: *mut usize, fat_cubin: *const c_void) {
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuModuleLoadData(module, fat_cubin) })
+    }
+
+    /// Modules live for the process (their kernels' handles never dangle): unloading checks the
+    /// handle and frees nothing.
+    fn cuModuleUnload(module: usize) {
+        current()?;
+        Module::from_handle(module).map(drop)
+    }
+
+    fn cuModuleGetFunction(function: *mut usize, module: usize, name: *const c_char) {
+        let driver = initialized()?;
+        current()?;
+        if name.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let module = Module::from_handle(module)?;
+        // SAFETY: `name` is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let handle = module.function_handle(&name, |key, layout| {
+            driver.functions.register(key, layout) as *const crate::kernel::Function as usize
+        })?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(function, handle) }
+    }
+
+    /// The device address and size of a module's `.global`/`.const` variable on the current
+    /// device; either out-parameter may be NULL.
+    fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize, module: usize, name: *const c_char) {
+        let context = current()?;
+        if name.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let module = Module::from_handle(module)?;
+        // SAFETY: `name` is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let (index, size) = module.global(&name).ok_or(NOT_FOUND)?;
+        let addr = context.module_globals(module)?[index];
+        if !dptr.is_null() {
+            // SAFETY: non-null out-parameter of the caller.
+            unsafe { put(dptr, addr) }?;
+        }
+        if !bytes.is_null() {
+            // SAFETY: non-null out-parameter of the caller.
+            unsafe { put(bytes, size) }?;
+        }
         Ok(())
     }
 
@@ -1530,7 +1639,7 @@ driver_api! {
         block_x: u32,
         block_y: u32,
         block_z: u32,
-        _shared_mem: u32,
+        shared_mem: u32,
         stream: usize,
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
@@ -1538,6 +1647,7 @@ driver_api! {
         let launch = Launch {
             grid: [grid_x, grid_y, grid_z],
             block: [block_x, block_y, block_z],
+            shared: shared_mem,
             stream: per_thread(stream),
             cooperative: false,
         };
@@ -1567,13 +1677,14 @@ driver_api! {
         block_x: u32,
         block_y: u32,
         block_z: u32,
-        _shared_mem: u32,
+        shared_mem: u32,
         stream: usize,
         params: *mut *mut c_void,
     ) {
         let launch = Launch {
             grid: [grid_x, grid_y, grid_z],
             block: [block_x, block_y, block_z],
+            shared: shared_mem,
             stream: per_thread(stream),
             cooperative: true,
         };
@@ -1796,6 +1907,11 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuEventDestroy", 4000, "cuEventDestroy_v2"),
     ("cuLaunchKernel", 4000, "cuLaunchKernel"),
     ("cuFuncGetName", 12030, "cuFuncGetName"),
+    ("cuModuleLoadData", 2000, "cuModuleLoadData"),
+    ("cuModuleLoadFatBinary", 2000, "cuModuleLoadFatBinary"),
+    ("cuModuleUnload", 2000, "cuModuleUnload"),
+    ("cuModuleGetFunction", 2000, "cuModuleGetFunction"),
+    ("cuModuleGetGlobal", 3020, "cuModuleGetGlobal_v2"),
     ("cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo"),
     ("cuMemAllocPitch", 3020, "cuMemAllocPitch_v2"),
     (
@@ -2057,6 +2173,7 @@ const _: () = assert!(size_of::<LaunchConfig>() == 56);
 struct Launch {
     grid: [u32; 3],
     block: [u32; 3],
+    shared: u32,
     stream: usize,
     cooperative: bool,
 }
@@ -2092,18 +2209,24 @@ unsafe fn launch_kernel(
         }
     }
     let stream = launch.stream;
+    let shape = Shape {
+        grid: launch.grid,
+        block: launch.block,
+        shared: launch.shared,
+        globals: Vec::new(),
+    };
     match (params.is_null(), extra.is_null()) {
         (false, true) => {
             // SAFETY: kernelParams holds one pointer per kernel parameter.
             let values = unsafe { std::slice::from_raw_parts(params as *const *const u8, nparams) };
-            context.launch(function, Some(values), None, stream)
+            context.launch(function, Some(values), None, stream, shape)
         }
         (true, false) => {
             // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of pairs.
             let packed = unsafe { packed_arguments(extra) }?;
-            context.launch(function, None, Some(packed), stream)
+            context.launch(function, None, Some(packed), stream, shape)
         }
-        (true, true) => context.launch(function, None, None, stream),
+        (true, true) => context.launch(function, None, None, stream, shape),
         (false, false) => Err(INVALID_VALUE),
     }
 }

@@ -1,4 +1,5 @@
-//! Kernels: host functions registered with the parameter layout a fatbinary would give.
+//! Kernels: host functions registered with their parameter layout, or PTX kernels of a loaded
+//! module (see `module`), whose layout comes from their `.param` declarations.
 //!
 //! A `CUfunction` handle is the address of a [`Function`], which lives for the whole process:
 //! handles obtained through `cudaGetFuncBySymbol` never dangle, and registering a host function
@@ -13,10 +14,39 @@ use crate::result::{CuResult, INVALID_HANDLE, INVALID_VALUE};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A kernel body as the shim runs it: `args[i]` points to parameter i.
 pub type KernelFn = unsafe extern "C" fn(args: *mut *mut c_void);
+
+/// What a launch of a function runs.
+#[derive(Clone)]
+pub enum Body {
+    /// A host function registered with `cudaShimRegisterKernel`.
+    Host(KernelFn),
+    /// A PTX kernel, interpreted.
+    Ptx(Arc<PtxKernel>),
+    /// A kernel whose module has no image this device can run (only machine code, or PTX of a
+    /// newer architecture): launches fail with `CUDA_ERROR_NO_BINARY_FOR_GPU`.
+    NoImage,
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Body::Host(body) => write!(f, "Host({:p})", *body as *const c_void),
+            Body::Ptx(k) => write!(f, "Ptx({})", k.kernel.name),
+            Body::NoImage => write!(f, "NoImage"),
+        }
+    }
+}
+
+/// A PTX kernel and the module whose variables it addresses.
+pub struct PtxKernel {
+    pub kernel: crate::ptx::Kernel,
+    pub module: &'static crate::module::Module,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Param {
@@ -27,7 +57,7 @@ pub struct Param {
 #[derive(Clone, Debug, Default)]
 pub struct Layout {
     pub name: String,
-    pub body: Option<KernelFn>,
+    pub body: Option<Body>,
     pub params: Vec<Param>,
     pub simulated: Duration,
 }

@@ -19,6 +19,7 @@ pub mod exports;
 pub mod fatbin;
 pub mod kernel;
 pub mod memory;
+pub mod module;
 pub mod ptx;
 pub mod result;
 pub mod stats;

@@ -18,6 +18,9 @@ pub const OUT_OF_MEMORY: CuError = CuError(2);
 pub const NOT_INITIALIZED: CuError = CuError(3);
 pub const DEINITIALIZED: CuError = CuError(4);
 pub const INVALID_DEVICE: CuError = CuError(101);
+pub const INVALID_IMAGE: CuError = CuError(200);
+pub const NO_BINARY_FOR_GPU: CuError = CuError(209);
+pub const INVALID_PTX: CuError = CuError(218);
 pub const INVALID_CONTEXT: CuError = CuError(201);
 pub const PEER_ACCESS_UNSUPPORTED: CuError = CuError(217);
 pub const UNSUPPORTED_EXEC_AFFINITY: CuError = CuError(224);
@@ -25,11 +28,13 @@ pub const INVALID_HANDLE: CuError = CuError(400);
 pub const ILLEGAL_STATE: CuError = CuError(401);
 pub const NOT_FOUND: CuError = CuError(500);
 pub const NOT_READY: CuError = CuError(600);
+pub const ILLEGAL_ADDRESS: CuError = CuError(700);
 pub const PEER_ACCESS_ALREADY_ENABLED: CuError = CuError(704);
 pub const PEER_ACCESS_NOT_ENABLED: CuError = CuError(705);
 pub const CONTEXT_IS_DESTROYED: CuError = CuError(709);
 pub const HOST_MEMORY_ALREADY_REGISTERED: CuError = CuError(712);
 pub const HOST_MEMORY_NOT_REGISTERED: CuError = CuError(713);
+pub const MISALIGNED_ADDRESS: CuError = CuError(716);
 pub const LAUNCH_FAILED: CuError = CuError(719);
 pub const COOPERATIVE_LAUNCH_TOO_LARGE: CuError = CuError(720);
 pub const NOT_SUPPORTED: CuError = CuError(801);
@@ -57,6 +62,15 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
         ),
         101 => ("CUDA_ERROR_INVALID_DEVICE\0", "invalid device ordinal\0"),
         201 => ("CUDA_ERROR_INVALID_CONTEXT\0", "invalid device context\0"),
+        200 => (
+            "CUDA_ERROR_INVALID_IMAGE\0",
+            "device kernel image is invalid\0",
+        ),
+        209 => (
+            "CUDA_ERROR_NO_BINARY_FOR_GPU\0",
+            "no kernel image is available for execution on the device\0",
+        ),
+        218 => ("CUDA_ERROR_INVALID_PTX\0", "a PTX JIT compilation failed\0"),
         217 => (
             "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED\0",
             "peer access is not supported between these two devices\0",

@@ -189,6 +189,14 @@ unsafe extern "C" {
         flags: u32,
     ) -> u32;
     pub fn cuShimAllocModuleMemory(dptr: *mut u64, size: usize) -> u32;
+    pub fn cuShimLoadFatBinary(module: *mut usize, image: *const c_void) -> u32;
+    pub fn cuShimBindFunction(host: *const c_void, module: usize, name: *const c_char) -> u32;
+    pub fn cuModuleGetGlobal_v2(
+        dptr: *mut u64,
+        bytes: *mut usize,
+        module: usize,
+        name: *const c_char,
+    ) -> u32;
 
     pub fn cuShimMemcpy(
         dst: u64,

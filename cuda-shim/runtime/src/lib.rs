@@ -17,7 +17,7 @@ mod props;
 use driver::*;
 use props::{DeviceProp, Dim3, FuncAttributes, LaunchConfig, PointerAttributes};
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -1514,9 +1514,13 @@ fn memcpy_2d(
 }
 
 /// A `__device__` variable registered by `__cudaRegisterVar`: its size and, per device, the
-/// device memory holding it (made on first use, initialised from the host shadow).
+/// device memory holding it. A variable of a loaded module is the module's (its PTX reads it
+/// there); otherwise the runtime makes one on first use, initialised from the host shadow.
 struct Variable {
     size: usize,
+    /// The module of its fat binary (0 if none could be loaded) and its device-side name.
+    module: usize,
+    name: std::ffi::CString,
     on_device: Vec<(i32, u64)>,
 }
 
@@ -1535,28 +1539,54 @@ fn symbol_address(symbol: *const c_void) -> Result<(u64, usize), u32> {
         return Ok((addr, variable.size));
     }
     let mut addr = 0u64;
-    // SAFETY: `addr` is a valid out-parameter; the copy reads the registered host shadow of
-    // `size` bytes (the registration's contract) into the block just allocated.
-    unsafe {
-        check(cuShimAllocModuleMemory(&mut addr, variable.size))?;
-        check(cuShimMemcpy(addr, symbol as u64, variable.size, 1, 0, 1))?;
+    let in_module = variable.module != 0
+        // SAFETY: valid out-parameters (the size is not needed); `name` is NUL-terminated.
+        && unsafe {
+            cuModuleGetGlobal_v2(&mut addr, std::ptr::null_mut(), variable.module, variable.name.as_ptr())
+        } == SUCCESS;
+    if !in_module {
+        // SAFETY: `addr` is a valid out-parameter; the copy reads the registered host shadow of
+        // `size` bytes (the registration's contract) into the block just allocated.
+        unsafe {
+            check(cuShimAllocModuleMemory(&mut addr, variable.size))?;
+            check(cuShimMemcpy(addr, symbol as u64, variable.size, 1, 0, 1))?;
+        }
     }
     variable.on_device.push((device, addr));
     Ok((addr, variable.size))
 }
 
-/// Handles returned by `__cudaRegisterFatBinary`, so unregistering checks what it frees.
-static FAT_BINARIES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+/// Fat binaries registered by `__cudaRegisterFatBinary`: handle → the driver's module of it (0
+/// when the driver could not load it), so unregistering checks what it frees.
+static FAT_BINARIES: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
 
-/// nvcc-generated constructors register each embedded fat binary; the shim has no device code
-/// to load, so the handle only identifies the registration.
+/// The module of a registration handle (0 if none).
+fn module_of(handle: *mut *mut c_void) -> usize {
+    FAT_BINARIES
+        .lock()
+        .ok()
+        .and_then(|handles| handles.as_ref()?.get(&(handle as usize)).copied())
+        .unwrap_or(0)
+}
+
+/// nvcc-generated constructors register each embedded fat binary: the driver loads its PTX (as
+/// NVIDIA's runtime hands fat binaries to its driver), and the handle names the registration.
+/// A fat binary the driver cannot read registers all the same; its kernels then fail to launch.
+///
+/// # Safety
+/// `fat_cubin` is what nvcc's registration code passes: a `__fatBinC_Wrapper_t`.
 #[unsafe(no_mangle)]
-pub extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c_void {
+pub unsafe extern "C" fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c_void {
+    let mut module = 0usize;
+    if !fat_cubin.is_null() {
+        // SAFETY: `module` is a valid out-parameter; the image is the caller's contract.
+        unsafe { cuShimLoadFatBinary(&mut module, fat_cubin) };
+    }
     let handle = Box::into_raw(Box::new(fat_cubin));
     if let Ok(mut handles) = FAT_BINARIES.lock() {
         handles
-            .get_or_insert_with(HashSet::new)
-            .insert(handle as usize);
+            .get_or_insert_with(HashMap::new)
+            .insert(handle as usize, module);
     }
     handle
 }
@@ -1572,26 +1602,28 @@ pub unsafe extern "C" fn __cudaUnregisterFatBinary(handle: *mut *mut c_void) {
         .lock()
         .map(|mut handles| {
             handles
-                .get_or_insert_with(HashSet::new)
+                .get_or_insert_with(HashMap::new)
                 .remove(&(handle as usize))
+                .is_some()
         })
         .unwrap_or(false);
     if known {
         // SAFETY: `handle` was created by Box::into_raw in __cudaRegisterFatBinary and was just
-        // removed from the set, so it is freed exactly once.
+        // removed from the map, so it is freed exactly once.
         drop(unsafe { Box::from_raw(handle) });
     }
 }
 
-/// Records the device-side name of a host stub. Kernel bodies and their parameter layout come
-/// from `cudaShimRegisterKernel`, which stands in for the fat binary's metadata.
+/// Binds a host stub to its kernel in the fat binary's module (its PTX and parameter layout);
+/// without a module only the device-side name is recorded, and the body comes from
+/// `cudaShimRegisterKernel` (programs written for the shim).
 ///
 /// # Safety
 /// `device_name` is null or NUL-terminated.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn __cudaRegisterFunction(
-    _handle: *mut *mut c_void,
+    handle: *mut *mut c_void,
     host_fun: *const c_char,
     _device_fun: *mut c_char,
     device_name: *const c_char,
@@ -1602,8 +1634,15 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
     _grid_dim: *mut Dim3,
     _warp_size: *mut i32,
 ) {
+    let module = module_of(handle);
     // SAFETY: the driver validates both pointers; the name is NUL-terminated by contract.
-    unsafe { cuShimRegisterFunctionName(host_fun as *const c_void, device_name) };
+    unsafe {
+        if module == 0 {
+            cuShimRegisterFunctionName(host_fun as *const c_void, device_name);
+        } else {
+            cuShimBindFunction(host_fun as *const c_void, module, device_name);
+        }
+    }
 }
 
 /// Registers a `__device__` (or `__constant__`) variable: `host_var` is its host shadow, whose
@@ -1615,10 +1654,10 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn __cudaRegisterVar(
-    _handle: *mut *mut c_void,
+    handle: *mut *mut c_void,
     host_var: *mut c_char,
     _device_address: *mut c_char,
-    _device_name: *const c_char,
+    device_name: *const c_char,
     _ext: i32,
     size: usize,
     _constant: i32,
@@ -1627,19 +1666,28 @@ pub unsafe extern "C" fn __cudaRegisterVar(
     if host_var.is_null() || size == 0 {
         return;
     }
+    let name = if device_name.is_null() {
+        std::ffi::CString::default()
+    } else {
+        // SAFETY: non-null and NUL-terminated by contract.
+        unsafe { std::ffi::CStr::from_ptr(device_name) }.to_owned()
+    };
+    let module = module_of(handle);
     if let Ok(mut variables) = VARIABLES.lock() {
         variables.get_or_insert_with(Default::default).insert(
             host_var as usize,
             Variable {
                 size,
+                module,
+                name,
                 on_device: Vec::new(),
             },
         );
     }
 }
 
-/// Loads the module of a registered fat binary; the shim has nothing to load: 1 (loaded) for a
-/// handle `__cudaRegisterFatBinary` returned, 0 otherwise.
+/// Loads the module of a registered fat binary, which the driver did at registration: 1
+/// (loaded) for a handle `__cudaRegisterFatBinary` returned, 0 otherwise.
 #[unsafe(no_mangle)]
 pub extern "C" fn __cudaInitModule(handle: *mut *mut c_void) -> c_char {
     FAT_BINARIES
@@ -1647,7 +1695,7 @@ pub extern "C" fn __cudaInitModule(handle: *mut *mut c_void) -> c_char {
         .map(|handles| {
             handles
                 .as_ref()
-                .is_some_and(|h| h.contains(&(handle as usize)))
+                .is_some_and(|h| h.contains_key(&(handle as usize)))
         })
         .map_or(0, c_char::from)
 }
