@@ -44,6 +44,8 @@ struct cudaShimStats {
     unsigned long long memset_bytes;
     unsigned long long kernel_launches;        /* launches executed */
     unsigned long long jitter_digest;          /* digest of the random delays drawn so far */
+    unsigned long long ptx_thread_instructions; /* PTX instructions interpreted, per thread */
+    unsigned long long ptx_kernel_ns;          /* wall time of the interpreted kernels */
 };
 
 /* Fills `stats` with the counters of the calling thread's current device (device 0 on a thread

@@ -368,8 +368,17 @@ impl Device {
             },
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        match ptx::run(&kernel.kernel, &launch) {
-            Ok(_) => 0,
+        let started = Instant::now();
+        let result = ptx::run(&kernel.kernel, &launch);
+        Stats::add(
+            &self.stats.ptx_kernel_ns,
+            started.elapsed().as_nanos() as u64,
+        );
+        match result {
+            Ok(executed) => {
+                Stats::add(&self.stats.ptx_thread_instructions, executed);
+                0
+            }
             Err(ptx::Fault::IllegalAddress { .. }) => ILLEGAL_ADDRESS.0,
             Err(ptx::Fault::Misaligned { .. }) => MISALIGNED_ADDRESS.0,
             Err(fault) => {

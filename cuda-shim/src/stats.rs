@@ -24,6 +24,8 @@ pub struct Stats {
     pub memset_bytes: AtomicU64,
     pub kernel_launches: AtomicU64,
     pub jitter_digest: AtomicU64,
+    pub ptx_thread_instructions: AtomicU64,
+    pub ptx_kernel_ns: AtomicU64,
 }
 
 /// A consistent-enough copy of the counters, laid out as `struct cudaShimStats` in cuda_shim.h.
@@ -44,6 +46,10 @@ pub struct StatsSnapshot {
     pub memset_bytes: u64,
     pub kernel_launches: u64,
     pub jitter_digest: u64,
+    /// PTX instructions interpreted, counted once per thread that executed each.
+    pub ptx_thread_instructions: u64,
+    /// Wall time spent running PTX kernels (their rate is the interpreter's speed).
+    pub ptx_kernel_ns: u64,
 }
 
 impl Stats {
@@ -89,6 +95,8 @@ impl Stats {
             memset_bytes: self.memset_bytes.load(Relaxed),
             kernel_launches: self.kernel_launches.load(Relaxed),
             jitter_digest: self.jitter_digest.load(Relaxed),
+            ptx_thread_instructions: self.ptx_thread_instructions.load(Relaxed),
+            ptx_kernel_ns: self.ptx_kernel_ns.load(Relaxed),
         }
     }
 }

@@ -326,13 +326,21 @@ const ROUNDING: &str = r#"
 #[test]
 fn directed_rounding_of_float_arithmetic_is_exact() {
     let module = parse(ROUNDING).unwrap();
-    let bits = |b: &mut Buffer| b.f32s()[4..10].iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let bits = |b: &mut Buffer| {
+        b.f32s()[4..10]
+            .iter()
+            .map(|f| f.to_bits())
+            .collect::<Vec<_>>()
+    };
     let one = 1.0f32.to_bits();
     for (b, expected) in [
         // 1 + 2^-30: nearest and toward zero and down give 1, up the next float.
         (2f32.powi(-30), [one, one, one, one + 1, one, one + 1]),
         // 1 - 2^-30: nearest gives 1; toward zero and down the float below 1.
-        (-(2f32.powi(-30)), [one, one - 1, one - 1, one, one, one + 1]),
+        (
+            -(2f32.powi(-30)),
+            [one, one - 1, one - 1, one, one, one + 1],
+        ),
     ] {
         let mut data = Buffer::new(6);
         data.f32s()[0] = 1.0;
