@@ -271,20 +271,20 @@ impl<'a> BlockState<'a> {
         };
         let all = |v: u64| [v; 32];
         match s {
-            Special::Tid(d) => std::array::from_fn(|l| tid(l, d)),
+            Special::Tid(d) => per_lane(|l| tid(l, d)),
             Special::Ntid(d) => all(self.l.block[d as usize] as u64),
             Special::Ctaid(d) => all(self.ctaid[d as usize] as u64),
             Special::Nctaid(d) => all(self.l.grid[d as usize] as u64),
-            Special::LaneId => std::array::from_fn(|l| l as u64),
+            Special::LaneId => per_lane(|l| l as u64),
             Special::WarpId => all((w.first_thread / 32) as u64),
             Special::NWarpId => all(self.warps.len() as u64),
             Special::SmId | Special::GridId => all(0),
             Special::NSmId => all(1),
-            Special::LanemaskEq => std::array::from_fn(|l| 1u64 << l),
-            Special::LanemaskLt => std::array::from_fn(|l| (1u64 << l) - 1),
-            Special::LanemaskLe => std::array::from_fn(|l| (2u64 << l) - 1),
-            Special::LanemaskGt => std::array::from_fn(|l| (!((2u64 << l) - 1)) & 0xFFFF_FFFF),
-            Special::LanemaskGe => std::array::from_fn(|l| (!((1u64 << l) - 1)) & 0xFFFF_FFFF),
+            Special::LanemaskEq => per_lane(|l| 1u64 << l),
+            Special::LanemaskLt => per_lane(|l| (1u64 << l) - 1),
+            Special::LanemaskLe => per_lane(|l| (2u64 << l) - 1),
+            Special::LanemaskGt => per_lane(|l| (!((2u64 << l) - 1)) & 0xFFFF_FFFF),
+            Special::LanemaskGe => per_lane(|l| (!((1u64 << l) - 1)) & 0xFFFF_FFFF),
             Special::Clock | Special::Clock64 => all(self.executed),
             Special::GlobalTimer => all(std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -366,37 +366,45 @@ impl<'a> BlockState<'a> {
         }
     }
 
-    fn load(&mut self, place: &Place, lane: usize, len: usize) -> u64 {
-        let mut bytes = [0u8; 8];
+    /// The host address of a resolved place of `len` bytes (checked by [`Self::place`]).
+    fn host_address(&mut self, place: &Place, lane: usize, len: usize) -> *mut u8 {
+        let slice_at = |buffer: &mut [u8], at: usize| buffer[at..at + len].as_mut_ptr();
         match *place {
-            // SAFETY: `place` checked that [addr, addr + len) lies in live device memory; other
-            // blocks may write it at the same time, as on a GPU (such a kernel has a race).
-            Place::Device(addr) => unsafe {
-                std::ptr::copy_nonoverlapping(addr as *const u8, bytes.as_mut_ptr(), len)
-            },
-            Place::Shared(o) => bytes[..len].copy_from_slice(&self.shared[o..o + len]),
-            Place::Local(o) => {
-                let at = lane * self.k.local_size + o;
-                bytes[..len].copy_from_slice(&self.local[at..at + len])
-            }
-            Place::Param(o) => bytes[..len].copy_from_slice(&self.l.params[o..o + len]),
+            Place::Device(addr) => addr as *mut u8,
+            Place::Shared(o) => slice_at(&mut self.shared, o),
+            Place::Local(o) => slice_at(&mut self.local, lane * self.k.local_size + o),
+            Place::Param(o) => self.l.params[o..o + len].as_ptr() as *mut u8,
         }
-        u64::from_le_bytes(bytes)
+    }
+
+    fn load(&mut self, place: &Place, lane: usize, len: usize) -> u64 {
+        let at = self.host_address(place, lane, len);
+        // SAFETY: `at` addresses `len` readable bytes: a checked range of live device memory
+        // (other blocks may write it at the same time, as on a GPU: such a kernel has a race) or
+        // a bounds-checked slice of this block's buffers.
+        unsafe {
+            match len {
+                1 => at.read() as u64,
+                2 => (at as *const u16).read_unaligned() as u64,
+                4 => (at as *const u32).read_unaligned() as u64,
+                _ => (at as *const u64).read_unaligned(),
+            }
+        }
     }
 
     fn store(&mut self, place: &Place, lane: usize, len: usize, v: u64) -> Result<(), ()> {
-        let bytes = v.to_le_bytes();
-        match *place {
-            // SAFETY: as in `load`: the range lies in live device memory.
-            Place::Device(addr) => unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, len)
-            },
-            Place::Shared(o) => self.shared[o..o + len].copy_from_slice(&bytes[..len]),
-            Place::Local(o) => {
-                let at = lane * self.k.local_size + o;
-                self.local[at..at + len].copy_from_slice(&bytes[..len])
+        if let Place::Param(_) = place {
+            return Err(());
+        }
+        let at = self.host_address(place, lane, len);
+        // SAFETY: as in `load`, for writable bytes (parameters were refused above).
+        unsafe {
+            match len {
+                1 => at.write(v as u8),
+                2 => (at as *mut u16).write_unaligned(v as u16),
+                4 => (at as *mut u32).write_unaligned(v as u32),
+                _ => (at as *mut u64).write_unaligned(v),
             }
-            Place::Param(_) => return Err(()),
         }
         Ok(())
     }
@@ -544,7 +552,7 @@ impl<'a> BlockState<'a> {
                     self.read(w, len),
                 );
                 let bits = ty.bytes() as u64 * 8;
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     let (p, n) = (pos[l] & 0xFF, len[l] & 0xFF);
                     let mut out = b[l];
                     for i in 0..n.min(bits) {
@@ -559,7 +567,7 @@ impl<'a> BlockState<'a> {
             }
             Op::Lop3 { d, a, b, c, lut } => {
                 let (a, b, c) = (self.read(w, a), self.read(w, b), self.read(w, c));
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     let mut out = 0u64;
                     for bit in 0..32 {
                         let i = (((a[l] >> bit) & 1) << 2)
@@ -582,9 +590,12 @@ impl<'a> BlockState<'a> {
                 combine,
             } => {
                 let (a, b) = (self.read(w, a), self.read(w, b));
-                let mut r: [u64; 32] =
-                    std::array::from_fn(|l| compare(cmp, ty, ftz, a[l], b[l]) as u64);
-                let mut r2: [u64; 32] = std::array::from_fn(|l| 1 - r[l]);
+                let mut r: [u64; 32] = if ty.float() {
+                    per_lane(|l| compare(cmp, ty, ftz, a[l], b[l]) as u64)
+                } else {
+                    compare_integers(cmp, ty, &a, &b)
+                };
+                let mut r2: [u64; 32] = per_lane(|l| 1 - r[l]);
                 if let Some((op, c, neg)) = combine {
                     let c = self.read(w, c);
                     for l in 0..32 {
@@ -615,7 +626,7 @@ impl<'a> BlockState<'a> {
                 b,
             } => {
                 let (a, b) = (self.read(w, a), self.read(w, b));
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     let t = compare(cmp, ty, false, a[l], b[l]);
                     match (dty, t) {
                         (Ty::F32, true) => 1.0f32.to_bits() as u64,
@@ -627,7 +638,7 @@ impl<'a> BlockState<'a> {
             }
             Op::PredLogic { op, d, a, b } => {
                 let (a, b) = (self.read(w, a), self.read(w, b));
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     let (x, y) = (a[l] != 0, b[l] != 0);
                     (match op {
                         Binary::And => x && y,
@@ -647,12 +658,12 @@ impl<'a> BlockState<'a> {
                 a,
             } => {
                 let a = self.read(w, a);
-                let r = std::array::from_fn(|l| convert(dty, sty, round, ftz, sat, a[l]));
+                let r = per_lane(|l| convert(dty, sty, round, ftz, sat, a[l]));
                 write(w, d, exec, &r);
             }
             Op::Testp { ty, kind, d, a } => {
                 let a = self.read(w, a);
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     let x = if ty == Ty::F32 {
                         f32::from_bits(a[l] as u32) as f64
                     } else {
@@ -677,7 +688,7 @@ impl<'a> BlockState<'a> {
             Op::Pack { part, d, ref parts } => {
                 let bits = part.bytes() * 8;
                 let values: Vec<[u64; 32]> = parts.iter().map(|&p| self.read(w, p)).collect();
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     values
                         .iter()
                         .enumerate()
@@ -690,7 +701,7 @@ impl<'a> BlockState<'a> {
                 let a = self.read(w, a);
                 for (i, dst) in ds.iter().enumerate() {
                     if let Some(dst) = *dst {
-                        let r = std::array::from_fn(|l| part.mask(a[l] >> (i * bits)));
+                        let r = per_lane(|l| part.mask(a[l] >> (i * bits)));
                         write(w, dst, exec, &r);
                     }
                 }
@@ -708,7 +719,7 @@ impl<'a> BlockState<'a> {
                     _ => 0,
                 };
                 let a = self.read(w, a);
-                let r = std::array::from_fn(|l| {
+                let r = per_lane(|l| {
                     if base == 0 {
                         a[l]
                     } else if to_space {
@@ -970,12 +981,24 @@ fn bits32(x: f32, ftz: bool) -> u64 {
     x.to_bits() as u64
 }
 
-fn map1(a: &[u64; 32], f: impl Fn(u64) -> u64) -> [u64; 32] {
-    std::array::from_fn(|l| f(a[l]))
+/// `[f(0), …, f(31)]`, as a plain loop the compiler unrolls and vectorises.
+#[inline(always)]
+fn per_lane(f: impl Fn(usize) -> u64) -> [u64; 32] {
+    let mut r = [0u64; 32];
+    for (lane, v) in r.iter_mut().enumerate() {
+        *v = f(lane);
+    }
+    r
 }
 
+#[inline(always)]
+fn map1(a: &[u64; 32], f: impl Fn(u64) -> u64) -> [u64; 32] {
+    per_lane(|l| f(a[l]))
+}
+
+#[inline(always)]
 fn map2(a: &[u64; 32], b: &[u64; 32], f: impl Fn(u64, u64) -> u64) -> [u64; 32] {
-    std::array::from_fn(|l| f(a[l], b[l]))
+    per_lane(|l| f(a[l], b[l]))
 }
 
 fn unary(op: Unary, ty: Ty, ftz: bool, a: &[u64; 32]) -> [u64; 32] {
@@ -1049,6 +1072,9 @@ fn binary(
     a: &[u64; 32],
     b: &[u64; 32],
 ) -> [u64; 32] {
+    if let Some(r) = binary_fast(op, ty, round, ftz || sat, a, b) {
+        return r;
+    }
     match ty {
         Ty::F32 => {
             let clamp = |x: f32| {
@@ -1199,6 +1225,77 @@ struct Mods {
     sat: bool,
 }
 
+/// The common cases of [`binary`] with the operation chosen once for the 32 lanes (the general
+/// path chooses per lane): integer add, sub, mul.lo, logic and shifts, and f32 add, sub, mul
+/// rounded to nearest without `.ftz`/`.sat`.
+#[inline(always)]
+fn binary_fast(
+    op: Binary,
+    ty: Ty,
+    round: Round,
+    modified: bool,
+    a: &[u64; 32],
+    b: &[u64; 32],
+) -> Option<[u64; 32]> {
+    let f = |v: u64| f32::from_bits(v as u32);
+    let nearest = matches!(round, Round::Default | Round::Rn) && !modified;
+    if ty == Ty::F32 && nearest {
+        return Some(match op {
+            Binary::Add => map2(a, b, |x, y| (f(x) + f(y)).to_bits() as u64),
+            Binary::Sub => map2(a, b, |x, y| (f(x) - f(y)).to_bits() as u64),
+            Binary::MulLo => map2(a, b, |x, y| (f(x) * f(y)).to_bits() as u64),
+            _ => return None,
+        });
+    }
+    if ty.float() || modified {
+        return None;
+    }
+    let m = ty.mask(u64::MAX);
+    Some(match op {
+        Binary::Add => map2(a, b, |x, y| x.wrapping_add(y) & m),
+        Binary::Sub => map2(a, b, |x, y| x.wrapping_sub(y) & m),
+        Binary::MulLo => map2(a, b, |x, y| x.wrapping_mul(y) & m),
+        Binary::And => map2(a, b, |x, y| x & y & m),
+        Binary::Or => map2(a, b, |x, y| (x | y) & m),
+        Binary::Xor => map2(a, b, |x, y| (x ^ y) & m),
+        Binary::Shl if m == u64::MAX => map2(a, b, |x, y| {
+            let s = y as u32;
+            if s >= 64 { 0 } else { x << s }
+        }),
+        Binary::Shl if m == 0xFFFF_FFFF => map2(a, b, |x, y| {
+            let s = y as u32;
+            if s >= 32 { 0 } else { (x << s) & m }
+        }),
+        _ => return None,
+    })
+}
+
+/// Integer comparisons of 32 lanes with the comparison chosen once: each value becomes a key
+/// that compares unsigned (signed values biased by 2^63 after sign extension).
+fn compare_integers(cmp: Cmp, ty: Ty, a: &[u64; 32], b: &[u64; 32]) -> [u64; 32] {
+    let shift = 64 - ty.bytes() as u32 * 8;
+    let m = ty.mask(u64::MAX);
+    let keys = |v: &[u64; 32]| {
+        if ty.signed() {
+            map1(v, |x| ((((x << shift) as i64) >> shift) as u64) ^ (1 << 63))
+        } else {
+            map1(v, |x| x & m)
+        }
+    };
+    let (ka, kb) = (keys(a), keys(b));
+    let test = |f: fn(&u64, &u64) -> bool| map2(&ka, &kb, |x, y| f(&x, &y) as u64);
+    match cmp {
+        Cmp::Eq | Cmp::Equ => test(u64::eq),
+        Cmp::Ne | Cmp::Neu => test(u64::ne),
+        Cmp::Lt | Cmp::Ltu | Cmp::Lo => test(u64::lt),
+        Cmp::Le | Cmp::Leu | Cmp::Ls => test(u64::le),
+        Cmp::Gt | Cmp::Gtu | Cmp::Hi => test(u64::gt),
+        Cmp::Ge | Cmp::Geu | Cmp::Hs => test(u64::ge),
+        Cmp::Num => [1; 32],
+        Cmp::Nan => [0; 32],
+    }
+}
+
 fn ternary(
     op: Ternary,
     ty: Ty,
@@ -1208,7 +1305,20 @@ fn ternary(
     c: &[u64; 32],
 ) -> [u64; 32] {
     let bits = ty.bytes() as u32 * 8;
-    std::array::from_fn(|l| {
+    let nearest = matches!(round, Round::Default | Round::Rn) && !ftz && !sat;
+    match op {
+        Ternary::Fma if ty == Ty::F32 && nearest => {
+            let f = |v: u64| f32::from_bits(v as u32);
+            return per_lane(|l| f(a[l]).mul_add(f(b[l]), f(c[l])).to_bits() as u64);
+        }
+        Ternary::MadLo => {
+            let m = ty.mask(u64::MAX);
+            return per_lane(|l| a[l].wrapping_mul(b[l]).wrapping_add(c[l]) & m);
+        }
+        Ternary::Selp => return per_lane(|l| if c[l] != 0 { a[l] } else { b[l] }),
+        _ => {}
+    }
+    per_lane(|l| {
         let (x, y, z) = (a[l], b[l], c[l]);
         match op {
             Ternary::Selp => {
