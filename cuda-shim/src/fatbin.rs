@@ -7,16 +7,19 @@
 //!
 //! - A **wrapper** `__fatBinC_Wrapper_t` (section `.nvFatBinSegment`), 24 bytes:
 //!   `u32 magic 0x466243b1, u32 version, const void *data, const void *filename_or_fatbins`.
-//!   Version 1: `data` is one fatbinary. Version 2 is what `__cudaRegisterFatBinary` receives
-//!   from every nvcc 13 program, even a single `.cu` file, since nvcc always device-links
-//!   (`crt/link.stub`): `data` is the device-link fatbinary (one ELF, no PTX) and
-//!   `filename_or_fatbins` a NULL-terminated array of the program's own fatbinaries, one per
-//!   translation unit, which carry the SASS and the PTX.
+//!   Version 1: `data` is one fatbinary; a default (whole-program) build registers one such
+//!   wrapper per translation unit, whose fatbinary holds its SASS and PTX. Version 2 comes from
+//!   separate compilation (`-rdc=true`): the device-link stub (`crt/link.stub`) registers one
+//!   wrapper for the program, whose `data` is the linked SASS (no PTX) and whose
+//!   `filename_or_fatbins` is a NULL-terminated array of the translation units' fatbinaries
+//!   (section `__nv_relfatbin`: relocatable SASS and the PTX). A default build also carries a
+//!   device-link fatbinary (SASS only) in `.nv_fatbin`, never registered.
 //! - A **fatbinary** (section `.nv_fatbin`): a 16-byte header `u32 magic 0xBA55ED50,
 //!   u16 version 1, u16 header_size 16, u64 files_size`, then `files_size` bytes of entries.
 //! - An ELF (a cubin) or NUL-terminated PTX text, as `cuModuleLoadData` accepts.
 //!
-//! Each fatbinary entry has a header (`header_size` 0x40 for ELF, 0x50 for PTX) followed by its
+//! Each fatbinary entry has a header (`header_size` 0x40 for ELF, 0x50 for PTX, 0x60 for the PTX
+//! of `-rdc=true`) followed by its
 //! payload; the next entry starts `header_size + padded_size` bytes after this one. Offsets:
 //!
 //! | offset | type | field |
@@ -478,6 +481,17 @@ mod tests {
 
     /// One fatbinary entry laid out as nvcc 13 writes it.
     fn entry(kind: u16, arch: u32, payload: &[u8], stored: Stored) -> Vec<u8> {
+        let header_size = if kind == KIND_PTX { 0x50 } else { 0x40 };
+        entry_with_header(kind, arch, payload, stored, header_size)
+    }
+
+    fn entry_with_header(
+        kind: u16,
+        arch: u32,
+        payload: &[u8],
+        stored: Stored,
+        header_size: u32,
+    ) -> Vec<u8> {
         let (bytes, flags, compressed, size) = match stored {
             Stored::Plain => (payload.to_vec(), 0x11, 0, 0),
             Stored::Lz4 => {
@@ -494,7 +508,6 @@ mod tests {
                 (c, 0x11 | FLAG_ZSTD, len, payload.len())
             }
         };
-        let header_size: u32 = if kind == KIND_PTX { 0x50 } else { 0x40 };
         let padded = bytes.len().div_ceil(8) * 8;
         let mut e = vec![0u8; header_size as usize];
         e[0..2].copy_from_slice(&kind.to_le_bytes());
@@ -570,6 +583,17 @@ mod tests {
     }
 
     #[test]
+    fn fatbin_entry_headers_of_any_size() {
+        // -rdc=true: PTX entry headers of 0x60 bytes.
+        let f = fatbin(&[
+            entry_with_header(KIND_ELF, 90, &elf(), Stored::Zstd, 0x40),
+            entry_with_header(KIND_PTX, 90, PTX.as_bytes(), Stored::Zstd, 0x60),
+        ]);
+        let (ptx, sass) = ptx_of(read_fatbin(&f).unwrap().0);
+        assert_eq!((ptx[0].text.as_str(), sass), (PTX, vec![90]));
+    }
+
+    #[test]
     fn fatbin_skips_unknown_kinds() {
         let f = fatbin(&[
             entry(4, 90, b"not PTX, not ELF", Stored::Plain),
@@ -600,8 +624,8 @@ mod tests {
         let (ptx, sass) = ptx_of(unsafe { read_image((&raw const v1).cast()) }.unwrap());
         assert_eq!((ptx.len(), sass), (1, vec![90]));
 
-        // Version 2, as nvcc 13 registers it: the device-link fatbinary (SASS only) and a
-        // NULL-terminated list of the translation units' fatbinaries.
+        // Version 2, as nvcc 13 registers an -rdc=true program: the device-link fatbinary (SASS
+        // only) and a NULL-terminated list of the translation units' fatbinaries.
         let dlink = fatbin(&[entry(KIND_ELF, 90, &elf(), Stored::Plain)]);
         let other = fatbin(&[entry(KIND_PTX, 80, PTX.as_bytes(), Stored::Lz4)]);
         let list = [plain.as_ptr(), other.as_ptr(), std::ptr::null()];

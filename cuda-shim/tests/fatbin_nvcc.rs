@@ -73,8 +73,9 @@ fn fatbin_of_nvcc_vector_add() {
         let elf = std::fs::read(&binary).unwrap();
         let fatbins = section(&elf, ".nv_fatbin").expect("no .nv_fatbin section");
         let (ptx, sass) = entries_of(fatbins);
-        // nvcc -arch=sm_90: sm_90 SASS for the program and for its device-link stub, and
-        // compute_90 PTX (Zstandard-compressed by default) for the program.
+        // nvcc -arch=sm_90: sm_90 SASS for the program and for its device-link stub (a fatbinary
+        // of its own, registered only with -rdc=true), and compute_90 PTX (Zstandard-compressed
+        // by default) for the program.
         assert_eq!(sass, [90, 90], "{}", binary.display());
         assert_eq!(ptx.len(), 1, "{}", binary.display());
         let entry = &ptx[0];

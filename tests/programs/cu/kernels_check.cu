@@ -177,7 +177,7 @@ __global__ void block_inclusive_scan(const int *in, int *out, int n) {
   __syncthreads();
   for (int offset = 1; offset < SCAN_BLOCK; offset <<= 1) {
     int v = buf[cur][threadIdx.x];
-    if (threadIdx.x >= offset) v += buf[cur][threadIdx.x - offset];
+    if (static_cast<int>(threadIdx.x) >= offset) v += buf[cur][threadIdx.x - offset];
     buf[1 - cur][threadIdx.x] = v;
     cur = 1 - cur;
     __syncthreads();
@@ -249,7 +249,7 @@ __global__ void histogram(const int *values, int n, int *counts, float *weights)
     atomicAdd(&counts[bin], 1);
     // Weights are multiples of 1/4 below 2^12 in total: every partial sum is exact in float,
     // so the result does not depend on the order of the atomic additions.
-    atomicAdd(&weights[bin], 0.25f * static_cast<float>(values[i] % 4));
+    atomicAdd(&weights[bin], 0.25f * static_cast<float>(values[i] / BINS % 4));
   }
 }
 
@@ -269,7 +269,7 @@ static void check_histogram() {
   std::vector<float> ref_weights(BINS, 0.0f);
   for (int v : values) {
     ref_counts[v % BINS] += 1;
-    ref_weights[v % BINS] += 0.25f * static_cast<float>(v % 4);
+    ref_weights[v % BINS] += 0.25f * static_cast<float>(v / BINS % 4);
   }
   bool ok = counts == ref_counts && weights == ref_weights;
   char detail[96];
@@ -315,11 +315,11 @@ static void check_constant() {
 __global__ void reverse_segments(const float *in, float *out, int n) {
   extern __shared__ float segment[];
   int base = blockIdx.x * blockDim.x;
-  int i = base + threadIdx.x;
+  int t = threadIdx.x;
   int len = min(static_cast<int>(blockDim.x), n - base);
-  if (threadIdx.x < len) segment[threadIdx.x] = in[i];
+  if (t < len) segment[t] = in[base + t];
   __syncthreads();
-  if (threadIdx.x < len) out[i] = segment[len - 1 - threadIdx.x];
+  if (t < len) out[base + t] = segment[len - 1 - t];
 }
 
 static void check_dynamic() {

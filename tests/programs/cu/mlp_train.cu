@@ -37,7 +37,7 @@
 //
 // Usage: mlp_train [--batch N] [--in N] [--hidden N] [--classes N] [--iters N] [--seed N]
 //                  [--lr X] [--adam]
-// defaults: --batch 64 --in 64 --hidden 128 --classes 10 --iters 10 --seed 1, --lr 0.1 (SGD) or
+// defaults: --batch 64 --in 64 --hidden 128 --classes 10 --iters 10 --seed 1, --lr 0.5 (SGD) or
 // 0.01 (Adam). Output: a config line, "iter K loss X correct N" per iteration (X with %.9g),
 // "checksum 0x..." (FNV-1a of the bits of W1, b1, W2, b2), "weight_sum S", the differences from
 // the host reference, then PASSED (exit 0) or FAILED (exit 1).
@@ -234,7 +234,7 @@ struct Options {
                "usage: mlp_train [--batch N] [--in N] [--hidden N] [--classes N] [--iters N] "
                "[--seed N] [--lr X] [--adam]\n"
                "defaults: --batch 64 --in 64 --hidden 128 --classes 10 --iters 10 --seed 1, "
-               "--lr 0.1 (SGD) or 0.01 (Adam)\n");
+               "--lr 0.5 (SGD) or 0.01 (Adam)\n");
   std::exit(2);
 }
 
@@ -288,7 +288,7 @@ static Options parse_args(int argc, char **argv) {
       (1 << 26)) {
     usage("--batch times the widest layer must stay below 2^26 elements");
   }
-  if (o.lr == 0.0f) o.lr = o.adam ? 0.01f : 0.1f;
+  if (o.lr == 0.0f) o.lr = o.adam ? 0.01f : 0.5f;
   return o;
 }
 
