@@ -46,6 +46,7 @@ struct cudaShimStats {
     unsigned long long jitter_digest;          /* digest of the random delays drawn so far */
     unsigned long long ptx_thread_instructions; /* PTX instructions interpreted, per thread */
     unsigned long long ptx_kernel_ns;          /* wall time of the interpreted kernels */
+    unsigned long long zero_copy_bytes;        /* mapped host memory reached by kernels, memsets */
 };
 
 /* Fills `stats` with the counters of the calling thread's current device (device 0 on a thread

@@ -239,6 +239,7 @@ impl Executor for Device {
                 width,
                 height,
             } => {
+                let started = Instant::now();
                 for row in 0..height {
                     let at = dst + row * pitch;
                     // SAFETY: every row [at, at + width * element) was checked to lie in live
@@ -251,6 +252,10 @@ impl Executor for Device {
                             _ => std::slice::from_raw_parts_mut(at as *mut u32, width).fill(value),
                         }
                     }
+                }
+                let in_host = DRIVER.get().is_some_and(|d| d.pinned.find(dst).is_some());
+                if in_host {
+                    self.sleep_for_zero_copy((width * element * height) as u64, started.elapsed());
                 }
             }
             Work::Free { device, addr } => device.finish_free(addr),
@@ -288,15 +293,23 @@ impl Executor for Device {
 /// What a PTX kernel may access: device blocks of any device (peer access is not checked),
 /// mapped page-locked host memory and mapped ranges of the virtual memory API.
 impl ptx::Memory for Driver {
-    fn range(&self, addr: u64) -> Option<(u64, u64)> {
+    fn range(&self, addr: u64) -> Option<ptx::Region> {
         let at = addr as usize;
-        let found = self
+        let (start, size, host) = self
             .contexts
             .iter()
-            .find_map(|c| c.device.memory.find(at).map(|b| (b.start, b.size)))
-            .or_else(|| self.pinned.find(at))
-            .or_else(|| self.vmm.mapping(at).map(|m| (m.start, m.size)))?;
-        Some((found.0 as u64, (found.0 + found.1) as u64))
+            .find_map(|c| c.device.memory.find(at).map(|b| (b.start, b.size, false)))
+            .or_else(|| {
+                self.pinned
+                    .find(at)
+                    .map(|(start, size)| (start, size, true))
+            })
+            .or_else(|| self.vmm.mapping(at).map(|m| (m.start, m.size, false)))?;
+        Some(ptx::Region {
+            start: start as u64,
+            end: (start + size) as u64,
+            host,
+        })
     }
 }
 
@@ -327,10 +340,13 @@ impl Device {
                     // in bounds.
                     .map(|p| unsafe { base.add(p.offset) } as *mut c_void)
                     .collect();
+                let host_bytes = self.host_bytes_reached(&layout, &buffer);
                 IN_KERNEL.with(|k| k.set(true));
+                let started = Instant::now();
                 // SAFETY: `body` was registered as a kernel taking these parameters; `args`
                 // points to one value of the registered size per parameter, alive for the call.
                 unsafe { body(args.as_mut_ptr()) };
+                self.sleep_for_zero_copy(host_bytes, started.elapsed());
                 IN_KERNEL.with(|k| k.set(false));
                 RAISED.with(|r| r.replace(0))
             }
@@ -370,13 +386,15 @@ impl Device {
         };
         let started = Instant::now();
         let result = ptx::run(&kernel.kernel, &launch);
-        Stats::add(
-            &self.stats.ptx_kernel_ns,
-            started.elapsed().as_nanos() as u64,
-        );
+        let spent = started.elapsed();
+        Stats::add(&self.stats.ptx_kernel_ns, spent.as_nanos() as u64);
         match result {
-            Ok(executed) => {
-                Stats::add(&self.stats.ptx_thread_instructions, executed);
+            Ok(counts) => {
+                Stats::add(
+                    &self.stats.ptx_thread_instructions,
+                    counts.thread_instructions,
+                );
+                self.sleep_for_zero_copy(counts.host_bytes, spent);
                 0
             }
             Err(ptx::Fault::IllegalAddress { .. }) => ILLEGAL_ADDRESS.0,
@@ -401,6 +419,44 @@ impl Device {
             let total = Duration::from_secs_f64(len as f64 / (gbps * 1e9));
             std::thread::sleep(total.saturating_sub(spent));
         }
+    }
+
+    /// Makes work that reached `bytes` of mapped page-locked host memory last at least
+    /// `bytes / rate` of the host link (`CUDA_SHIM_H2D_GBPS`), as a GPU pays for zero-copy
+    /// accesses over PCIe; `spent` is what it took already. Instant without a rate.
+    fn sleep_for_zero_copy(&self, bytes: u64, spent: Duration) {
+        if bytes == 0 {
+            return;
+        }
+        Stats::add(&self.stats.zero_copy_bytes, bytes);
+        if let Some(gbps) = self.config.h2d_gbps {
+            let total = Duration::from_secs_f64(bytes as f64 / (gbps * 1e9));
+            std::thread::sleep(total.saturating_sub(spent));
+        }
+    }
+
+    /// Bytes of mapped host memory a host kernel can reach: for each pointer-sized argument
+    /// inside a page-locked allocation, the allocation from there to its end, once per
+    /// allocation (a host function's accesses cannot be seen; a kernel reads what it is given).
+    fn host_bytes_reached(&self, layout: &Layout, buffer: &[u128]) -> u64 {
+        let Some(driver) = DRIVER.get() else { return 0 };
+        // SAFETY: the buffer holds `layout.buffer_size()` initialised bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(buffer.as_ptr() as *const u8, layout.buffer_size())
+        };
+        let mut seen: Vec<usize> = Vec::new();
+        let mut reached = 0u64;
+        for param in layout.params.iter().filter(|p| p.size == 8) {
+            let word = &bytes[param.offset..param.offset + 8];
+            let value = u64::from_le_bytes(word.try_into().unwrap_or([0; 8])) as usize;
+            if let Some((start, size)) = driver.pinned.find(value)
+                && !seen.contains(&start)
+            {
+                seen.push(start);
+                reached += (start + size - value) as u64;
+            }
+        }
+        reached
     }
 
     pub(crate) fn finish_free(&self, addr: usize) {

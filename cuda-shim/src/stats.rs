@@ -26,6 +26,7 @@ pub struct Stats {
     pub jitter_digest: AtomicU64,
     pub ptx_thread_instructions: AtomicU64,
     pub ptx_kernel_ns: AtomicU64,
+    pub zero_copy_bytes: AtomicU64,
 }
 
 /// A consistent-enough copy of the counters, laid out as `struct cudaShimStats` in cuda_shim.h.
@@ -50,6 +51,9 @@ pub struct StatsSnapshot {
     pub ptx_thread_instructions: u64,
     /// Wall time spent running PTX kernels (their rate is the interpreter's speed).
     pub ptx_kernel_ns: u64,
+    /// Bytes of mapped page-locked host memory that kernels and memsets reached (zero-copy,
+    /// charged at `CUDA_SHIM_H2D_GBPS`).
+    pub zero_copy_bytes: u64,
 }
 
 impl Stats {
@@ -97,6 +101,7 @@ impl Stats {
             jitter_digest: self.jitter_digest.load(Relaxed),
             ptx_thread_instructions: self.ptx_thread_instructions.load(Relaxed),
             ptx_kernel_ns: self.ptx_kernel_ns.load(Relaxed),
+            zero_copy_bytes: self.zero_copy_bytes.load(Relaxed),
         }
     }
 }

@@ -551,7 +551,9 @@ static void memory_kinds(void) {
 
 /* Mapped page-locked memory (zero-copy): its device pointer is its host address (unified
  * addressing); kernels, memsets and copies use it like device memory, and the device's memory
- * does not count it. */
+ * does not count it. What kernels and memsets reach of it is counted (and charged at
+ * CUDA_SHIM_H2D_GBPS, as a GPU reads it over PCIe): a host kernel reaches its pointer arguments'
+ * allocations from the pointer to their end. */
 static void mapped_host(void) {
     float *host, *dev, *device_block;
     void *got;
@@ -582,6 +584,7 @@ static void mapped_host(void) {
     OK(cudaShimGetStats(&after));
     EXPECT(after.current_device_bytes - before.current_device_bytes == n * sizeof(float));
     EXPECT(after.current_pinned_bytes - before.current_pinned_bytes == n * sizeof(float));
+    EXPECT(after.zero_copy_bytes - before.zero_copy_bytes == (2 * n - 7) * sizeof(float));
     OK(cudaFree(device_block));
     OK(cudaFreeHost(host));
     EXPECT_CODE(cudaHostGetDevicePointer(&got, host, 0), cudaErrorInvalidValue);

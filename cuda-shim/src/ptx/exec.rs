@@ -27,8 +27,25 @@ const FULL: u32 = u32::MAX;
 
 /// Where a kernel may read and write device memory.
 pub trait Memory: Sync {
-    /// The range `[start, end)` of accessible device memory that holds `addr`, if any.
-    fn range(&self, addr: u64) -> Option<(u64, u64)>;
+    /// The range of accessible memory that holds `addr`, if any.
+    fn range(&self, addr: u64) -> Option<Region>;
+}
+
+/// A range `[start, end)` a kernel may access; `host` for mapped page-locked host memory, which
+/// a GPU reaches over the host link (zero-copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    pub host: bool,
+}
+
+/// What a launch did: thread-instructions executed, and bytes it read or wrote in mapped host
+/// memory (what a GPU would have moved over the host link).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub thread_instructions: u64,
+    pub host_bytes: u64,
 }
 
 /// Why a launch stopped.
@@ -70,7 +87,7 @@ pub fn first_unsupported(kernel: &Kernel) -> Option<Fault> {
 }
 
 /// Runs every block of the launch; returns the first fault, after which no new block starts.
-pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
+pub fn run(kernel: &Kernel, launch: &Launch) -> Result<Counts, Fault> {
     if let Some(fault) = first_unsupported(kernel) {
         return Err(fault);
     }
@@ -86,6 +103,7 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
     let stop = AtomicBool::new(false);
     let fault: Mutex<Option<Fault>> = Mutex::new(None);
     let executed = AtomicU64::new(0);
+    let host_bytes = AtomicU64::new(0);
     let work = || {
         let mut block = BlockState::new(kernel, launch);
         loop {
@@ -110,6 +128,7 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
             }
         }
         executed.fetch_add(block.executed, Ordering::Relaxed);
+        host_bytes.fetch_add(block.host_bytes, Ordering::Relaxed);
     };
     let helpers = launch.threads.min(blocks).saturating_sub(1);
     if helpers == 0 {
@@ -124,7 +143,10 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
     }
     match fault.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(f) => Err(f),
-        None => Ok(executed.into_inner()),
+        None => Ok(Counts {
+            thread_instructions: executed.into_inner(),
+            host_bytes: host_bytes.into_inner(),
+        }),
     }
 }
 
@@ -150,9 +172,11 @@ struct BlockState<'a> {
     warps: Vec<Warp>,
     nthreads: u32,
     /// Last device range found valid, so most accesses need no lookup.
-    valid: (u64, u64),
+    valid: Region,
     /// Thread-instructions executed (lanes × instructions).
     executed: u64,
+    /// Bytes accessed in mapped host memory.
+    host_bytes: u64,
 }
 
 /// Which window an address of a given space falls in, after `cvta` decoding.
@@ -185,8 +209,13 @@ impl<'a> BlockState<'a> {
                 })
                 .collect(),
             nthreads,
-            valid: (0, 0),
+            valid: Region {
+                start: 0,
+                end: 0,
+                host: false,
+            },
             executed: 0,
+            host_bytes: 0,
         }
     }
 
@@ -351,16 +380,16 @@ impl<'a> BlockState<'a> {
             }
             Space::Global | Space::Const => {
                 let end = offset.checked_add(len as u64).ok_or(illegal.clone())?;
-                if offset >= self.valid.0 && end <= self.valid.1 {
-                    return Ok(Place::Device(offset));
-                }
-                match self.l.memory.range(offset) {
-                    Some((lo, hi)) if end <= hi => {
-                        self.valid = (lo, hi);
-                        Ok(Place::Device(offset))
+                if offset < self.valid.start || end > self.valid.end {
+                    match self.l.memory.range(offset) {
+                        Some(region) if end <= region.end => self.valid = region,
+                        _ => return Err(illegal),
                     }
-                    _ => Err(illegal),
                 }
+                if self.valid.host {
+                    self.host_bytes += len as u64;
+                }
+                Ok(Place::Device(offset))
             }
             _ => Err(illegal),
         }

@@ -14,7 +14,8 @@ mod lex;
 mod parse;
 
 pub use exec::{
-    Fault, LOCAL_WINDOW, Launch, Memory, PARAM_WINDOW, SHARED_WINDOW, first_unsupported, run,
+    Counts, Fault, LOCAL_WINDOW, Launch, Memory, PARAM_WINDOW, Region, SHARED_WINDOW,
+    first_unsupported, run,
 };
 pub use parse::{Global, Kernel, Module, ParamDecl, parse};
 

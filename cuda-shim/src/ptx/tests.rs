@@ -17,24 +17,34 @@ impl Buffer {
     }
 }
 
-struct Ranges(Vec<(u64, u64)>);
+struct Ranges(Vec<Region>);
 
 impl Memory for Ranges {
-    fn range(&self, addr: u64) -> Option<(u64, u64)> {
+    fn range(&self, addr: u64) -> Option<Region> {
         self.0
             .iter()
             .copied()
-            .find(|&(lo, hi)| addr >= lo && addr < hi)
+            .find(|r| addr >= r.start && addr < r.end)
     }
 }
 
-fn ranges(buffers: &[&Buffer]) -> Ranges {
+/// The buffers as device memory; the last one as mapped host memory when `host_last`.
+fn regions(buffers: &[&Buffer], host_last: bool) -> Ranges {
     Ranges(
         buffers
             .iter()
-            .map(|b| (b.base(), b.base() + 8 * b.0.len() as u64))
+            .enumerate()
+            .map(|(i, b)| Region {
+                start: b.base(),
+                end: b.base() + 8 * b.0.len() as u64,
+                host: host_last && i + 1 == buffers.len(),
+            })
             .collect(),
     )
+}
+
+fn ranges(buffers: &[&Buffer]) -> Ranges {
+    regions(buffers, false)
 }
 
 fn launch(
@@ -62,6 +72,7 @@ fn launch(
             threads: 2,
         },
     )
+    .map(|counts| counts.thread_instructions)
 }
 
 /// What nvcc 13 emits for `c[i] = a[i] + b[i]` with a bounds check.
@@ -145,6 +156,31 @@ fn vector_add_computes_every_element_and_stops_at_the_bound() {
     }
     assert_eq!(c.f32s()[n], -7.0, "no store past n");
     assert!(executed > 10 * n as u64);
+}
+
+#[test]
+fn accesses_to_mapped_host_memory_are_counted() {
+    let module = parse(VECTOR_ADD).unwrap();
+    let kernel = &module.kernels[0];
+    let n = 100u64;
+    let (a, b, c) = (Buffer::new(64), Buffer::new(64), Buffer::new(64));
+    let mut params = vec![0u8; 28];
+    for (i, v) in [a.base(), b.base(), c.base()].iter().enumerate() {
+        params[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    params[24..28].copy_from_slice(&(n as u32).to_le_bytes());
+    let memory = regions(&[&a, &b, &c], true);
+    let launch = Launch {
+        grid: [1, 1, 1],
+        block: [128, 1, 1],
+        dynamic_shared: 0,
+        params: &params,
+        globals: &[],
+        memory: &memory,
+        threads: 1,
+    };
+    // c, the output, is host memory: n stores of 4 bytes cross the host link.
+    assert_eq!(run(kernel, &launch).unwrap().host_bytes, 4 * n);
 }
 
 #[test]
