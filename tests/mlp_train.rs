@@ -117,3 +117,40 @@ fn an_extra_read_and_a_batch_change_are_deterministic_and_change_only_what_they_
         assert_eq!(output.status.code(), Some(2), "--batch-change {bad}");
     }
 }
+
+/// With `--adam` the moments are persistent device tensors, three times the parameters in all,
+/// counted in the program's arithmetic as the shim counts them; Adam trains (the loss falls)
+/// and differs from SGD.
+#[test]
+fn adam_keeps_its_moments_on_the_device_and_trains() {
+    let mlp = program("mlp_train");
+    let sgd = run_ok(&mlp, &["--iters", "4", "--layers", "3"], &[]);
+    let args = ["--iters", "4", "--layers", "3", "--adam", "--lr", "0.001"];
+    let stats_path = support::scratch("adam-stats.json");
+    let adam = run_ok(
+        &mlp,
+        &args,
+        &[("CUDA_SHIM_STATS", stats_path.to_str().unwrap())],
+    );
+    assert_eq!(
+        number(&adam, "persistent_bytes"),
+        3 * number(&sgd, "persistent_bytes")
+    );
+    assert_eq!(number(&adam, "persistent_allocations"), 18);
+    let stats = support::read_json(&stats_path);
+    assert_eq!(
+        stats["peak_device_bytes"],
+        number(&adam, "expected_peak_device_bytes")
+    );
+    let loss = |out: &str, it: u32| -> f64 {
+        support::value_of(out, &format!("iter {it} loss"))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(loss(&adam, 3) < loss(&adam, 0), "{adam}");
+    assert_ne!(
+        support::value_of(&adam, "checksum"),
+        support::value_of(&sgd, "checksum")
+    );
+}

@@ -77,6 +77,11 @@
  * - --batch-change ITER:B: iteration ITER trains on a batch of B rows (1 <= B <= --batch) instead
  *   of --batch: an iteration of another shape (other allocation sizes). The figures printed
  *   before training describe the regular batch.
+ * - --adam: Adam (beta1 0.9, beta2 0.999, eps 1e-8, bias-corrected) instead of SGD, with its
+ *   first and second moments m, v (zeroed with cudaMemset) as two more persistent tensors per
+ *   weight and per bias: the persistent state is three times the parameters, used once per
+ *   iteration by the optimizer step, as in real training. The config line then ends with
+ *   "optimizer adam" and persistent_bytes / persistent_allocations include the moments.
  *
  * Build: tools/build-programs (cc -O2 ... -I cuda-shim/include -L target/shim/lib -lcudart -lm);
  * run: tools/with-shim target/programs/mlp_train [options]. Plain C99.
@@ -257,6 +262,25 @@ static void k_sgd(void **args)
         p[i] -= lr * g[i];
 }
 
+/* adam_update(p, g, m, v, lr, step, n): Adam with beta1 0.9, beta2 0.999, eps 1e-8 and bias
+ * correction for step `step` (1-based); every operation in float, in order, so the result is
+ * a pure function of the inputs. */
+static void k_adam(void **args)
+{
+    float *p = ARG(float *, 0);
+    const float *g = ARG(const float *, 1);
+    float *m = ARG(float *, 2), *v = ARG(float *, 3);
+    float lr = ARG(float, 4);
+    int step = ARG(int, 5), n = ARG(int, 6);
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float c1 = 1.0f - powf(b1, (float)step), c2 = 1.0f - powf(b2, (float)step);
+    for (int i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+    }
+}
+
 /* sum(x, out, n): *out = sum of x, in double, in order (the --extra-read probe). */
 static void k_sum(void **args)
 {
@@ -274,14 +298,14 @@ static void k_sum(void **args)
  * arithmetic per element (mse: subtract, square or scale, add: 3); sgd counts the weight
  * update (2 W^2), which overstates the bias update's 2 W. */
 struct kernel_flops {
-    double linear, relu, mse, matmul, bias, sum, sgd;
+    double linear, relu, mse, matmul, bias, sum, sgd, adam;
 };
 
 static struct kernel_flops flops_of(int batch, int width)
 {
     double B = batch, W = width;
     struct kernel_flops f = {2 * B * W * W + B * W, B * W, 3 * B * W, 2 * B * W * W, B * W,
-                             B * W, 2 * W * W};
+                             B * W, 2 * W * W, 12 * W * W};
     return f;
 }
 
@@ -301,6 +325,7 @@ static void register_kernels(int batch, int width, double gflops)
     const size_t matmul[] = {P, P, P, I, I, I};
     const size_t bias[] = {P, P, I, I};
     const size_t sgd[] = {P, P, F, I};
+    const size_t adam[] = {P, P, P, P, F, I, I};
     const double g = gflops;
     CHECK(cudaShimRegisterKernel(k_linear_fwd, "linear_fwd", 7, linear, duration_ns(f.linear, g)));
     CHECK(cudaShimRegisterKernel(k_relu_fwd, "relu_fwd", 3, unary, duration_ns(f.relu, g)));
@@ -314,6 +339,7 @@ static void register_kernels(int batch, int width, double gflops)
     CHECK(cudaShimRegisterKernel(k_relu_bwd, "relu_bwd", 4, binary, duration_ns(f.relu, g)));
     CHECK(cudaShimRegisterKernel(k_sgd, "sgd_update", 4, sgd, duration_ns(f.sgd, g)));
     CHECK(cudaShimRegisterKernel(k_sum, "sum", 3, unary, duration_ns(f.sum, g)));
+    CHECK(cudaShimRegisterKernel(k_adam, "adam_update", 7, adam, duration_ns(f.adam, g)));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -329,6 +355,7 @@ struct options {
     int change_iter;       /* iteration run with batch change_batch (-1: none) */
     int change_batch;
     int two_streams;       /* calls alternate between two streams */
+    int adam;              /* Adam instead of SGD */
     int device;            /* the device it trains on */
 };
 
@@ -349,6 +376,8 @@ struct net {
     int width, batch, layers;
     float lr;
     float **w, **b;   /* device, persistent */
+    float **mw, **vw, **mb, **vb; /* device, persistent: Adam's moments (NULL with SGD) */
+    int step;         /* Adam's step, 1-based */
     float *x_h, *y_h; /* pinned: the batch being copied */
     float *loss_h;    /* pinned: the loss copied back */
     float *probe_h;   /* pinned: the --extra-read sum (NULL: no extra read this iteration) */
@@ -503,6 +532,14 @@ static float iteration(struct run *r, const struct net *net)
 
     /* optimizer step */
     for (int l = 0; l < L; l++) {
+        if (net->mw != NULL) {
+            int step = net->step;
+            void *a_w[] = {&net->w[l], &dw[l], &net->mw[l], &net->vw[l], &lr, &step, (void *)&ww};
+            launch(r, k_adam, (unsigned long long)ww, a_w);
+            void *a_b[] = {&net->b[l], &db[l], &net->mb[l], &net->vb[l], &lr, &step, (void *)&W};
+            launch(r, k_adam, (unsigned long long)W, a_b);
+            continue;
+        }
         void *a_w[] = {&net->w[l], &dw[l], &lr, (void *)&ww};
         launch(r, k_sgd, (unsigned long long)ww, a_w);
         void *a_b[] = {&net->b[l], &db[l], &lr, (void *)&W};
@@ -585,14 +622,15 @@ static void usage(FILE *to)
 {
     fprintf(to, "usage: mlp_train [--width N] [--batch N] [--iters N] [--layers N] [--seed N] "
                 "[--lr X] [--gflops X] [--extra-read ITER] [--batch-change ITER:B]\n"
-                "       [--two-streams] [--device N]\n"
+                "       [--two-streams] [--adam] [--device N]\n"
                 "defaults: --width 128 --batch 2048 --iters 10 --layers 6 --seed 1 --lr 0.1\n"
                 "          --device 0\n"
                 "  --gflops X            kernels also take their FLOPs / X GFLOP/s on the device\n"
                 "  --extra-read ITER     iteration ITER reads h_1 once more, after the loss, and\n"
                 "                        prints extra_read ITER SUM\n"
                 "  --batch-change ITER:B iteration ITER uses batch B (1 <= B <= --batch)\n"
-                "  --two-streams         calls alternate between two streams, ordered by events\n");
+                "  --two-streams         calls alternate between two streams, ordered by events\n"
+                "  --adam                Adam (moments m, v persistent on the device) instead of SGD\n");
 }
 
 static int parse_int(const char *flag, const char *text, long min, long max)
@@ -621,6 +659,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->change_iter = -1;
     o->change_batch = 0;
     o->two_streams = 0;
+    o->adam = 0;
     o->device = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -630,6 +669,10 @@ static void parse_args(int argc, char **argv, struct options *o)
         }
         if (strcmp(flag, "--two-streams") == 0) {
             o->two_streams = 1;
+            continue;
+        }
+        if (strcmp(flag, "--adam") == 0) {
+            o->adam = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -750,13 +793,16 @@ int main(int argc, char **argv)
                 dry.peak, dry.mallocs, dry.frees, dry.launches, dry.live, peak, mallocs, launches);
         return 1;
     }
-    unsigned long long persistent = (unsigned long long)L * (granules(wbytes) + granules(bbytes));
+    /* Adam keeps two moments per parameter tensor: three times the parameters in all. */
+    const int copies = o.adam ? 3 : 1;
+    unsigned long long persistent =
+        (unsigned long long)copies * L * (granules(wbytes) + granules(bbytes));
     unsigned long long pinned = 2ull * act + sizeof(float);
 
-    printf("config layers %d width %d batch %d iters %d seed %llu lr %.9g\n", L, W, B, o.iters,
-           o.seed, (double)o.lr);
+    printf("config layers %d width %d batch %d iters %d seed %llu lr %.9g%s\n", L, W, B, o.iters,
+           o.seed, (double)o.lr, o.adam ? " optimizer adam" : "");
     printf("persistent_bytes %llu\n", persistent);
-    printf("persistent_allocations %d\n", 2 * L);
+    printf("persistent_allocations %d\n", 2 * copies * L);
     printf("activation_bytes %llu\n", granules(act));
     printf("peak_iteration_bytes %llu\n", dry.peak);
     printf("expected_peak_device_bytes %llu\n", persistent + dry.peak);
@@ -814,6 +860,21 @@ int main(int argc, char **argv)
         CHECK(cudaMalloc((void **)&b[l], bbytes));
         CHECK(cudaMemcpy(b[l], host, bbytes, cudaMemcpyHostToDevice));
     }
+    float *mw[L], *vw[L], *mb[L], *vb[L];
+    if (o.adam) {
+        net.mw = mw;
+        net.vw = vw;
+        net.mb = mb;
+        net.vb = vb;
+        for (int l = 0; l < L; l++) {
+            float **moments[4] = {&mw[l], &vw[l], &mb[l], &vb[l]};
+            for (int k = 0; k < 4; k++) {
+                size_t bytes = k < 2 ? wbytes : bbytes;
+                CHECK(cudaMalloc((void **)moments[k], bytes));
+                CHECK(cudaMemset(*moments[k], 0, bytes));
+            }
+        }
+    }
 
     /* Training. The previous iteration ended with a stream synchronisation, so the pinned
      * staging buffers are free to be refilled. */
@@ -821,6 +882,7 @@ int main(int argc, char **argv)
         net.batch = it == o.change_iter ? o.change_batch : B;
         net.probe_h = it == o.extra_read ? probe_h : NULL;
         make_batch(&state, teacher, net.x_h, net.y_h, net.batch, W);
+        net.step = it + 1;
         float loss = iteration(&run, &net);
         printf("iter %d loss %.9g\n", it, (double)loss);
         if (net.probe_h != NULL)
@@ -853,6 +915,12 @@ int main(int argc, char **argv)
     for (int l = 0; l < L; l++) {
         CHECK(cudaFree(w[l]));
         CHECK(cudaFree(b[l]));
+        if (o.adam) {
+            CHECK(cudaFree(mw[l]));
+            CHECK(cudaFree(vw[l]));
+            CHECK(cudaFree(mb[l]));
+            CHECK(cudaFree(vb[l]));
+        }
     }
     CHECK(cudaFreeHost(net.x_h));
     CHECK(cudaFreeHost(net.y_h));
