@@ -359,6 +359,42 @@ fn dsa_csv_export_lists_the_buffers_of_one_iteration() {
     assert!(err.contains("--iteration 99 does not exist"), "{err}");
 }
 
+/// The torch-snapshot export is PyTorch's memory snapshot pickle: read back (by the snapshot
+/// importer, as `compare` and `trace info` read any snapshot) it has the trace's device
+/// allocations and frees and its peak, and its frames name the kernels.
+#[test]
+fn torch_snapshot_export_reads_back_with_the_same_peak() {
+    let trace = write_trace("snap.itrace", &training());
+    let pickle = tmp("snap.pickle");
+    ok(&[
+        "trace",
+        "export",
+        s(&trace),
+        "--format",
+        "torch-snapshot",
+        "-o",
+        s(&pickle),
+    ]);
+    let original: Value =
+        serde_json::from_str(&ok(&["trace", "info", s(&trace), "--json"])).unwrap();
+    let back: Value = serde_json::from_str(&ok(&["trace", "info", s(&pickle), "--json"])).unwrap();
+    assert_eq!(back["converted_from"], "PyTorch memory snapshot", "{back}");
+    assert_eq!(back["peak_live_bytes"], original["peak_live_bytes"]);
+    assert_eq!(back["events"]["malloc"], original["events"]["malloc"]);
+    assert_eq!(back["events"]["free"], original["events"]["free"]);
+    let bytes = std::fs::read(&pickle).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    // Each iteration frees A after `bwd` and allocates the next one's after `sgd_step`.
+    assert!(
+        text.contains("cudaFree after bwd"),
+        "the frames name the kernels"
+    );
+    assert!(
+        text.contains("cudaMalloc after sgd_step"),
+        "the frames name the kernels"
+    );
+}
+
 #[test]
 fn dsa_csv_without_an_iteration_is_bad_input() {
     let mut events = training();

@@ -86,6 +86,9 @@ enum Format {
     /// `id,lower,upper,size` of the buffers of one iteration (lifetimes in events, half-open,
     /// relative to the iteration's first event; buffers crossing a boundary are clipped to it).
     DsaCsv,
+    /// The pickle `torch.cuda.memory._snapshot()` returns, for PyTorch's memory viewer
+    /// (pytorch.org/memory_viz): each device allocation a segment of one block (one device).
+    TorchSnapshot,
 }
 
 #[derive(Debug, Args)]
@@ -592,6 +595,9 @@ fn export(args: &ExportArgs) -> anyhow::Result<()> {
             let buffers = buffers.unwrap_or_default();
             export::write_dsa_csv(&buffers, &mut out).map_err(Into::into)
         }
+        Format::TorchSnapshot => with_events(file, loaded.device, |events| {
+            export::write_torch_snapshot(events, loaded.device.unwrap_or(0), &mut out)
+        }),
     }
     .with_context(|| format!("cannot write {name}"))
 }

@@ -1,10 +1,15 @@
-//! Trace exports for other tools: one CSV row per event, Chrome/Perfetto trace JSON, and the
-//! `id,lower,upper,size` CSV of DSA solvers (MiniMalloc, idealloc) for one iteration.
+//! Trace exports for other tools: one CSV row per event, Chrome/Perfetto trace JSON, the
+//! `id,lower,upper,size` CSV of DSA solvers (MiniMalloc, idealloc) for one iteration, and
+//! PyTorch's memory snapshot pickle (`torch_snapshot`).
 //!
 //! Every writer streams: events go out as they come, so a multi-gigabyte trace is exported in
 //! constant memory (Chrome needs the live allocations, DSA the buffers of one iteration). Event
 //! indices are those of [`crate::analysis::Numbering`]: access events only; kernel names, pinned
 //! host allocations and their frees are unindexed.
+
+mod torch_snapshot;
+
+pub use torch_snapshot::write_torch_snapshot;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
