@@ -7,43 +7,10 @@
 
 mod support;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+use support::nvcc::built;
 use support::{read_json, root, run_under_itermem, scratch, stdout_ok};
-
-/// Builds the programs once per test process; `None` (after one SKIPPED line) when the
-/// toolchain cannot be installed here.
-fn built(name: &str) -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let ok = *BUILT.get_or_init(|| {
-        let output = Command::new(root().join("tools/build-cuda-programs"))
-            .output()
-            .expect("cannot run tools/build-cuda-programs");
-        match output.status.code() {
-            Some(0) => true,
-            Some(3) => false,
-            _ => panic!(
-                "tools/build-cuda-programs failed ({}):\n{}\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ),
-        }
-    });
-    if !ok {
-        let test = std::thread::current()
-            .name()
-            .unwrap_or("a test")
-            .to_string();
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: nvcc could not be installed from PyPI (tools/build-cuda-programs)"
-        );
-        return None;
-    }
-    Some(root().join("target/programs/cu").join(name))
-}
 
 /// `program args…` on the shim's CUDA 13 runtime (`tools/with-shim --cuda 13`), with every
 /// symbol bound at load time.

@@ -2,21 +2,16 @@
 //! `cuda_shim::fatbin` finds in them. Skipped, with one `SKIPPED <test>: ...` line on the
 //! terminal, where the toolkit cannot be installed (it comes from PyPI).
 
+#[path = "../../tests/support/nvcc.rs"]
+mod nvcc;
+
 use cuda_shim::fatbin::{Image, PtxEntry, read_fatbin, read_image, select_ptx};
-use std::io::Write;
+use nvcc::built;
 use std::path::Path;
 
 /// The repository's root.
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
-
-/// Says on the terminal that the calling test is skipped, and why (as the workspace's tests do:
-/// written to the stream itself, which the harness does not capture).
-fn say_skipped(why: std::fmt::Arguments) {
-    let current = std::thread::current();
-    let test = current.name().unwrap_or("a test");
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// The bytes of the ELF section `name` of the ELF64 little-endian file `elf`.
@@ -58,33 +53,9 @@ fn entries_of(mut fatbins: &[u8]) -> (Vec<PtxEntry>, Vec<u32>) {
     (ptx, sass)
 }
 
-/// Builds the programs (once per test process); false when nvcc cannot be installed here.
-fn built() -> bool {
-    static BUILT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let built = *BUILT.get_or_init(|| {
-        let output = std::process::Command::new(root().join("tools/build-cuda-programs"))
-            .output()
-            .expect("cannot run tools/build-cuda-programs");
-        match output.status.code() {
-            Some(0) => true,
-            Some(3) => false,
-            _ => panic!(
-                "tools/build-cuda-programs failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            ),
-        }
-    });
-    if !built {
-        say_skipped(format_args!(
-            "nvcc could not be installed from PyPI (tools/build-cuda-programs)"
-        ));
-    }
-    built
-}
-
 #[test]
 fn fatbin_of_nvcc_vector_add() {
-    if !built() {
+    if built("vector_add").is_none() {
         return;
     }
     let dir = root().join("target/programs/cu");
@@ -115,7 +86,7 @@ fn fatbin_of_nvcc_vector_add() {
 
 #[test]
 fn fatbin_of_every_nvcc_program() {
-    if !built() {
+    if built("vector_add").is_none() {
         return;
     }
     let root = root();

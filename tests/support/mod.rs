@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod nvcc;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -1030,49 +1030,34 @@ fn map2(a: &[u64; 32], b: &[u64; 32], f: impl Fn(u64, u64) -> u64) -> [u64; 32] 
     per_lane(|l| f(a[l], b[l]))
 }
 
+/// A float unary operation, in f64: for f32 operands the result rounded once to f32 is the
+/// correctly rounded one for `sqrt` and `rcp` (f64 has more than twice f32's precision), and
+/// within PTX's bounds for the `.approx` ones.
+fn unary_float(op: Unary, x: f64) -> f64 {
+    match op {
+        Unary::Neg => -x,
+        Unary::Abs => x.abs(),
+        Unary::Sqrt => x.sqrt(),
+        Unary::Rsqrt => 1.0 / x.sqrt(),
+        Unary::Rcp => 1.0 / x,
+        Unary::Ex2 => x.exp2(),
+        Unary::Lg2 => x.log2(),
+        Unary::Sin => x.sin(),
+        Unary::Cos => x.cos(),
+        Unary::Tanh => x.tanh(),
+        _ => x,
+    }
+}
+
 fn unary(op: Unary, ty: Ty, ftz: bool, a: &[u64; 32]) -> [u64; 32] {
+    if op == Unary::Mov {
+        return *a;
+    }
     match ty {
-        Ty::F32 => {
-            let f = |x: f32| -> f32 {
-                match op {
-                    Unary::Mov => x,
-                    Unary::Neg => -x,
-                    Unary::Abs => x.abs(),
-                    Unary::Sqrt => x.sqrt(),
-                    Unary::Rsqrt => 1.0 / x.sqrt(),
-                    Unary::Rcp => 1.0 / x,
-                    Unary::Ex2 => x.exp2(),
-                    Unary::Lg2 => x.log2(),
-                    Unary::Sin => x.sin(),
-                    Unary::Cos => x.cos(),
-                    Unary::Tanh => x.tanh(),
-                    _ => f32::from_bits(!x.to_bits()),
-                }
-            };
-            if op == Unary::Mov {
-                return *a;
-            }
-            map1(a, |v| bits32(f(f32_of(v, ftz)), ftz))
-        }
-        Ty::F64 => {
-            let f = |x: f64| -> f64 {
-                match op {
-                    Unary::Mov => x,
-                    Unary::Neg => -x,
-                    Unary::Abs => x.abs(),
-                    Unary::Sqrt => x.sqrt(),
-                    Unary::Rsqrt => 1.0 / x.sqrt(),
-                    Unary::Rcp => 1.0 / x,
-                    Unary::Ex2 => x.exp2(),
-                    Unary::Lg2 => x.log2(),
-                    Unary::Sin => x.sin(),
-                    Unary::Cos => x.cos(),
-                    Unary::Tanh => x.tanh(),
-                    _ => f64::from_bits(!x.to_bits()),
-                }
-            };
-            map1(a, |v| f(f64::from_bits(v)).to_bits())
-        }
+        Ty::F32 => map1(a, |v| {
+            bits32(unary_float(op, f32_of(v, ftz) as f64) as f32, ftz)
+        }),
+        Ty::F64 => map1(a, |v| unary_float(op, f64::from_bits(v)).to_bits()),
         _ => {
             let bits = ty.bytes() as u32 * 8;
             map1(a, |v| {
