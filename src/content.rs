@@ -185,6 +185,83 @@ impl fmt::Display for FirstBytes<'_> {
     }
 }
 
+/// The most characters of a file's content an error message quotes.
+pub const QUOTED_CHARS: usize = 80;
+
+/// A piece of a file's content in an error message: at most [`QUOTED_CHARS`] characters of it,
+/// escaped (control characters, quotes and backslashes as in Rust's `escape_debug`), then `…`
+/// if there was more. Binary input thus stays on one short line.
+pub struct Excerpt<'a>(pub &'a str);
+
+impl fmt::Display for Excerpt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut chars = self.0.chars();
+        for c in chars.by_ref().take(QUOTED_CHARS) {
+            write!(f, "{}", c.escape_debug())?;
+        }
+        if chars.next().is_some() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+/// A message that may quote a file's content (its own or a parser's, such as serde_json's
+/// `invalid type: string "…"`): every span between double quotes or backticks is cut after
+/// [`QUOTED_CHARS`] characters, control characters are escaped everywhere, and the whole is cut
+/// after [`MESSAGE_CHARS`] characters shown (whatever quoting the input itself holds).
+pub struct Bounded<'a>(pub &'a str);
+
+/// The most characters of a [`Bounded`] message.
+const MESSAGE_CHARS: usize = 800;
+
+impl fmt::Display for Bounded<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The quote that opened the current span, and how many characters it has held.
+        let mut open: Option<(char, usize)> = None;
+        let mut escaped = false;
+        let mut written = 0;
+        for c in self.0.chars() {
+            let shown = match open {
+                Some((quote, count)) if c == quote && !escaped => {
+                    if count > QUOTED_CHARS {
+                        f.write_str("…")?;
+                    }
+                    open = None;
+                    true
+                }
+                Some((quote, count)) => {
+                    open = Some((quote, count + 1));
+                    count < QUOTED_CHARS
+                }
+                None => {
+                    if c == '"' || c == '`' {
+                        open = Some((c, 0));
+                    }
+                    true
+                }
+            };
+            escaped = c == '\\' && !escaped;
+            if !shown {
+                continue;
+            }
+            if written == MESSAGE_CHARS {
+                return f.write_str("…");
+            }
+            written += 1;
+            if c.is_control() {
+                write!(f, "{}", c.escape_debug())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        if open.is_some_and(|(_, count)| count > QUOTED_CHARS) {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
 /// The sentence every "too large" error ends with: the limit and how to raise it.
 pub(crate) struct TooLarge(pub u64);
 
@@ -341,5 +418,33 @@ mod tests {
         assert_eq!(suggestion(1000), "4000");
         assert_eq!(suggestion(1 << 20), "4M");
         assert_eq!(suggestion(u64::MAX), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn quoted_input_is_cut_after_80_characters_and_escaped() {
+        let binary = "\u{1}\u{7f}\"\\".repeat(100);
+        let excerpt = Excerpt(&binary).to_string();
+        assert!(excerpt.starts_with(r#"\u{1}\u{7f}\"\\"#), "{excerpt}");
+        assert!(
+            excerpt.ends_with('…') && !excerpt.contains('\u{1}'),
+            "{excerpt}"
+        );
+        assert_eq!(Excerpt("short").to_string(), "short");
+
+        let long = "x".repeat(8000);
+        let message = format!("invalid type: string \"{long}\", expected u64 at `{long}`");
+        let bounded = Bounded(&message).to_string();
+        let quoted = format!("\"{}…\"", "x".repeat(80));
+        let start = format!("invalid type: string {quoted}, expected");
+        assert!(bounded.starts_with(&start), "{bounded}");
+        assert!(
+            bounded.ends_with(&format!("`{}…`", "x".repeat(80))),
+            "{bounded}"
+        );
+        assert_eq!(
+            Bounded("line\nbreak \"ok\"").to_string(),
+            "line\\nbreak \"ok\""
+        );
+        assert!(Bounded(&"y".repeat(5000)).to_string().chars().count() <= 801);
     }
 }
