@@ -11,6 +11,10 @@
 //! - **The format is recognised from the first [`HEAD_BYTES`] decompressed bytes**, by the
 //!   caller's own recogniser, before anything more is decompressed: content of no known format
 //!   is refused with the bytes it starts with after 64 KiB, not after decompressing the whole.
+//! - **Text stays text**: content that begins as text (no NUL byte in its first 16, no pickle's
+//!   `PROTO`) is one of the text formats (JSON, JSON lines, CSV, a protocol 0 pickle), none of
+//!   which holds a NUL byte, so the first NUL byte stops the decompression with its offset: a
+//!   recognised head followed by a gigabyte of zeros, the cheapest bomb, costs a few megabytes.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
 //!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
@@ -51,6 +55,9 @@ pub(crate) enum ReadError {
     TooLarge { limit: u64 },
     /// The first [`HEAD_BYTES`] decompressed bytes are of no format the caller reads.
     Unrecognised { first_bytes: Vec<u8> },
+    /// Content that began as text (no NUL byte in its first [`HEAD_BYTES`]) has a NUL byte at
+    /// `offset` of the decompressed data: none of the text formats holds one.
+    NotText { offset: u64 },
 }
 
 /// How many of a content's first bytes an "unknown format" message shows.
@@ -135,6 +142,8 @@ fn gunzip(
     // limit (`read_to_end` would double past it).
     let mut chunk = vec![0u8; HEAD_BYTES];
     let mut recognise = Some(recognise);
+    // Known once the head is recognised: whether the content is text (see the module doc).
+    let mut text = false;
     loop {
         let n = match decoder.read(&mut chunk) {
             Ok(0) => return Ok(out),
@@ -161,16 +170,33 @@ fn gunzip(
             let wanted = out.capacity().saturating_mul(2).clamp(len, cap);
             out.reserve_exact(wanted - out.len());
         }
+        let mut start = out.len();
         out.extend_from_slice(&chunk[..n]);
         if out.len() > HEAD_BYTES
             && let Some(recognise) = recognise.take()
-            && !recognise(&out[..HEAD_BYTES])
         {
-            return Err(ReadError::Unrecognised {
-                first_bytes: out[..SHOWN_BYTES].to_vec(),
+            if !recognise(&out[..HEAD_BYTES]) {
+                return Err(ReadError::Unrecognised {
+                    first_bytes: out[..SHOWN_BYTES].to_vec(),
+                });
+            }
+            text = is_text(&out);
+            start = 0;
+        }
+        if text && let Some(at) = out[start..].iter().position(|&b| b == 0) {
+            return Err(ReadError::NotText {
+                offset: (start + at) as u64,
             });
         }
     }
+}
+
+/// Whether content begins as one of the text formats: its first [`SHOWN_BYTES`] hold no NUL
+/// byte and it is no pickle of protocol 2 or later (binary formats, the itermem trace's magic
+/// included, have one there).
+fn is_text(content: &[u8]) -> bool {
+    let first = &content[..content.len().min(SHOWN_BYTES)];
+    !first.contains(&0) && first.first() != Some(&0x80)
 }
 
 /// Shows the first bytes of unrecognised content in hex, each after a space (" 1f 8b 08").
@@ -184,6 +210,10 @@ impl fmt::Display for FirstBytes<'_> {
         Ok(())
     }
 }
+
+/// What a NUL byte in decompressed text content is.
+pub(crate) const NOT_TEXT: &str = "a NUL byte, after a start of text (JSON, JSON lines or CSV), \
+                                   none of which holds one: not the format the file begins as";
 
 /// The most characters of a file's content an error message quotes.
 pub const QUOTED_CHARS: usize = 80;
@@ -364,6 +394,27 @@ mod tests {
         ));
         // Plain content is not limited.
         assert_eq!(read(content.clone(), 1).unwrap(), (content, false));
+    }
+
+    #[test]
+    fn a_nul_byte_after_a_text_head_stops_decompression_at_its_offset() {
+        let mut bomb = b"id,lower,upper,size\n".to_vec();
+        bomb.resize(HEAD_BYTES + 1000, b'\n');
+        bomb.resize(64 * HEAD_BYTES, 0);
+        match read(gzip(&bomb), 1 << 30).unwrap_err() {
+            ReadError::NotText { offset } => assert_eq!(offset, HEAD_BYTES as u64 + 1000),
+            other => panic!("{other:?}"),
+        }
+        // The NUL bytes within the head count too.
+        bomb.truncate(100);
+        bomb.resize(64 * HEAD_BYTES, 0);
+        assert!(matches!(
+            read(gzip(&bomb), 1 << 30).unwrap_err(),
+            ReadError::NotText { offset: 100 }
+        ));
+        // A binary head (a pickle, a trace) may hold NUL bytes anywhere.
+        bomb[1] = 0;
+        assert_eq!(read(gzip(&bomb), 1 << 30).unwrap().0, bomb);
     }
 
     #[test]

@@ -318,6 +318,9 @@ fn read_error(path: &Path, err: crate::content::ReadError) -> ImportError {
         },
         ReadError::TooLarge { limit } => Problem::DecompressedTooLarge { limit },
         ReadError::Unrecognised { first_bytes } => Problem::UnknownFormat { first_bytes },
+        ReadError::NotText { offset } => {
+            return ImportError::new(path, Location::Byte(offset), Problem::NotText).gzipped(true);
+        }
     };
     ImportError::new(path, Location::File, problem).gzipped(true)
 }
