@@ -11,10 +11,13 @@
 //! - **The format is recognised from the first [`HEAD_BYTES`] decompressed bytes**, by the
 //!   caller's own recogniser, before anything more is decompressed: content of no known format
 //!   is refused with the bytes it starts with after 64 KiB, not after decompressing the whole.
-//! - **Text stays text**: content that begins as text (no NUL byte in its first 16, no pickle's
-//!   `PROTO`) is one of the text formats (JSON, JSON lines, CSV, a protocol 0 pickle), none of
-//!   which holds a NUL byte, so the first NUL byte stops the decompression with its offset: a
-//!   recognised head followed by a gigabyte of zeros, the cheapest bomb, costs a few megabytes.
+//! - **The content stays the format it began as**, checked as it arrives: text (no NUL byte in
+//!   its first 16, no pickle's `PROTO`: JSON, JSON lines, CSV) holds no NUL byte; a pickle is a
+//!   sequence of opcodes that ends at `STOP` ([`crate::import::pickle::Framing`]); an itermem
+//!   trace, records of a non-zero kind ([`crate::trace::format::Framing`]). The first byte that
+//!   breaks this stops the decompression with its offset: a recognised head followed by a
+//!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes. Content
+//!   that stays well-formed (a gigabyte of JSON whitespace) is held up to the limit.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
 //!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
@@ -55,9 +58,10 @@ pub(crate) enum ReadError {
     TooLarge { limit: u64 },
     /// The first [`HEAD_BYTES`] decompressed bytes are of no format the caller reads.
     Unrecognised { first_bytes: Vec<u8> },
-    /// Content that began as text (no NUL byte in its first [`HEAD_BYTES`]) has a NUL byte at
-    /// `offset` of the decompressed data: none of the text formats holds one.
-    NotText { offset: u64 },
+    /// The content stops being the format it began as at `offset` of the decompressed data (a
+    /// NUL byte in text, a byte that is no pickle opcode, a trace record of kind 0): what the
+    /// reader would refuse, refused before the rest is decompressed.
+    Malformed { offset: u64, message: String },
 }
 
 /// How many of a content's first bytes an "unknown format" message shows.
@@ -142,8 +146,8 @@ fn gunzip(
     // limit (`read_to_end` would double past it).
     let mut chunk = vec![0u8; HEAD_BYTES];
     let mut recognise = Some(recognise);
-    // Known once the head is recognised: whether the content is text (see the module doc).
-    let mut text = false;
+    // Chosen once the head is recognised (see the module documentation).
+    let mut check = Check::Nothing;
     loop {
         let n = match decoder.read(&mut chunk) {
             Ok(0) => return Ok(out),
@@ -180,13 +184,44 @@ fn gunzip(
                     first_bytes: out[..SHOWN_BYTES].to_vec(),
                 });
             }
-            text = is_text(&out);
+            check = Check::of(&out);
             start = 0;
         }
-        if text && let Some(at) = out[start..].iter().position(|&b| b == 0) {
-            return Err(ReadError::NotText {
-                offset: (start + at) as u64,
-            });
+        check
+            .advance(&out, start)
+            .map_err(|(offset, message)| ReadError::Malformed { offset, message })?;
+    }
+}
+
+/// How decompressed content is checked as it arrives, by the format it begins as.
+enum Check {
+    Nothing,
+    /// No NUL byte (see [`is_text`]).
+    Text,
+    Pickle(crate::import::pickle::Framing),
+    Trace(crate::trace::format::Framing),
+}
+
+impl Check {
+    fn of(content: &[u8]) -> Check {
+        match crate::import::detect_format(content) {
+            Some(crate::import::Format::TorchSnapshot) => Check::Pickle(Default::default()),
+            Some(crate::import::Format::ItermemTrace) => Check::Trace(Default::default()),
+            _ if is_text(content) => Check::Text,
+            _ => Check::Nothing,
+        }
+    }
+
+    /// Checks `content`, all decompressed so far, of which `new` onwards arrived last.
+    fn advance(&mut self, content: &[u8], new: usize) -> Result<(), (u64, String)> {
+        match self {
+            Check::Nothing => Ok(()),
+            Check::Text => match content[new..].iter().position(|&b| b == 0) {
+                Some(at) => Err(((new + at) as u64, NOT_TEXT.to_string())),
+                None => Ok(()),
+            },
+            Check::Pickle(framing) => framing.advance(content),
+            Check::Trace(framing) => framing.advance(content),
         }
     }
 }
@@ -212,7 +247,7 @@ impl fmt::Display for FirstBytes<'_> {
 }
 
 /// What a NUL byte in decompressed text content is.
-pub(crate) const NOT_TEXT: &str = "a NUL byte, after a start of text (JSON, JSON lines or CSV), \
+const NOT_TEXT: &str = "a NUL byte, after a start of text (JSON, JSON lines or CSV), \
                                    none of which holds one: not the format the file begins as";
 
 /// The most characters of a file's content an error message quotes.
@@ -402,7 +437,7 @@ mod tests {
         bomb.resize(HEAD_BYTES + 1000, b'\n');
         bomb.resize(64 * HEAD_BYTES, 0);
         match read(gzip(&bomb), 1 << 30).unwrap_err() {
-            ReadError::NotText { offset } => assert_eq!(offset, HEAD_BYTES as u64 + 1000),
+            ReadError::Malformed { offset, .. } => assert_eq!(offset, HEAD_BYTES as u64 + 1000),
             other => panic!("{other:?}"),
         }
         // The NUL bytes within the head count too.
@@ -410,11 +445,49 @@ mod tests {
         bomb.resize(64 * HEAD_BYTES, 0);
         assert!(matches!(
             read(gzip(&bomb), 1 << 30).unwrap_err(),
-            ReadError::NotText { offset: 100 }
+            ReadError::Malformed { offset: 100, .. }
         ));
         // A binary head (a pickle, a trace) may hold NUL bytes anywhere.
         bomb[1] = 0;
         assert_eq!(read(gzip(&bomb), 1 << 30).unwrap().0, bomb);
+    }
+
+    #[test]
+    fn a_pickle_or_a_trace_followed_by_zeros_stops_where_its_format_ends() {
+        let ints = serde_pickle::Value::List((0..40_000).map(serde_pickle::Value::I64).collect());
+        let pickle = serde_pickle::value_to_vec(&ints, serde_pickle::SerOptions::new()).unwrap();
+        let events: Vec<crate::event::Event> = (0..10_000)
+            .map(|id| crate::event::Event {
+                time_ns: id,
+                device: 0,
+                kind: crate::event::EventKind::Free { id, stream: 0 },
+            })
+            .collect();
+        let header = crate::trace::TraceHeader {
+            word_size: 8,
+            clock: crate::trace::Clock::MonotonicSinceStart,
+            start_unix_ns: 0,
+            pid: 1,
+            device_name: "GPU".into(),
+            device_total_memory: 1 << 30,
+            command_line: Vec::new(),
+        };
+        let trace = crate::trace::format::encode_trace(&header, &events).unwrap();
+        for (content, what) in [
+            (pickle, "data after the pickle's STOP opcode"),
+            (trace, "a record of kind 0, which is never written"),
+        ] {
+            assert!(content.len() > HEAD_BYTES);
+            assert_eq!(read(gzip(&content), 1 << 30).unwrap().0, content);
+            let mut bomb = content.clone();
+            bomb.resize(content.len() + 64 * HEAD_BYTES, 0);
+            match read(gzip(&bomb), 1 << 30).unwrap_err() {
+                ReadError::Malformed { offset, message } => {
+                    assert_eq!((offset, message.as_str()), (content.len() as u64, what));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -879,14 +879,15 @@ fn fuzz_ops_profiler_kernel_steps() {
 
 /// Mutated inputs of the command-line target in an ordinary test run; `ITERMEM_FUZZ_CLI`
 /// sets another count (the one-off large run: `ITERMEM_FUZZ_CLI=10000`), `ITERMEM_FUZZ_EXE`
-/// another `itermem` (a release build, for speed).
+/// another `itermem` (the test's own is a debug build: arithmetic overflow panics there).
 const CLI_MUTATIONS: u64 = 24;
 /// The most resident memory one command may reach, its replay child included.
 const RUN_RSS_BOUND: u64 = 256 << 20;
 /// A command running longer than this hangs.
 const RUN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The commands each input goes to, in turn: a replay of two short iterations, scaled down.
+/// The commands each input goes to, in turn: a replay of two short iterations, scaled down, its
+/// host memory within 128 MiB (a mutated size asks for any amount: above it, refused).
 const COMMANDS: [&[&str]; 4] = [
     &["trace", "info"],
     &["compare"],
@@ -900,6 +901,8 @@ const COMMANDS: [&[&str]; 4] = [
         "0.001",
         "--time-scale",
         "0",
+        "--max-host-memory",
+        "128M",
     ],
 ];
 
@@ -921,8 +924,8 @@ fn extreme_seeds() -> Vec<Seed> {
 }
 
 /// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros (over
-/// the 1 GiB limit), as gzip members of 64 MiB compressed once: a few MB of file. Refused at
-/// the first NUL byte of a text format, within a few megabytes.
+/// the 1 GiB limit), as gzip members of 64 MiB compressed once: a few MB of file. Refused where
+/// the format ends, within a few megabytes.
 fn bomb_seeds(heads: &[Seed]) -> Vec<Seed> {
     let zeros = gzip(&vec![0u8; 64 << 20]);
     heads
@@ -957,9 +960,9 @@ fn fuzz_command_line() {
     }
     seeds.extend(extreme_seeds());
     let mutable = seeds.len();
-    // Bombs of the text formats (a profiler trace, a DSA CSV, a DTR log, a generated trace):
-    // those of the binary formats (itermem trace, pickle) still hold up to the limit.
-    let heads: Vec<Seed> = [4, 7, 8, 11]
+    // A bomb after a start of every format: an itermem trace cut in a record, a snapshot, a
+    // profiler trace, a DSA CSV, a DTR log, a generated trace.
+    let heads: Vec<Seed> = [1, 3, 4, 7, 8, 11]
         .iter()
         .filter_map(|&i| seeds.get(i).cloned())
         .collect();

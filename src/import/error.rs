@@ -5,7 +5,7 @@
 //! plus the event index for JSON, a key path for the structure of a snapshot. For a gzip file,
 //! places inside the data refer to the *decompressed* bytes (the message says so).
 
-use crate::content::{Bounded, Excerpt, FirstBytes, NOT_TEXT, TooLarge};
+use crate::content::{Bounded, Excerpt, FirstBytes, TooLarge};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -72,8 +72,8 @@ pub enum Problem {
         error: io::Error,
         compressed_offset: u64,
     },
-    /// A NUL byte in content that began as text (see [`crate::content`]).
-    NotText,
+    /// Gzip content that stops being the format it began as (see [`crate::content`]).
+    Malformed(String),
     /// The gzip stream decompresses to more than `limit` bytes
     /// ([`ImportOptions::max_decompressed`](super::ImportOptions::max_decompressed)).
     DecompressedTooLarge { limit: u64 },
@@ -129,7 +129,7 @@ impl fmt::Display for Problem {
                  compressed bytes): {error}"
             ),
             Problem::DecompressedTooLarge { limit } => write!(f, "{}", TooLarge(*limit)),
-            Problem::NotText => write!(f, "{NOT_TEXT}"),
+            Problem::Malformed(msg) => write!(f, "{msg}"),
             Problem::Trace(err) => write!(f, "{err}"),
             Problem::Json(msg) | Problem::Pickle(msg) | Problem::Structure(msg) => {
                 write!(f, "{}", Bounded(msg))

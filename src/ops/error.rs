@@ -6,7 +6,7 @@
 //! 0-based event indices for itermem traces. For a gzip file the line is one of the
 //! *decompressed* text (the message says so). Bad input is always an error, never a panic.
 
-use crate::content::{Bounded, Excerpt, FirstBytes, NOT_TEXT, TooLarge};
+use crate::content::{Bounded, Excerpt, FirstBytes, TooLarge};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -37,8 +37,9 @@ pub enum Problem {
     /// The gzip stream decompresses to more than `limit` bytes
     /// ([`LoadOptions::max_decompressed`](super::LoadOptions::max_decompressed)).
     DecompressedTooLarge { limit: u64 },
-    /// A NUL byte at `offset` of the decompressed data, in content that began as text.
-    NotText { offset: u64 },
+    /// Gzip content that stops being the format it began as at `offset` of the decompressed
+    /// data (see [`crate::content`]).
+    Malformed { offset: u64, message: String },
     /// The file has no content (after decompression, for a gzip file).
     Empty,
     /// The content is none of the formats [`super::load`] reads.
@@ -137,8 +138,8 @@ impl fmt::Display for Problem {
             Problem::Io(err) => write!(f, "{err}"),
             Problem::Gzip(err) => write!(f, "corrupt or truncated gzip data: {err}"),
             Problem::DecompressedTooLarge { limit } => write!(f, "{}", TooLarge(*limit)),
-            Problem::NotText { offset } => {
-                write!(f, "at byte {offset} of the decompressed data: {NOT_TEXT}")
+            Problem::Malformed { offset, message } => {
+                write!(f, "at byte {offset} of the decompressed data: {message}")
             }
             Problem::Empty => write!(f, "the file is empty"),
             Problem::UnknownFormat { first_bytes } => {
