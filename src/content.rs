@@ -16,8 +16,9 @@
 //!   sequence of opcodes that ends at `STOP` ([`crate::import::pickle::Framing`]); an itermem
 //!   trace, records of a non-zero kind ([`crate::trace::format::Framing`]). The first byte that
 //!   breaks this stops the decompression with its offset: a recognised head followed by a
-//!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes. Content
-//!   that stays well-formed (a gigabyte of JSON whitespace) is held up to the limit.
+//!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes; so does
+//!   one of whitespace (text stops after [`MAX_BLANK`] blank bytes in a row). Content that
+//!   stays well-formed (the same valid record a million times) is held up to the limit.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
 //!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
@@ -193,11 +194,16 @@ fn gunzip(
     }
 }
 
+/// The most decompressed bytes of text in a row that are all blank (spaces, tabs, line ends):
+/// no recording has megabytes of nothing, a gzip bomb of whitespace does.
+const MAX_BLANK: usize = 16 << 20;
+
 /// How decompressed content is checked as it arrives, by the format it begins as.
 enum Check {
     Nothing,
-    /// No NUL byte (see [`is_text`]).
-    Text,
+    /// No NUL byte (see [`is_text`]), and no more than [`MAX_BLANK`] blank bytes in a row,
+    /// counted in whole blank pieces as they arrive: the bytes of the current run.
+    Text(usize),
     Pickle(crate::import::pickle::Framing),
     Trace(crate::trace::format::Framing),
 }
@@ -207,7 +213,7 @@ impl Check {
         match crate::import::detect_format(content) {
             Some(crate::import::Format::TorchSnapshot) => Check::Pickle(Default::default()),
             Some(crate::import::Format::ItermemTrace) => Check::Trace(Default::default()),
-            _ if is_text(content) => Check::Text,
+            _ if is_text(content) => Check::Text(0),
             _ => Check::Nothing,
         }
     }
@@ -216,10 +222,27 @@ impl Check {
     fn advance(&mut self, content: &[u8], new: usize) -> Result<(), (u64, String)> {
         match self {
             Check::Nothing => Ok(()),
-            Check::Text => match content[new..].iter().position(|&b| b == 0) {
-                Some(at) => Err(((new + at) as u64, NOT_TEXT.to_string())),
-                None => Ok(()),
-            },
+            Check::Text(blank) => {
+                let piece = &content[new..];
+                if let Some(at) = memchr::memchr(0, piece) {
+                    return Err(((new + at) as u64, NOT_TEXT.to_string()));
+                }
+                if piece
+                    .iter()
+                    .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+                {
+                    *blank += piece.len();
+                } else {
+                    *blank = 0;
+                }
+                if *blank > MAX_BLANK {
+                    return Err((
+                        content.len() as u64,
+                        format!("more than {MAX_BLANK} bytes of nothing but blanks"),
+                    ));
+                }
+                Ok(())
+            }
             Check::Pickle(framing) => framing.advance(content),
             Check::Trace(framing) => framing.advance(content),
         }
@@ -440,6 +463,13 @@ mod tests {
             ReadError::Malformed { offset, .. } => assert_eq!(offset, HEAD_BYTES as u64 + 1000),
             other => panic!("{other:?}"),
         }
+        // So do 16 MiB of blanks.
+        let mut blank = b"[".to_vec();
+        blank.resize(20 << 20, b' ');
+        assert!(matches!(
+            read(gzip(&blank), 1 << 30).unwrap_err(),
+            ReadError::Malformed { offset, .. } if offset > 16 << 20 && offset < 17 << 20
+        ));
         // The NUL bytes within the head count too.
         bomb.truncate(100);
         bomb.resize(64 * HEAD_BYTES, 0);
