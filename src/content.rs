@@ -16,9 +16,11 @@
 //!   sequence of opcodes that ends at `STOP` ([`crate::import::pickle::Framing`]); an itermem
 //!   trace, records of a non-zero kind ([`crate::trace::format::Framing`]). The first byte that
 //!   breaks this stops the decompression with its offset: a recognised head followed by a
-//!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes; so does
-//!   one of whitespace (text stops after [`MAX_BLANK`] blank bytes in a row). Content that
-//!   stays well-formed (the same valid record a million times) is held up to the limit.
+//!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes. So does
+//!   one of filler that some format would accept (spaces after JSON, records of an unknown kind
+//!   in a trace): any content stops after [`MAX_FILLER`] bytes of one byte repeated, text after
+//!   as many blanks. Content that stays well-formed and varied (the same valid record a million
+//!   times) is held up to the limit.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
 //!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
@@ -148,7 +150,10 @@ fn gunzip(
     let mut chunk = vec![0u8; HEAD_BYTES];
     let mut recognise = Some(recognise);
     // Chosen once the head is recognised (see the module documentation).
-    let mut check = Check::Nothing;
+    let mut check = Check {
+        format: Framing::Nothing,
+        filler: 0,
+    };
     loop {
         let n = match decoder.read(&mut chunk) {
             Ok(0) => return Ok(out),
@@ -194,57 +199,61 @@ fn gunzip(
     }
 }
 
-/// The most decompressed bytes of text in a row that are all blank (spaces, tabs, line ends):
-/// no recording has megabytes of nothing, a gzip bomb of whitespace does.
-const MAX_BLANK: usize = 16 << 20;
+/// The most decompressed bytes in a row that are filler: one byte repeated, or blanks (spaces,
+/// tabs, line ends) in text. No recording has megabytes of nothing; a gzip bomb does.
+const MAX_FILLER: usize = 16 << 20;
 
-/// How decompressed content is checked as it arrives, by the format it begins as.
-enum Check {
+/// How decompressed content is checked as it arrives: by the format it begins as, and for
+/// filler (counted in whole pieces as they arrive: a piece that is all filler extends the run,
+/// any other ends it).
+struct Check {
+    format: Framing,
+    filler: usize,
+}
+
+enum Framing {
     Nothing,
-    /// No NUL byte (see [`is_text`]), and no more than [`MAX_BLANK`] blank bytes in a row,
-    /// counted in whole blank pieces as they arrive: the bytes of the current run.
-    Text(usize),
+    /// No NUL byte (see [`is_text`]).
+    Text,
     Pickle(crate::import::pickle::Framing),
     Trace(crate::trace::format::Framing),
 }
 
 impl Check {
     fn of(content: &[u8]) -> Check {
-        match crate::import::detect_format(content) {
-            Some(crate::import::Format::TorchSnapshot) => Check::Pickle(Default::default()),
-            Some(crate::import::Format::ItermemTrace) => Check::Trace(Default::default()),
-            _ if is_text(content) => Check::Text(0),
-            _ => Check::Nothing,
-        }
+        let format = match crate::import::detect_format(content) {
+            Some(crate::import::Format::TorchSnapshot) => Framing::Pickle(Default::default()),
+            Some(crate::import::Format::ItermemTrace) => Framing::Trace(Default::default()),
+            _ if is_text(content) => Framing::Text,
+            _ => Framing::Nothing,
+        };
+        Check { format, filler: 0 }
     }
 
     /// Checks `content`, all decompressed so far, of which `new` onwards arrived last.
     fn advance(&mut self, content: &[u8], new: usize) -> Result<(), (u64, String)> {
-        match self {
-            Check::Nothing => Ok(()),
-            Check::Text(blank) => {
-                let piece = &content[new..];
-                if let Some(at) = memchr::memchr(0, piece) {
-                    return Err(((new + at) as u64, NOT_TEXT.to_string()));
-                }
-                if piece
-                    .iter()
-                    .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
-                {
-                    *blank += piece.len();
-                } else {
-                    *blank = 0;
-                }
-                if *blank > MAX_BLANK {
-                    return Err((
-                        content.len() as u64,
-                        format!("more than {MAX_BLANK} bytes of nothing but blanks"),
-                    ));
-                }
-                Ok(())
-            }
-            Check::Pickle(framing) => framing.advance(content),
-            Check::Trace(framing) => framing.advance(content),
+        let piece = &content[new..];
+        let text = matches!(self.format, Framing::Text);
+        let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+        let filler = match piece.first() {
+            Some(&first) => piece.iter().all(|&b| b == first) || text && piece.iter().all(blank),
+            None => true,
+        };
+        self.filler = if filler { self.filler + piece.len() } else { 0 };
+        if self.filler > MAX_FILLER {
+            return Err((
+                content.len() as u64,
+                format!("more than {MAX_FILLER} bytes of one byte repeated or of blanks"),
+            ));
+        }
+        match &mut self.format {
+            Framing::Nothing => Ok(()),
+            Framing::Text => match memchr::memchr(0, piece) {
+                Some(at) => Err(((new + at) as u64, NOT_TEXT.to_string())),
+                None => Ok(()),
+            },
+            Framing::Pickle(framing) => framing.advance(content),
+            Framing::Trace(framing) => framing.advance(content),
         }
     }
 }
@@ -463,9 +472,9 @@ mod tests {
             ReadError::Malformed { offset, .. } => assert_eq!(offset, HEAD_BYTES as u64 + 1000),
             other => panic!("{other:?}"),
         }
-        // So do 16 MiB of blanks.
+        // So do 16 MiB of blanks, in any mix.
         let mut blank = b"[".to_vec();
-        blank.resize(20 << 20, b' ');
+        blank.extend(std::iter::repeat_n(b" \n", 10 << 20).flatten());
         assert!(matches!(
             read(gzip(&blank), 1 << 30).unwrap_err(),
             ReadError::Malformed { offset, .. } if offset > 16 << 20 && offset < 17 << 20

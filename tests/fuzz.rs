@@ -923,21 +923,25 @@ fn extreme_seeds() -> Vec<Seed> {
     ]
 }
 
-/// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros (over
-/// the 1 GiB limit), as gzip members of 64 MiB compressed once: a few MB of file. Refused where
-/// the format ends, within a few megabytes.
+/// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros, or of
+/// spaces (over the 1 GiB limit), as gzip members of 64 MiB compressed once: a few MB of file.
+/// Refused where the format ends, within a few megabytes.
 fn bomb_seeds(heads: &[Seed]) -> Vec<Seed> {
-    let zeros = gzip(&vec![0u8; 64 << 20]);
-    heads
-        .iter()
-        .map(|head| {
+    let mut bombs = Vec::new();
+    for filler in [0u8, b' '] {
+        let member = gzip(&vec![filler; 64 << 20]);
+        for head in heads {
             let mut bomb = gzip(&head.bytes);
             for _ in 0..18 {
-                bomb.extend_from_slice(&zeros);
+                bomb.extend_from_slice(&member);
             }
-            seed(format!("gzip bomb after {:?}", head.name), bomb)
-        })
-        .collect()
+            bombs.push(seed(
+                format!("gzip bomb of {filler:#04x} after {:?}", head.name),
+                bomb,
+            ));
+        }
+    }
+    bombs
 }
 
 #[test]
