@@ -17,10 +17,11 @@
 //!   trace, records of a non-zero kind ([`crate::trace::format::Framing`]). The first byte that
 //!   breaks this stops the decompression with its offset: a recognised head followed by a
 //!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes. So does
-//!   one of filler that some format would accept (spaces after JSON, records of an unknown kind
-//!   in a trace): any content stops after [`MAX_FILLER`] bytes of one byte repeated, text after
-//!   as many blanks. Content that stays well-formed and varied (the same valid record a million
-//!   times) is held up to the limit.
+//!   one of filler that the format would accept (spaces after JSON, the same valid event or
+//!   line a million times, records of an unknown kind in a trace): any content stops after
+//!   [`MAX_FILLER`] bytes that repeat a pattern of at most [`MAX_PERIOD`] bytes, text after as
+//!   many blanks. Content that stays well-formed and varied (what a real recording is: its
+//!   times, ids and addresses change) is held up to the limit.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
 //!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
@@ -199,9 +200,30 @@ fn gunzip(
     }
 }
 
-/// The most decompressed bytes in a row that are filler: one byte repeated, or blanks (spaces,
-/// tabs, line ends) in text. No recording has megabytes of nothing; a gzip bomb does.
+/// The most decompressed bytes in a row that are filler: a pattern of at most [`MAX_PERIOD`]
+/// bytes repeated, or blanks (spaces, tabs, line ends) in text. No recording repeats itself
+/// exactly for megabytes (its times, ids and addresses change); a gzip bomb does, since
+/// repetition is what compresses a thousandfold.
 const MAX_FILLER: usize = 16 << 20;
+
+/// The longest pattern whose repetition is filler.
+const MAX_PERIOD: usize = 4096;
+
+/// Whether `piece` is a pattern of at most [`MAX_PERIOD`] bytes repeated (and at least twice):
+/// `piece[k..] == piece[..len - k]` for some period `k`. Candidates are the offsets where the
+/// piece's first 64 bytes come again, so varied content costs one short comparison each.
+fn repeats(piece: &[u8]) -> bool {
+    const PROBE: usize = 64;
+    let longest = MAX_PERIOD.min(piece.len() / 2);
+    if longest == 0 || piece.len() < 2 * PROBE {
+        return false;
+    }
+    let probe = &piece[..PROBE];
+    memchr::memchr_iter(piece[0], &piece[1..=longest]).any(|at| {
+        let k = at + 1;
+        piece[k..k + PROBE] == *probe && piece[k..] == piece[..piece.len() - k]
+    })
+}
 
 /// How decompressed content is checked as it arrives: by the format it begins as, and for
 /// filler (counted in whole pieces as they arrive: a piece that is all filler extends the run,
@@ -235,15 +257,15 @@ impl Check {
         let piece = &content[new..];
         let text = matches!(self.format, Framing::Text);
         let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
-        let filler = match piece.first() {
-            Some(&first) => piece.iter().all(|&b| b == first) || text && piece.iter().all(blank),
-            None => true,
-        };
+        let filler = repeats(piece) || text && !piece.is_empty() && piece.iter().all(blank);
         self.filler = if filler { self.filler + piece.len() } else { 0 };
         if self.filler > MAX_FILLER {
             return Err((
                 content.len() as u64,
-                format!("more than {MAX_FILLER} bytes of one byte repeated or of blanks"),
+                format!(
+                    "more than {MAX_FILLER} bytes repeating a pattern of at most {MAX_PERIOD} \
+                     bytes, or of blanks"
+                ),
             ));
         }
         match &mut self.format {
@@ -464,6 +486,19 @@ mod tests {
     }
 
     #[test]
+    fn a_piece_repeats_when_a_short_pattern_fills_it() {
+        let pattern = |len: usize| -> Vec<u8> { (0..len).map(|i| (i * 7 % 251) as u8).collect() };
+        assert!(repeats(&[7u8; 1000]));
+        assert!(repeats(&b"abc".repeat(1000)));
+        assert!(repeats(&pattern(MAX_PERIOD).repeat(3)[5..]));
+        // A longer pattern, a counter, too little to tell: not filler.
+        assert!(!repeats(&pattern(MAX_PERIOD + 1).repeat(3)));
+        let counted: String = (0..5000).map(|i| format!("{{\"ts\": {i}}},")).collect();
+        assert!(!repeats(counted.as_bytes()));
+        assert!(!repeats(b"aaaa"));
+    }
+
+    #[test]
     fn a_nul_byte_after_a_text_head_stops_decompression_at_its_offset() {
         let mut bomb = b"id,lower,upper,size\n".to_vec();
         bomb.resize(HEAD_BYTES + 1000, b'\n');
@@ -477,6 +512,13 @@ mod tests {
         blank.extend(std::iter::repeat_n(b" \n", 10 << 20).flatten());
         assert!(matches!(
             read(gzip(&blank), 1 << 30).unwrap_err(),
+            ReadError::Malformed { offset, .. } if offset > 16 << 20 && offset < 17 << 20
+        ));
+        // And 16 MiB of one valid line repeated.
+        let mut lines = b"id,lower,upper,size\n".to_vec();
+        lines.extend(std::iter::repeat_n(b"\n0,0,1,10".as_slice(), 3 << 20).flatten());
+        assert!(matches!(
+            read(gzip(&lines), 1 << 30).unwrap_err(),
             ReadError::Malformed { offset, .. } if offset > 16 << 20 && offset < 17 << 20
         ));
         // The NUL bytes within the head count too.
