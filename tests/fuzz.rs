@@ -923,22 +923,21 @@ fn extreme_seeds() -> Vec<Seed> {
     ]
 }
 
-/// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros, or of
-/// spaces (over the 1 GiB limit), as gzip members of 64 MiB compressed once: a few MB of file.
-/// Refused where the format ends, within a few megabytes.
+/// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros, of
+/// spaces or of one valid event repeated (over the 1 GiB limit), as gzip members of 64 MiB
+/// compressed once: a few MB of file. Refused within a few megabytes.
 fn bomb_seeds(heads: &[Seed]) -> Vec<Seed> {
     let mut bombs = Vec::new();
-    for filler in [0u8, b' '] {
-        let member = gzip(&vec![filler; 64 << 20]);
+    let event = r#",{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 1}"#;
+    for filler in ["\0", " ", event] {
+        let member = gzip(&filler.repeat((64 << 20) / filler.len()).into_bytes());
         for head in heads {
             let mut bomb = gzip(&head.bytes);
             for _ in 0..18 {
                 bomb.extend_from_slice(&member);
             }
-            bombs.push(seed(
-                format!("gzip bomb of {filler:#04x} after {:?}", head.name),
-                bomb,
-            ));
+            let name = format!("gzip bomb of {filler:?} after {:?}", head.name);
+            bombs.push(seed(name, bomb));
         }
     }
     bombs
