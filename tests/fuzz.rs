@@ -926,18 +926,33 @@ fn extreme_seeds() -> Vec<Seed> {
 /// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros, of
 /// spaces or of one valid event repeated (over the 1 GiB limit), as gzip members of 64 MiB
 /// compressed once: a few MB of file. Refused within a few megabytes.
-fn bomb_seeds(heads: &[Seed]) -> Vec<Seed> {
+///
+/// Each is written straight to a file, never held whole: a command's peak resident memory, as
+/// `wait4` gives it, starts from the test process's own (a spawned child reports the highest
+/// of its parent's at its `exec`), so the test process stays small.
+fn bomb_files(heads: &[Seed]) -> Vec<(String, TempFile)> {
     let mut bombs = Vec::new();
     let event = r#",{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 1}"#;
-    for filler in ["\0", " ", event] {
-        let member = gzip(&filler.repeat((64 << 20) / filler.len()).into_bytes());
+    for (index, filler) in ["\0", " ", event].into_iter().enumerate() {
+        let member = TempFile(scratch(&format!("bomb-member-{index}")));
+        let piece = filler.repeat((1 << 20) / filler.len());
+        let mut encoder = flate2::write::GzEncoder::new(
+            std::fs::File::create(&member.0).unwrap(),
+            flate2::Compression::fast(),
+        );
+        for _ in 0..64 {
+            encoder.write_all(piece.as_bytes()).unwrap();
+        }
+        encoder.finish().unwrap();
         for head in heads {
-            let mut bomb = gzip(&head.bytes);
+            let bomb = TempFile(scratch(&format!("bomb-{index}-{}", bombs.len())));
+            let mut out = std::fs::File::create(&bomb.0).unwrap();
+            out.write_all(&gzip(&head.bytes)).unwrap();
             for _ in 0..18 {
-                bomb.extend_from_slice(&member);
+                std::io::copy(&mut std::fs::File::open(&member.0).unwrap(), &mut out).unwrap();
             }
             let name = format!("gzip bomb of {filler:?} after {:?}", head.name);
-            bombs.push(seed(name, bomb));
+            bombs.push((name, bomb));
         }
     }
     bombs
@@ -962,26 +977,41 @@ fn fuzz_command_line() {
         seeds.extend(group.into_iter().take(2));
     }
     seeds.extend(extreme_seeds());
-    let mutable = seeds.len();
     // A bomb after a start of every format: an itermem trace cut in a record, a snapshot, a
     // profiler trace, a DSA CSV, a DTR log, a generated trace.
     let heads: Vec<Seed> = [1, 3, 4, 7, 8, 11]
         .iter()
         .filter_map(|&i| seeds.get(i).cloned())
         .collect();
-    seeds.extend(bomb_seeds(&heads));
+    let bombs = bomb_files(&heads);
     let input = TempFile(scratch("cli-input"));
-    let name = input.0.display().to_string();
     let mut failures = Vec::new();
     let mut peak = (0u64, String::new());
+    let mut floor = u64::MAX;
     let (mut errors, mut panics, mut aborts, mut hangs, mut failed_cases) = (0, 0, 0, 0, 0);
-    let cases = seeds.len() as u64 + mutations;
+    let cases = (seeds.len() + bombs.len()) as u64 + mutations;
     for case in 0..cases {
-        let (bytes, what) = case_input(0x36, case, &seeds, mutable);
-        std::fs::write(&input.0, &bytes).unwrap();
+        // The seeds, the bombs, then the mutations.
+        let bomb = (case as usize)
+            .checked_sub(seeds.len())
+            .and_then(|i| bombs.get(i));
+        let (path, what) = match bomb {
+            Some((what, file)) => (&file.0, what.clone()),
+            None => {
+                let case = if case < seeds.len() as u64 {
+                    case
+                } else {
+                    case - bombs.len() as u64
+                };
+                let (bytes, what) = case_input(0x36, case, &seeds, seeds.len());
+                std::fs::write(&input.0, &bytes).unwrap();
+                (&input.0, what)
+            }
+        };
+        let name = path.display().to_string();
         let args = COMMANDS[case as usize % COMMANDS.len()];
         let mut command = std::process::Command::new(&exe);
-        command.args(args).arg(&input.0);
+        command.args(args).arg(path);
         let run = measured::run_measured(&mut command, RUN_DEADLINE);
         let mut failed = Vec::new();
         if run.hung {
@@ -1005,12 +1035,13 @@ fn fuzz_command_line() {
         if run.max_rss > peak.0 {
             peak = (run.max_rss, format!("{args:?} on {what}"));
         }
+        floor = floor.min(run.max_rss);
         if !failed.is_empty() {
             failed_cases += 1;
         }
         if !failed.is_empty() && failures.len() < 20 {
             let saved = scratch(&format!("cli-failure-{case}"));
-            std::fs::write(&saved, &bytes).unwrap();
+            std::fs::copy(path, &saved).unwrap();
             let stderr = run.stderr.lines().next().unwrap_or("").to_string();
             failures.push(format!(
                 "{args:?} {}: {what}: {stderr}; input saved as {}",
@@ -1022,9 +1053,10 @@ fn fuzz_command_line() {
     eprintln!(
         "command line: {cases} runs ({mutations} mutations, {} seeds of which {} gzip bombs) \
          over trace info, compare, plan, replay: {errors} refused, {panics} panics, {aborts} \
-         aborts, {hangs} hangs, peak resident {} bytes ({})",
-        seeds.len(),
-        seeds.len() - mutable,
+         aborts, {hangs} hangs, peak resident {} bytes ({}), the least {floor} bytes (this \
+         test process's own, which every run's figure includes)",
+        seeds.len() + bombs.len(),
+        bombs.len(),
         peak.0,
         peak.1
     );
