@@ -11,6 +11,17 @@
 //! - **The format is recognised from the first [`HEAD_BYTES`] decompressed bytes**, by the
 //!   caller's own recogniser, before anything more is decompressed: content of no known format
 //!   is refused with the bytes it starts with after 64 KiB, not after decompressing the whole.
+//! - **The content stays the format it began as**, checked as it arrives: text (no NUL byte in
+//!   its first 16, no pickle's `PROTO`: JSON, JSON lines, CSV) holds no NUL byte; a pickle is a
+//!   sequence of opcodes that ends at `STOP` ([`crate::import::pickle::Framing`]); an itermem
+//!   trace, records of a non-zero kind ([`crate::trace::format::Framing`]). The first byte that
+//!   breaks this stops the decompression with its offset: a recognised head followed by a
+//!   gigabyte of zeros or of random bytes, the cheapest bombs, costs a few megabytes. So does
+//!   one of filler that the format would accept (spaces after JSON, the same valid event or
+//!   line a million times, records of an unknown kind in a trace): any content stops after
+//!   [`MAX_FILLER`] bytes that repeat a pattern of at most [`MAX_PERIOD`] bytes, text after as
+//!   many blanks. Content that stays well-formed and varied (what a real recording is: its
+//!   times, ids and addresses change) is held up to the limit.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
 //!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
@@ -51,6 +62,10 @@ pub(crate) enum ReadError {
     TooLarge { limit: u64 },
     /// The first [`HEAD_BYTES`] decompressed bytes are of no format the caller reads.
     Unrecognised { first_bytes: Vec<u8> },
+    /// The content stops being the format it began as at `offset` of the decompressed data (a
+    /// NUL byte in text, a byte that is no pickle opcode, a trace record of kind 0): what the
+    /// reader would refuse, refused before the rest is decompressed.
+    Malformed { offset: u64, message: String },
 }
 
 /// How many of a content's first bytes an "unknown format" message shows.
@@ -135,6 +150,11 @@ fn gunzip(
     // limit (`read_to_end` would double past it).
     let mut chunk = vec![0u8; HEAD_BYTES];
     let mut recognise = Some(recognise);
+    // Chosen once the head is recognised (see the module documentation).
+    let mut check = Check {
+        format: Framing::Nothing,
+        filler: 0,
+    };
     loop {
         let n = match decoder.read(&mut chunk) {
             Ok(0) => return Ok(out),
@@ -161,16 +181,111 @@ fn gunzip(
             let wanted = out.capacity().saturating_mul(2).clamp(len, cap);
             out.reserve_exact(wanted - out.len());
         }
+        let mut start = out.len();
         out.extend_from_slice(&chunk[..n]);
         if out.len() > HEAD_BYTES
             && let Some(recognise) = recognise.take()
-            && !recognise(&out[..HEAD_BYTES])
         {
-            return Err(ReadError::Unrecognised {
-                first_bytes: out[..SHOWN_BYTES].to_vec(),
-            });
+            if !recognise(&out[..HEAD_BYTES]) {
+                return Err(ReadError::Unrecognised {
+                    first_bytes: out[..SHOWN_BYTES].to_vec(),
+                });
+            }
+            check = Check::of(&out);
+            start = 0;
+        }
+        check
+            .advance(&out, start)
+            .map_err(|(offset, message)| ReadError::Malformed { offset, message })?;
+    }
+}
+
+/// The most decompressed bytes in a row that are filler: a pattern of at most [`MAX_PERIOD`]
+/// bytes repeated, or blanks (spaces, tabs, line ends) in text. No recording repeats itself
+/// exactly for megabytes (its times, ids and addresses change); a gzip bomb does, since
+/// repetition is what compresses a thousandfold.
+const MAX_FILLER: usize = 16 << 20;
+
+/// The longest pattern whose repetition is filler.
+const MAX_PERIOD: usize = 4096;
+
+/// Whether `piece` is a pattern of at most [`MAX_PERIOD`] bytes repeated (and at least twice):
+/// `piece[k..] == piece[..len - k]` for some period `k`. Candidates are the offsets where the
+/// piece's first 64 bytes come again, so varied content costs one short comparison each.
+fn repeats(piece: &[u8]) -> bool {
+    const PROBE: usize = 64;
+    let longest = MAX_PERIOD.min(piece.len() / 2);
+    if longest == 0 || piece.len() < 2 * PROBE {
+        return false;
+    }
+    let probe = &piece[..PROBE];
+    memchr::memchr_iter(piece[0], &piece[1..=longest]).any(|at| {
+        let k = at + 1;
+        piece[k..k + PROBE] == *probe && piece[k..] == piece[..piece.len() - k]
+    })
+}
+
+/// How decompressed content is checked as it arrives: by the format it begins as, and for
+/// filler (counted in whole pieces as they arrive: a piece that is all filler extends the run,
+/// any other ends it).
+struct Check {
+    format: Framing,
+    filler: usize,
+}
+
+enum Framing {
+    Nothing,
+    /// No NUL byte (see [`is_text`]).
+    Text,
+    Pickle(crate::import::pickle::Framing),
+    Trace(crate::trace::format::Framing),
+}
+
+impl Check {
+    fn of(content: &[u8]) -> Check {
+        let format = match crate::import::detect_format(content) {
+            Some(crate::import::Format::TorchSnapshot) => Framing::Pickle(Default::default()),
+            Some(crate::import::Format::ItermemTrace) => Framing::Trace(Default::default()),
+            _ if is_text(content) => Framing::Text,
+            _ => Framing::Nothing,
+        };
+        Check { format, filler: 0 }
+    }
+
+    /// Checks `content`, all decompressed so far, of which `new` onwards arrived last.
+    fn advance(&mut self, content: &[u8], new: usize) -> Result<(), (u64, String)> {
+        let piece = &content[new..];
+        let text = matches!(self.format, Framing::Text);
+        let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+        let filler = repeats(piece) || text && !piece.is_empty() && piece.iter().all(blank);
+        self.filler = if filler { self.filler + piece.len() } else { 0 };
+        if self.filler > MAX_FILLER {
+            return Err((
+                content.len() as u64,
+                format!(
+                    "more than {MAX_FILLER} bytes repeating a pattern of at most {MAX_PERIOD} \
+                     bytes, or of blanks"
+                ),
+            ));
+        }
+        match &mut self.format {
+            Framing::Nothing => Ok(()),
+            Framing::Text => match memchr::memchr(0, piece) {
+                Some(at) => Err(((new + at) as u64, NOT_TEXT.to_string())),
+                None => Ok(()),
+            },
+            Framing::Pickle(framing) => framing.advance(content),
+            Framing::Trace(framing) => framing.advance(content),
         }
     }
+}
+
+/// Whether content begins as one of the text formats: its first [`SHOWN_BYTES`] hold no NUL
+/// byte and it is no pickle of protocol 2 or later (binary formats, the itermem trace's magic
+/// included, have one there).
+fn is_text(content: &[u8]) -> bool {
+    let first = &content[..content.len().min(SHOWN_BYTES)];
+    !first.contains(&0) && first.first() != Some(&0x80)
 }
 
 /// Shows the first bytes of unrecognised content in hex, each after a space (" 1f 8b 08").
@@ -180,6 +295,87 @@ impl fmt::Display for FirstBytes<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in self.0 {
             write!(f, " {b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a NUL byte in decompressed text content is.
+const NOT_TEXT: &str = "a NUL byte, after a start of text (JSON, JSON lines or CSV), \
+                                   none of which holds one: not the format the file begins as";
+
+/// The most characters of a file's content an error message quotes.
+pub const QUOTED_CHARS: usize = 80;
+
+/// A piece of a file's content in an error message: at most [`QUOTED_CHARS`] characters of it,
+/// escaped (control characters, quotes and backslashes as in Rust's `escape_debug`), then `…`
+/// if there was more. Binary input thus stays on one short line.
+pub struct Excerpt<'a>(pub &'a str);
+
+impl fmt::Display for Excerpt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut chars = self.0.chars();
+        for c in chars.by_ref().take(QUOTED_CHARS) {
+            write!(f, "{}", c.escape_debug())?;
+        }
+        if chars.next().is_some() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+/// A message that may quote a file's content (its own or a parser's, such as serde_json's
+/// `invalid type: string "…"`): every span between double quotes or backticks is cut after
+/// [`QUOTED_CHARS`] characters, control characters are escaped everywhere, and the whole is cut
+/// after [`MESSAGE_CHARS`] characters shown (whatever quoting the input itself holds).
+pub struct Bounded<'a>(pub &'a str);
+
+/// The most characters of a [`Bounded`] message.
+const MESSAGE_CHARS: usize = 800;
+
+impl fmt::Display for Bounded<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The quote that opened the current span, and how many characters it has held.
+        let mut open: Option<(char, usize)> = None;
+        let mut escaped = false;
+        let mut written = 0;
+        for c in self.0.chars() {
+            let shown = match open {
+                Some((quote, count)) if c == quote && !escaped => {
+                    if count > QUOTED_CHARS {
+                        f.write_str("…")?;
+                    }
+                    open = None;
+                    true
+                }
+                Some((quote, count)) => {
+                    open = Some((quote, count + 1));
+                    count < QUOTED_CHARS
+                }
+                None => {
+                    if c == '"' || c == '`' {
+                        open = Some((c, 0));
+                    }
+                    true
+                }
+            };
+            escaped = c == '\\' && !escaped;
+            if !shown {
+                continue;
+            }
+            if written == MESSAGE_CHARS {
+                return f.write_str("…");
+            }
+            written += 1;
+            if c.is_control() {
+                write!(f, "{}", c.escape_debug())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        if open.is_some_and(|(_, count)| count > QUOTED_CHARS) {
+            f.write_str("…")?;
         }
         Ok(())
     }
@@ -290,6 +486,92 @@ mod tests {
     }
 
     #[test]
+    fn a_piece_repeats_when_a_short_pattern_fills_it() {
+        let pattern = |len: usize| -> Vec<u8> { (0..len).map(|i| (i * 7 % 251) as u8).collect() };
+        assert!(repeats(&[7u8; 1000]));
+        assert!(repeats(&b"abc".repeat(1000)));
+        assert!(repeats(&pattern(MAX_PERIOD).repeat(3)[5..]));
+        // A longer pattern, a counter, too little to tell: not filler.
+        assert!(!repeats(&pattern(MAX_PERIOD + 1).repeat(3)));
+        let counted: String = (0..5000).map(|i| format!("{{\"ts\": {i}}},")).collect();
+        assert!(!repeats(counted.as_bytes()));
+        assert!(!repeats(b"aaaa"));
+    }
+
+    #[test]
+    fn a_nul_byte_after_a_text_head_stops_decompression_at_its_offset() {
+        let mut bomb = b"id,lower,upper,size\n".to_vec();
+        bomb.resize(HEAD_BYTES + 1000, b'\n');
+        bomb.resize(64 * HEAD_BYTES, 0);
+        match read(gzip(&bomb), 1 << 30).unwrap_err() {
+            ReadError::Malformed { offset, .. } => assert_eq!(offset, HEAD_BYTES as u64 + 1000),
+            other => panic!("{other:?}"),
+        }
+        // So do 16 MiB of blanks, in any mix.
+        let mut blank = b"[".to_vec();
+        blank.extend(std::iter::repeat_n(b" \n", 10 << 20).flatten());
+        assert!(matches!(
+            read(gzip(&blank), 1 << 30).unwrap_err(),
+            ReadError::Malformed { offset, .. } if offset > 16 << 20 && offset < 17 << 20
+        ));
+        // And 16 MiB of one valid line repeated.
+        let mut lines = b"id,lower,upper,size\n".to_vec();
+        lines.extend(std::iter::repeat_n(b"\n0,0,1,10".as_slice(), 3 << 20).flatten());
+        assert!(matches!(
+            read(gzip(&lines), 1 << 30).unwrap_err(),
+            ReadError::Malformed { offset, .. } if offset > 16 << 20 && offset < 17 << 20
+        ));
+        // The NUL bytes within the head count too.
+        bomb.truncate(100);
+        bomb.resize(64 * HEAD_BYTES, 0);
+        assert!(matches!(
+            read(gzip(&bomb), 1 << 30).unwrap_err(),
+            ReadError::Malformed { offset: 100, .. }
+        ));
+        // A binary head (a pickle, a trace) may hold NUL bytes anywhere.
+        bomb[1] = 0;
+        assert_eq!(read(gzip(&bomb), 1 << 30).unwrap().0, bomb);
+    }
+
+    #[test]
+    fn a_pickle_or_a_trace_followed_by_zeros_stops_where_its_format_ends() {
+        let ints = serde_pickle::Value::List((0..40_000).map(serde_pickle::Value::I64).collect());
+        let pickle = serde_pickle::value_to_vec(&ints, serde_pickle::SerOptions::new()).unwrap();
+        let events: Vec<crate::event::Event> = (0..10_000)
+            .map(|id| crate::event::Event {
+                time_ns: id,
+                device: 0,
+                kind: crate::event::EventKind::Free { id, stream: 0 },
+            })
+            .collect();
+        let header = crate::trace::TraceHeader {
+            word_size: 8,
+            clock: crate::trace::Clock::MonotonicSinceStart,
+            start_unix_ns: 0,
+            pid: 1,
+            device_name: "GPU".into(),
+            device_total_memory: 1 << 30,
+            command_line: Vec::new(),
+        };
+        let trace = crate::trace::format::encode_trace(&header, &events).unwrap();
+        for (content, what) in [
+            (pickle, "data after the pickle's STOP opcode"),
+            (trace, "a record of kind 0, which is never written"),
+        ] {
+            assert!(content.len() > HEAD_BYTES);
+            assert_eq!(read(gzip(&content), 1 << 30).unwrap().0, content);
+            let mut bomb = content.clone();
+            bomb.resize(content.len() + 64 * HEAD_BYTES, 0);
+            match read(gzip(&bomb), 1 << 30).unwrap_err() {
+                ReadError::Malformed { offset, message } => {
+                    assert_eq!((offset, message.as_str()), (content.len() as u64, what));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn the_format_is_recognised_from_the_head_alone() {
         let mut content = b"GIF89a".to_vec();
         content.resize(4 * HEAD_BYTES, b'.');
@@ -341,5 +623,33 @@ mod tests {
         assert_eq!(suggestion(1000), "4000");
         assert_eq!(suggestion(1 << 20), "4M");
         assert_eq!(suggestion(u64::MAX), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn quoted_input_is_cut_after_80_characters_and_escaped() {
+        let binary = "\u{1}\u{7f}\"\\".repeat(100);
+        let excerpt = Excerpt(&binary).to_string();
+        assert!(excerpt.starts_with(r#"\u{1}\u{7f}\"\\"#), "{excerpt}");
+        assert!(
+            excerpt.ends_with('…') && !excerpt.contains('\u{1}'),
+            "{excerpt}"
+        );
+        assert_eq!(Excerpt("short").to_string(), "short");
+
+        let long = "x".repeat(8000);
+        let message = format!("invalid type: string \"{long}\", expected u64 at `{long}`");
+        let bounded = Bounded(&message).to_string();
+        let quoted = format!("\"{}…\"", "x".repeat(80));
+        let start = format!("invalid type: string {quoted}, expected");
+        assert!(bounded.starts_with(&start), "{bounded}");
+        assert!(
+            bounded.ends_with(&format!("`{}…`", "x".repeat(80))),
+            "{bounded}"
+        );
+        assert_eq!(
+            Bounded("line\nbreak \"ok\"").to_string(),
+            "line\\nbreak \"ok\""
+        );
+        assert!(Bounded(&"y".repeat(5000)).to_string().chars().count() <= 801);
     }
 }

@@ -3,11 +3,17 @@
 //! "corrupt deflate stream: corrupt deflate stream", and `trace info` giving the size of its
 //! own conversion instead of the file's). Every input is made here.
 
+#[path = "support/measured.rs"]
+#[allow(dead_code)] // how a run ended beyond its exit code: the fuzz targets read it
+mod measured;
+#[path = "support/samples.rs"]
+mod samples;
 mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 fn input(name: &str, bytes: &[u8]) -> PathBuf {
     let path = support::scratch(name);
@@ -104,6 +110,67 @@ fn trace_info_gives_the_size_of_the_file_read() {
             "{format}"
         );
         assert_eq!(info["events"]["malloc"], 1000);
+        std::fs::remove_file(file).unwrap();
+    }
+}
+
+#[test]
+fn replay_refuses_impossible_sizes_and_replays_far_times_in_memory_of_the_events() {
+    const MAX_RSS: u64 = 256 << 20;
+    let max = u64::MAX.to_string();
+    let replay = |file: &Path| {
+        let mut command = Command::new(support::itermem());
+        command.args(["replay", "--shim", "--iters", "1", "--scale", "0.02"]);
+        command.arg(file);
+        measured::run_measured(&mut command, Duration::from_secs(60))
+    };
+    // Sizes no device holds: refused before anything is allocated, naming the file and value.
+    let csv = input(
+        "extreme-size.csv",
+        format!("id,lower,upper,size\n0,0,1,{max}\n").as_bytes(),
+    );
+    let snapshot = input("extreme-size.pickle", &samples::snapshot_of_size(u64::MAX));
+    for file in [&csv, &snapshot] {
+        let run = replay(file);
+        assert_eq!(run.code, Some(2), "{}: {run:?}", file.display());
+        assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+        assert!(run.stderr.contains(&file.display().to_string()), "{run:?}");
+        assert!(run.stderr.contains(&max), "{run:?}");
+        assert!(run.max_rss < MAX_RSS, "{run:?}");
+    }
+    // Far times: one buffer whose lifetime ends at 2^64 - 1, 2^32 - 1, 5·10^7 is two events.
+    for upper in [u64::MAX, u64::from(u32::MAX), 50_000_000] {
+        let file = input(
+            &format!("far-time-{upper}.csv"),
+            format!("id,lower,upper,size\n0,0,{upper},100\n").as_bytes(),
+        );
+        let run = replay(&file);
+        assert_eq!(run.code, Some(0), "upper {upper}: {run:?}");
+        assert!(run.stderr.contains("2 kernel launches"), "{run:?}");
+        assert!(run.max_rss < MAX_RSS, "upper {upper}: {run:?}");
+        std::fs::remove_file(file).unwrap();
+    }
+    // A host-memory ceiling below the cost: refused with what it needs and the flag.
+    let small = input("ceiling.csv", b"id,lower,upper,size\n0,0,1,100000000\n");
+    let mut command = Command::new(support::itermem());
+    command.args([
+        "replay",
+        "--shim",
+        "--iters",
+        "1",
+        "--max-host-memory",
+        "1M",
+    ]);
+    let run = measured::run_measured(command.arg(&small), Duration::from_secs(60));
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+    assert!(
+        run.stderr.contains("ceiling.csv")
+            && run.stderr.contains("needs 10000")
+            && run.stderr.contains("--max-host-memory 10000"),
+        "{run:?}"
+    );
+    for file in [csv, snapshot, small] {
         std::fs::remove_file(file).unwrap();
     }
 }

@@ -29,6 +29,8 @@ use itermem::rng::SplitMix64;
 use itermem::trace::{Clock, TraceFile, TraceHeader};
 use serde_pickle::{SerOptions, Value};
 
+#[path = "support/measured.rs"]
+mod measured;
 #[path = "support/real_traces.rs"]
 #[allow(dead_code)] // the fuzz targets need one file, not the folder
 mod real_traces;
@@ -351,6 +353,7 @@ impl Mutation {
 // ---------------------------------------------------------------------------------------------
 
 /// A valid input a target's mutations start from.
+#[derive(Clone)]
 struct Seed {
     name: String,
     bytes: Vec<u8>,
@@ -404,30 +407,7 @@ fn fuzz(name: &str, seeds: &[Seed], target: impl Fn(&[u8]) -> bool) {
     let mut failed_cases = 0;
     let cases = seeds.len() as u64 + MUTATIONS;
     for case in 0..cases {
-        let rng_seed = base ^ case.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let (input, what) = if let Some(s) = seeds.get(case as usize) {
-            (s.bytes.clone(), format!("seed {:?} unchanged", s.name))
-        } else {
-            let mut rng = SplitMix64::new(rng_seed);
-            let from = rng.below(seeds.len() as u64) as usize;
-            let mut input = seeds[from].bytes.clone();
-            let mut applied = Vec::new();
-            for _ in 0..1 + rng.below(4) {
-                let mutation = Mutation::random(&mut rng, &input, seeds);
-                mutation.apply(&mut input, seeds);
-                applied.push(mutation);
-            }
-            let zipped = rng.below(8) == 0;
-            if zipped {
-                input = gzip(&input);
-            }
-            let what = format!(
-                "case {case} (rng seed {rng_seed:#x}): seed {:?}, {applied:?}{}",
-                seeds[from].name,
-                if zipped { ", then gzipped" } else { "" }
-            );
-            (input, what)
-        };
+        let (input, what) = case_input(base, case, seeds, seeds.len());
         let (outcome, heap) = measure(|| catch_unwind(AssertUnwindSafe(|| target(&input))));
         let mut failed = None;
         if let Ok(true) = outcome {
@@ -471,6 +451,36 @@ fn fuzz(name: &str, seeds: &[Seed], target: impl Fn(&[u8]) -> bool) {
         rss < PROCESS_RSS_BOUND,
         "peak resident memory {rss} bytes, over {PROCESS_RSS_BOUND}"
     );
+}
+
+/// Case `case` of a target whose cases are seeded from `base`: the seed of that index unchanged,
+/// then mutations of the first `mutable` seeds (one to four, an eighth of them gzipped
+/// afterwards); and what it is, to reproduce it.
+fn case_input(base: u64, case: u64, seeds: &[Seed], mutable: usize) -> (Vec<u8>, String) {
+    if let Some(s) = seeds.get(case as usize) {
+        return (s.bytes.clone(), format!("seed {:?} unchanged", s.name));
+    }
+    let rng_seed = base ^ case.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut rng = SplitMix64::new(rng_seed);
+    let seeds = &seeds[..mutable];
+    let from = rng.below(seeds.len() as u64) as usize;
+    let mut input = seeds[from].bytes.clone();
+    let mut applied = Vec::new();
+    for _ in 0..1 + rng.below(4) {
+        let mutation = Mutation::random(&mut rng, &input, seeds);
+        mutation.apply(&mut input, seeds);
+        applied.push(mutation);
+    }
+    let zipped = rng.below(8) == 0;
+    if zipped {
+        input = gzip(&input);
+    }
+    let what = format!(
+        "case {case} (rng seed {rng_seed:#x}): seed {:?}, {applied:?}{}",
+        seeds[from].name,
+        if zipped { ", then gzipped" } else { "" }
+    );
+    (input, what)
 }
 
 /// A file removed when dropped.
@@ -861,4 +871,198 @@ fn fuzz_ops_profiler_kernel_steps() {
         ops::calibrate::profiler_kernel_steps(path).is_ok()
     });
     fuzz("ops-profiler-kernel-steps", &chrome_seeds(), read);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line, as a user runs it (issue 36)
+// ---------------------------------------------------------------------------------------------
+
+/// Mutated inputs of the command-line target in an ordinary test run; `ITERMEM_FUZZ_CLI`
+/// sets another count (the one-off large run: `ITERMEM_FUZZ_CLI=10000`), `ITERMEM_FUZZ_EXE`
+/// another `itermem` (the test's own is a debug build: arithmetic overflow panics there).
+const CLI_MUTATIONS: u64 = 24;
+/// The most resident memory one command may reach, its replay child included.
+const RUN_RSS_BOUND: u64 = 256 << 20;
+/// A command running longer than this hangs.
+const RUN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The commands each input goes to, in turn: a replay of two short iterations, scaled down, its
+/// host memory within 128 MiB (a mutated size asks for any amount: above it, refused).
+const COMMANDS: [&[&str]; 4] = [
+    &["trace", "info"],
+    &["compare"],
+    &["plan", "--limit", "70%", "--evaluations", "4"],
+    &[
+        "replay",
+        "--shim",
+        "--iters",
+        "2",
+        "--scale",
+        "0.001",
+        "--time-scale",
+        "0",
+        "--max-host-memory",
+        "128M",
+    ],
+];
+
+/// The values that made `replay` panic, abort or take gigabytes, and extreme sizes.
+fn extreme_seeds() -> Vec<Seed> {
+    let csv = |name: &str, upper: u64, size: u64| {
+        seed(name, format!("id,lower,upper,size\n0,0,{upper},{size}\n"))
+    };
+    vec![
+        csv("csv ending at 2^64 - 1", u64::MAX, 100),
+        csv("csv ending at 2^32 - 1", u64::from(u32::MAX), 100),
+        csv("csv ending at 5e7", 50_000_000, 100),
+        csv("csv of size 2^64 - 1", 1, u64::MAX),
+        seed(
+            "snapshot of size 2^64 - 1",
+            samples::snapshot_of_size(u64::MAX),
+        ),
+    ]
+}
+
+/// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros, of
+/// spaces or of one valid event repeated (over the 1 GiB limit), as gzip members of 64 MiB
+/// compressed once: a few MB of file. Refused within a few megabytes.
+///
+/// Each is written straight to a file, never held whole: a command's peak resident memory, as
+/// `wait4` gives it, starts from the test process's own (a spawned child reports the highest
+/// of its parent's at its `exec`), so the test process stays small.
+fn bomb_files(heads: &[Seed]) -> Vec<(String, TempFile)> {
+    let mut bombs = Vec::new();
+    let event = r#",{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 1}"#;
+    for (index, filler) in ["\0", " ", event].into_iter().enumerate() {
+        let member = TempFile(scratch(&format!("bomb-member-{index}")));
+        let piece = filler.repeat((1 << 20) / filler.len());
+        let mut encoder = flate2::write::GzEncoder::new(
+            std::fs::File::create(&member.0).unwrap(),
+            flate2::Compression::fast(),
+        );
+        for _ in 0..64 {
+            encoder.write_all(piece.as_bytes()).unwrap();
+        }
+        encoder.finish().unwrap();
+        for head in heads {
+            let bomb = TempFile(scratch(&format!("bomb-{index}-{}", bombs.len())));
+            let mut out = std::fs::File::create(&bomb.0).unwrap();
+            out.write_all(&gzip(&head.bytes)).unwrap();
+            for _ in 0..18 {
+                std::io::copy(&mut std::fs::File::open(&member.0).unwrap(), &mut out).unwrap();
+            }
+            let name = format!("gzip bomb of {filler:?} after {:?}", head.name);
+            bombs.push((name, bomb));
+        }
+    }
+    bombs
+}
+
+#[test]
+fn fuzz_command_line() {
+    let mutations = std::env::var("ITERMEM_FUZZ_CLI").map_or(CLI_MUTATIONS, |n| {
+        n.parse().expect("ITERMEM_FUZZ_CLI: a count")
+    });
+    let exe =
+        std::env::var("ITERMEM_FUZZ_EXE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_itermem").into());
+    let mut seeds = Vec::new();
+    for group in [
+        trace_seeds(),
+        snapshot_seeds(),
+        chrome_seeds(),
+        csv_seeds(),
+        dtr_seeds(),
+        generated_seeds(),
+    ] {
+        seeds.extend(group.into_iter().take(2));
+    }
+    seeds.extend(extreme_seeds());
+    // A bomb after a start of every format: an itermem trace cut in a record, a snapshot, a
+    // profiler trace, a DSA CSV, a DTR log, a generated trace.
+    let heads: Vec<Seed> = [1, 3, 4, 7, 8, 11]
+        .iter()
+        .filter_map(|&i| seeds.get(i).cloned())
+        .collect();
+    let bombs = bomb_files(&heads);
+    let input = TempFile(scratch("cli-input"));
+    let mut failures = Vec::new();
+    let mut peak = (0u64, String::new());
+    let mut floor = u64::MAX;
+    let (mut errors, mut panics, mut aborts, mut hangs, mut failed_cases) = (0, 0, 0, 0, 0);
+    let cases = (seeds.len() + bombs.len()) as u64 + mutations;
+    for case in 0..cases {
+        // The seeds, the bombs, then the mutations.
+        let bomb = (case as usize)
+            .checked_sub(seeds.len())
+            .and_then(|i| bombs.get(i));
+        let (path, what) = match bomb {
+            Some((what, file)) => (&file.0, what.clone()),
+            None => {
+                let case = if case < seeds.len() as u64 {
+                    case
+                } else {
+                    case - bombs.len() as u64
+                };
+                let (bytes, what) = case_input(0x36, case, &seeds, seeds.len());
+                std::fs::write(&input.0, &bytes).unwrap();
+                (&input.0, what)
+            }
+        };
+        let name = path.display().to_string();
+        let args = COMMANDS[case as usize % COMMANDS.len()];
+        let mut command = std::process::Command::new(&exe);
+        command.args(args).arg(path);
+        let run = measured::run_measured(&mut command, RUN_DEADLINE);
+        let mut failed = Vec::new();
+        if run.hung {
+            hangs += 1;
+            failed.push("hung".to_string());
+        } else if let Some(signal) = run.signal {
+            aborts += 1;
+            failed.push(format!("killed by signal {signal}"));
+        } else if run.code == Some(101) {
+            panics += 1;
+            failed.push("panicked".to_string());
+        } else if run.code != Some(0) {
+            errors += 1;
+            if run.code != Some(2) || !run.stderr.contains(&name) {
+                failed.push("an error that is not bad input naming the file".to_string());
+            }
+        }
+        if run.max_rss > RUN_RSS_BOUND {
+            failed.push(format!("reached {} bytes resident", run.max_rss));
+        }
+        if run.max_rss > peak.0 {
+            peak = (run.max_rss, format!("{args:?} on {what}"));
+        }
+        floor = floor.min(run.max_rss);
+        if !failed.is_empty() {
+            failed_cases += 1;
+        }
+        if !failed.is_empty() && failures.len() < 20 {
+            let saved = scratch(&format!("cli-failure-{case}"));
+            std::fs::copy(path, &saved).unwrap();
+            let stderr = run.stderr.lines().next().unwrap_or("").to_string();
+            failures.push(format!(
+                "{args:?} {}: {what}: {stderr}; input saved as {}",
+                failed.join(", "),
+                saved.display()
+            ));
+        }
+    }
+    eprintln!(
+        "command line: {cases} runs ({mutations} mutations, {} seeds of which {} gzip bombs) \
+         over trace info, compare, plan, replay: {errors} refused, {panics} panics, {aborts} \
+         aborts, {hangs} hangs, peak resident {} bytes ({}), the least {floor} bytes (this \
+         test process's own, which every run's figure includes)",
+        seeds.len() + bombs.len(),
+        bombs.len(),
+        peak.0,
+        peak.1
+    );
+    assert!(
+        failures.is_empty(),
+        "{failed_cases} of {cases} runs failed; the first:\n{}",
+        failures.join("\n")
+    );
 }

@@ -157,6 +157,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || cause.is::<OpsError>()
             || cause.is::<plan::PlanError>()
             || cause.is::<PolicyError>()
+            || cause.is::<itermem::replay::ProgramError>()
         {
             return 2;
         }

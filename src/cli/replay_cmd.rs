@@ -5,13 +5,15 @@
 //! replay itself, in a child process: the replay is an ordinary CUDA program, so it also runs
 //! under `itermem run` (then `--mode` is left out and the environment's setting holds).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 use itermem::config::{Limit, Mode};
+use itermem::export::human_bytes;
 use itermem::replay::runner::{self, RunOptions};
-use itermem::replay::{self, LoadSettings, Origin, Program, Scaling};
+use itermem::replay::{self, Cost, LoadSettings, Origin, Program, Scaling};
 use itermem::swap::{AutoSwapOptions, CopyModel};
 
 use super::run_cmd::{InterposerArgs, exit_code_of};
@@ -41,6 +43,11 @@ pub struct ProgramArgs {
     /// that the verification catches a corruption (the replay then fails).
     #[arg(long, value_name = "N")]
     corrupt: Option<u64>,
+    /// The most host memory the replay may take (K, M, G, T suffix; default: the memory the
+    /// machine has available, MemAvailable). Its cost is worked out before it runs: cuda-shim's
+    /// device memory is host memory, so a replay needing more is refused, naming what it needs.
+    #[arg(long, value_name = "BYTES", value_parser = parse_host_memory)]
+    max_host_memory: Option<u64>,
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
@@ -79,6 +86,20 @@ fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_host_memory(text: &str) -> Result<u64, String> {
+    itermem::config::parse_bytes(text)
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| format!("'{text}' is not a byte count (e.g. 16G)"))
+}
+
+/// The memory the machine has available (`MemAvailable` of /proc/meminfo), if known.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 fn non_negative(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
@@ -87,7 +108,8 @@ fn non_negative(text: &str) -> Result<f64, String> {
 }
 
 impl ProgramArgs {
-    fn load(&self) -> anyhow::Result<Program> {
+    /// The program and its cost, refused when it needs more host memory than allowed.
+    fn load(&self) -> anyhow::Result<(Program, Cost)> {
         let settings = LoadSettings {
             scaling: Scaling {
                 size: self.scale,
@@ -95,7 +117,30 @@ impl ProgramArgs {
             },
             max_decompressed: Some(self.input.max_decompressed),
         };
-        naming_file(&self.recording, replay::load(&self.recording, &settings))
+        let program = naming_file(&self.recording, replay::load(&self.recording, &settings))?;
+        let cost = program.cost(self.iters);
+        let (ceiling, what) = match self.max_host_memory {
+            Some(bytes) => (bytes, "--max-host-memory"),
+            None => match available_memory() {
+                Some(bytes) => (bytes, "the memory this machine has available"),
+                None => return Ok((program, cost)),
+            },
+        };
+        if cost.host_bytes > ceiling {
+            return Err(BadInput(format!(
+                "{}: the replay needs {} B ({}) of host memory at --scale {}, above the {} B ({}) \
+                 of {what}: pass a smaller --scale, or --max-host-memory {} to allow it",
+                self.recording.display(),
+                cost.host_bytes,
+                human_bytes(cost.host_bytes),
+                self.scale,
+                ceiling,
+                human_bytes(ceiling),
+                cost.host_bytes,
+            ))
+            .into());
+        }
+        Ok((program, cost))
     }
 
     /// The arguments that give this value to `replay-program`.
@@ -108,6 +153,10 @@ impl ProgramArgs {
             format!("--time-scale={}", self.time_scale),
             format!("--max-decompressed={}", self.input.max_decompressed),
         ];
+        args.extend(
+            self.max_host_memory
+                .map(|bytes| format!("--max-host-memory={bytes}")),
+        );
         args.extend(self.corrupt.map(|op| format!("--corrupt={op}")));
         if let Some(path) = &self.kernel_timeline {
             args.push(format!("--kernel-timeline={}", path.display()));
@@ -121,8 +170,20 @@ impl ProgramArgs {
 
 /// `itermem replay`: the environment, then the replay in a child process.
 pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let program = args.program.load()?;
+    let (program, cost) = args.program.load()?;
     let peak = program.peak_bytes();
+    // The cost, said before anything runs (stderr: stdout is the replay's outcome).
+    let _ = writeln!(
+        std::io::stderr(),
+        "itermem: replaying {} takes {} of device memory and {} of host memory at --scale {}, \
+         {} kernel launches over {} iterations",
+        program.source,
+        human_bytes(cost.device_bytes),
+        human_bytes(cost.host_bytes),
+        args.program.scale,
+        cost.kernels,
+        args.program.iters,
+    );
     let limit = match args.env.limit.as_deref().map(itermem::config::parse_limit) {
         Some(Some(Limit::Fraction(f))) => Some((peak as f64 * f).ceil() as u64),
         Some(Some(Limit::Bytes(b))) => Some(b),
@@ -132,7 +193,7 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let device_memory = match args.device_memory.as_str() {
         "auto" => match (args.env.mode, limit) {
             (Some(Mode::Swap), Some(limit)) => limit,
-            _ => peak * 2 + (64 << 20),
+            _ => peak.saturating_mul(2).saturating_add(64 << 20),
         },
         text => itermem::config::parse_bytes(text)
             .filter(|&b| b > 0)
@@ -182,7 +243,7 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
 
 /// `itermem replay-program`: the replay itself, in this process.
 pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
-    let program = args.load()?;
+    let (program, _) = args.load()?;
     let options = RunOptions {
         iterations: args.iters,
         corrupt_op: args.corrupt,

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use super::error::{ImportError, Location, Problem};
 use super::{Format, Input};
+use crate::content::Excerpt;
 use crate::plan::{Buffer, Instance};
 
 const HEADER: [&str; 4] = ["id", "lower", "upper", "size"];
@@ -85,7 +86,7 @@ pub fn parse_dsa_csv(name: impl AsRef<Path>, text: &[u8]) -> Result<Instance, Im
                 format!(
                     "{} fields in `{}`; expected 4: id,lower,upper,size",
                     fields.len(),
-                    shorten(line)
+                    Excerpt(line)
                 ),
             ));
         }
@@ -97,7 +98,7 @@ pub fn parse_dsa_csv(name: impl AsRef<Path>, text: &[u8]) -> Result<Instance, Im
                     byte,
                     format!(
                         "{column} is `{}`, which should be an unsigned integer (below 2^64)",
-                        shorten(field)
+                        Excerpt(field)
                     ),
                 )
             })?;
@@ -176,13 +177,4 @@ fn lines(text: &[u8], base: u64) -> impl Iterator<Item = (u64, u64, &[u8])> {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             (index as u64 + 1, start, line)
         })
-}
-
-/// At most 60 characters of a field or line, for messages.
-fn shorten(text: &str) -> String {
-    let mut out: String = text.chars().take(60).collect();
-    if out.len() < text.len() {
-        out.push('…');
-    }
-    out
 }

@@ -5,7 +5,7 @@
 //! plus the event index for JSON, a key path for the structure of a snapshot. For a gzip file,
 //! places inside the data refer to the *decompressed* bytes (the message says so).
 
-use crate::content::{FirstBytes, TooLarge};
+use crate::content::{Bounded, Excerpt, FirstBytes, TooLarge};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -72,6 +72,8 @@ pub enum Problem {
         error: io::Error,
         compressed_offset: u64,
     },
+    /// Gzip content that stops being the format it began as (see [`crate::content`]).
+    Malformed(String),
     /// The gzip stream decompresses to more than `limit` bytes
     /// ([`ImportOptions::max_decompressed`](super::ImportOptions::max_decompressed)).
     DecompressedTooLarge { limit: u64 },
@@ -127,22 +129,24 @@ impl fmt::Display for Problem {
                  compressed bytes): {error}"
             ),
             Problem::DecompressedTooLarge { limit } => write!(f, "{}", TooLarge(*limit)),
+            Problem::Malformed(msg) => write!(f, "{msg}"),
             Problem::Trace(err) => write!(f, "{err}"),
-            Problem::Json(msg) => write!(f, "{msg}"),
-            Problem::Pickle(msg) => write!(f, "{msg}"),
+            Problem::Json(msg) | Problem::Pickle(msg) | Problem::Structure(msg) => {
+                write!(f, "{}", Bounded(msg))
+            }
             Problem::PickleGlobal { opcode, name } => write!(
                 f,
-                "the pickle refers to a Python global/class ({opcode} {name}); only plain \
-                 dict/list/str/int/float data is accepted (a global is how a pickle runs code)"
+                "the pickle refers to a Python global/class ({opcode} {}); only plain \
+                 dict/list/str/int/float data is accepted (a global is how a pickle runs code)",
+                Excerpt(name)
             ),
-            Problem::Structure(msg) => write!(f, "{msg}"),
             Problem::NoAddresses { memory_events } => write!(
                 f,
                 "its {memory_events} GPU [memory] events have no `Addr`, so frees cannot be \
                  matched with allocations and no lifetime can be derived (record with a PyTorch \
                  version whose profiler writes Addr, or take a memory snapshot instead)"
             ),
-            Problem::NoEvents(msg) => write!(f, "{msg}"),
+            Problem::NoEvents(msg) | Problem::Csv(msg) => write!(f, "{}", Bounded(msg)),
             Problem::NoSuchDevice {
                 requested,
                 available,
@@ -156,7 +160,6 @@ impl fmt::Display for Problem {
                 }
                 Ok(())
             }
-            Problem::Csv(msg) => write!(f, "{msg}"),
             Problem::DuplicateId { id } => write!(f, "allocation id {id} appears twice"),
             Problem::Instance(err) => write!(f, "{err}"),
             Problem::WrongKind { found, wanted } => {

@@ -71,7 +71,7 @@
 mod dsa_csv;
 mod error;
 mod kineto;
-mod pickle;
+pub(crate) mod pickle;
 mod recording;
 mod snapshot;
 mod trace_import;
@@ -318,6 +318,10 @@ fn read_error(path: &Path, err: crate::content::ReadError) -> ImportError {
         },
         ReadError::TooLarge { limit } => Problem::DecompressedTooLarge { limit },
         ReadError::Unrecognised { first_bytes } => Problem::UnknownFormat { first_bytes },
+        ReadError::Malformed { offset, message } => {
+            let problem = Problem::Malformed(message);
+            return ImportError::new(path, Location::Byte(offset), problem).gzipped(true);
+        }
     };
     ImportError::new(path, Location::File, problem).gzipped(true)
 }

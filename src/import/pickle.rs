@@ -200,6 +200,15 @@ impl<'a> Machine<'a> {
             match op {
                 b'.' => {
                     let value = self.pop(at, "STOP")?;
+                    if self.pos < self.bytes.len() {
+                        return Err(self.error(
+                            self.pos,
+                            format!(
+                                "{} bytes after the pickle's STOP opcode",
+                                self.bytes.len() - self.pos
+                            ),
+                        ));
+                    }
                     return Ok(value);
                 }
                 0x80 => {
@@ -610,4 +619,119 @@ fn raw_unicode_unescape(text: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// The most bytes one opcode's argument may take in a gzip-compressed pickle ([`Framing`]): a
+/// memory snapshot holds strings of a few hundred bytes at most.
+const MAX_ARGUMENT: usize = 16 << 20;
+
+/// How an opcode's argument is laid out.
+enum Argument {
+    /// `n` bytes.
+    Fixed(usize),
+    /// A little-endian length of `n` bytes, then that many bytes.
+    Counted(usize),
+    /// `n` lines, each ending with `\n` (protocol 0).
+    Lines(usize),
+}
+
+/// The argument of opcode `op`, or `None` if no protocol (0–5) has that opcode.
+fn argument(op: u8) -> Option<Argument> {
+    use Argument::{Counted, Fixed, Lines};
+    Some(match op {
+        b'('
+        | b'.'
+        | b'0'
+        | b'1'
+        | b'2'
+        | b'N'
+        | b'R'
+        | b'b'
+        | b'a'
+        | b'e'
+        | b'd'
+        | b'}'
+        | b'l'
+        | b']'
+        | b'o'
+        | b's'
+        | b'u'
+        | b't'
+        | b')'
+        | b'Q'
+        | 0x81
+        | 0x85..=0x89
+        | 0x8f..=0x94
+        | 0x97
+        | 0x98 => Fixed(0),
+        b'K' | b'q' | b'h' | 0x80 | 0x82 => Fixed(1),
+        b'M' | 0x83 => Fixed(2),
+        b'J' | b'r' | b'j' | 0x84 => Fixed(4),
+        // FRAME's length counts the opcodes that follow, which are checked as such.
+        b'G' | 0x95 => Fixed(8),
+        b'U' | b'C' | 0x8a | 0x8c => Counted(1),
+        b'T' | b'X' | b'B' | 0x8b => Counted(4),
+        0x8d | 0x8e | 0x96 => Counted(8),
+        b'I' | b'L' | b'F' | b'S' | b'V' | b'p' | b'g' | b'P' => Lines(1),
+        b'c' | b'i' => Lines(2),
+        _ => return None,
+    })
+}
+
+/// Checks where each opcode of a pickle ends as its bytes arrive, so a gzip-compressed file
+/// that turns into something else after a pickle's start is refused at that byte, not after
+/// decompressing it all ([`crate::content`]): a byte that is no opcode, an argument over
+/// [`MAX_ARGUMENT`], or anything after `STOP` (which [`unpickle`] refuses too).
+#[derive(Default)]
+pub(crate) struct Framing {
+    /// Offset of the next opcode.
+    pos: usize,
+    stopped: bool,
+}
+
+impl Framing {
+    /// Checks the opcodes complete in `content` (everything decompressed so far) that were not
+    /// checked yet: the offset and what is wrong, if anything is.
+    pub(crate) fn advance(&mut self, content: &[u8]) -> Result<(), (u64, String)> {
+        while let Some(&op) = content.get(self.pos) {
+            let at = self.pos as u64;
+            if self.stopped {
+                return Err((at, "data after the pickle's STOP opcode".into()));
+            }
+            let rest = &content[self.pos + 1..];
+            let length = match argument(op) {
+                None => return Err((at, format!("{op:#04x} is no pickle opcode"))),
+                Some(Argument::Fixed(n)) => n,
+                Some(Argument::Counted(width)) => {
+                    let Some(count) = rest.get(..width) else {
+                        return Ok(());
+                    };
+                    let count = count.iter().rev().fold(0u64, |n, &b| {
+                        n.saturating_mul(256).saturating_add(u64::from(b))
+                    });
+                    match usize::try_from(count) {
+                        Ok(count) if count <= MAX_ARGUMENT => width + count,
+                        _ => return Err((at, format!("an argument of {count} bytes"))),
+                    }
+                }
+                Some(Argument::Lines(lines)) => {
+                    let window = &rest[..rest.len().min(MAX_ARGUMENT)];
+                    let ends = window.iter().enumerate().filter(|(_, b)| **b == b'\n');
+                    match ends.map(|(i, _)| i).nth(lines - 1) {
+                        Some(last) => last + 1,
+                        None if window.len() == MAX_ARGUMENT => {
+                            return Err((at, format!("a line over {MAX_ARGUMENT} bytes")));
+                        }
+                        None => return Ok(()),
+                    }
+                }
+            };
+            if rest.len() < length {
+                return Ok(());
+            }
+            self.pos += 1 + length;
+            self.stopped = op == b'.';
+        }
+        Ok(())
+    }
 }

@@ -526,6 +526,24 @@ fn unpickler_refuses_globals_with_their_offset() {
     // Protocol 0 pickles of bytes and sets need globals too: refused, not guessed.
     let (_, problem) = unpickle(b"(lp0\nc_codecs\nencode\np1\n.").unwrap_err();
     assert!(matches!(problem, Problem::PickleGlobal { .. }));
+    // One pickle per file: what follows STOP is refused, not ignored.
+    let (offset, problem) = unpickle(b"\x80\x02N.\x00\x00").unwrap_err();
+    assert_eq!(offset, 4);
+    assert_eq!(
+        problem.to_string(),
+        "2 bytes after the pickle's STOP opcode"
+    );
+    // A global named with 8 KB of binary: 80 characters of it are quoted, escaped.
+    let mut binary = b"(lp0\nc".to_vec();
+    binary.extend((0..8000u32).map(|i| [1u8, 0xfe, b'"', b'x'][i as usize % 4]));
+    binary.extend_from_slice(b"\nencode\np1\n.");
+    let (_, problem) = unpickle(&binary).unwrap_err();
+    let message = problem.to_string();
+    assert!(message.contains(r#"(GLOBAL \u{1}�\"x\u{1}"#), "{message}");
+    assert!(
+        message.len() < 600 && !message.contains('\u{1}'),
+        "{message}"
+    );
     for (bytes, opcode) in [
         (&b"\x80\x02N\x85R."[..], "REDUCE"),
         (b"\x80\x02}b.", "BUILD"),

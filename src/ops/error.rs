@@ -6,7 +6,7 @@
 //! 0-based event indices for itermem traces. For a gzip file the line is one of the
 //! *decompressed* text (the message says so). Bad input is always an error, never a panic.
 
-use crate::content::{FirstBytes, TooLarge};
+use crate::content::{Bounded, Excerpt, FirstBytes, TooLarge};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,9 @@ pub enum Problem {
     /// The gzip stream decompresses to more than `limit` bytes
     /// ([`LoadOptions::max_decompressed`](super::LoadOptions::max_decompressed)).
     DecompressedTooLarge { limit: u64 },
+    /// Gzip content that stops being the format it began as at `offset` of the decompressed
+    /// data (see [`crate::content`]).
+    Malformed { offset: u64, message: String },
     /// The file has no content (after decompression, for a gzip file).
     Empty,
     /// The content is none of the formats [`super::load`] reads.
@@ -135,6 +138,9 @@ impl fmt::Display for Problem {
             Problem::Io(err) => write!(f, "{err}"),
             Problem::Gzip(err) => write!(f, "corrupt or truncated gzip data: {err}"),
             Problem::DecompressedTooLarge { limit } => write!(f, "{}", TooLarge(*limit)),
+            Problem::Malformed { offset, message } => {
+                write!(f, "at byte {offset} of the decompressed data: {message}")
+            }
             Problem::Empty => write!(f, "the file is empty"),
             Problem::UnknownFormat { first_bytes } => {
                 write!(
@@ -145,7 +151,7 @@ impl fmt::Display for Problem {
                     FirstBytes(first_bytes)
                 )
             }
-            Problem::Json(msg) => write!(f, "not a JSON object: {msg}"),
+            Problem::Json(msg) => write!(f, "not a JSON object: {}", Bounded(msg)),
             Problem::MissingField { record, field } => {
                 write!(f, "{record} record without the field `{field}`")
             }
@@ -153,19 +159,33 @@ impl fmt::Display for Problem {
                 field,
                 value,
                 expected,
-            } => write!(f, "field `{field}` is {value}; expected {expected}"),
-            Problem::UnknownRecord { kind } => write!(f, "unknown record kind {kind:?}"),
-            Problem::OutOfPlace { found, expected } => {
-                write!(f, "found {found} where {expected} was expected")
+            } => write!(
+                f,
+                "field `{field}` is {}; expected {expected}",
+                Excerpt(value)
+            ),
+            Problem::UnknownRecord { kind } => {
+                write!(f, "unknown record kind \"{}\"", Excerpt(kind))
             }
-            Problem::UnknownTensor { name } => write!(f, "tensor {name} was never defined"),
-            Problem::DuplicateTensor { name } => write!(f, "tensor {name} is defined twice"),
+            Problem::OutOfPlace { found, expected } => write!(
+                f,
+                "found {} where {} was expected",
+                Excerpt(found),
+                Excerpt(expected)
+            ),
+            Problem::UnknownTensor { name } => {
+                write!(f, "tensor {} was never defined", Excerpt(name))
+            }
+            Problem::DuplicateTensor { name } => {
+                write!(f, "tensor {} is defined twice", Excerpt(name))
+            }
             Problem::UseAfterRelease { name } => write!(
                 f,
-                "tensor {name} is used after the last reference to its storage was released"
+                "tensor {} is used after the last reference to its storage was released",
+                Excerpt(name)
             ),
-            Problem::NoOps(msg) => write!(f, "{msg}"),
-            Problem::Detector(msg) => write!(f, "iteration detection failed: {msg}"),
+            Problem::NoOps(msg) => write!(f, "{}", Bounded(msg)),
+            Problem::Detector(msg) => write!(f, "iteration detection failed: {}", Bounded(msg)),
             Problem::Trace(err) => write!(f, "{err}"),
             Problem::Invariant(err) => write!(f, "the imported trace is inconsistent: {err}"),
         }

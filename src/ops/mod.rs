@@ -449,6 +449,7 @@ pub(crate) fn read_error(name: &Path, err: crate::content::ReadError) -> OpsErro
         ReadError::Gzip { error, .. } => Problem::Gzip(error),
         ReadError::TooLarge { limit } => Problem::DecompressedTooLarge { limit },
         ReadError::Unrecognised { first_bytes } => Problem::UnknownFormat { first_bytes },
+        ReadError::Malformed { offset, message } => Problem::Malformed { offset, message },
     };
     let mut err = OpsError::file(name, problem);
     err.gzip = true;

@@ -29,7 +29,13 @@
 //!   data loader would; one allocated during the iteration and never freed is freed at its end,
 //!   so the live bytes at every iteration boundary are the same.
 //! - **`--scale F`** multiplies every size (rounded up to whole bytes; a tensor of 0 bytes is
-//!   neither allocated nor touched) and **`--time-scale F`** every duration.
+//!   neither allocated nor touched) and **`--time-scale F`** every duration. A size above
+//!   [`MAX_TENSOR_BYTES`], before or after scaling, is refused with the tensor and the value
+//!   ([`ProgramError`]): no device holds it, and sums of such sizes would overflow.
+//! - **A recording's times are event indices, not a clock to step through**: its events are
+//!   sorted, so a buffer living from 0 to 2^64 − 1 costs what a buffer living from 0 to 1 costs.
+//! - **The cost is known before anything runs** ([`Program::cost`]): the device memory the
+//!   replay needs, the host memory (cuda-shim's device memory is host memory) and the kernels.
 //! - **An op touching more tensors than one launch can carry** ([`runner::MAX_ACCESSES`]) is
 //!   split into consecutive launches; the op's duration goes to the last of them.
 
@@ -40,6 +46,7 @@ pub mod runner;
 #[cfg(test)]
 mod tests;
 
+use std::fmt;
 use std::path::Path;
 
 use crate::detect::DetectorConfig;
@@ -49,6 +56,37 @@ use crate::plan::Instance;
 
 /// Index of a tensor in [`Program::bytes`].
 pub type TensorId = u32;
+
+/// The largest tensor a replay allocates, before or after scaling: 2^48 B (256 TiB), more than
+/// any device holds. Below it, the live bytes of up to 2^32 tensors are summed exactly.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 48;
+
+/// A program that cannot be built from what the file says: the file, the tensor and the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramError {
+    pub source: String,
+    pub message: String,
+}
+
+impl fmt::Display for ProgramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.source, self.message)
+    }
+}
+
+impl std::error::Error for ProgramError {}
+
+/// What running a program takes, known before it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cost {
+    /// The most bytes allocated at once on the device (sizes already scaled).
+    pub device_bytes: u64,
+    /// Host memory: cuda-shim's device memory lives in host memory, plus the staging buffer of
+    /// the largest copy and the program itself.
+    pub host_bytes: u64,
+    /// Kernel launches over every iteration.
+    pub kernels: u64,
+}
 
 /// What a kernel does with one tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,12 +179,27 @@ impl Default for Scaling {
 }
 
 impl Scaling {
-    fn bytes(&self, bytes: u64) -> u64 {
+    /// `bytes` scaled, or why it cannot be replayed (`what` names the tensor).
+    fn bytes(&self, source: &str, what: &str, bytes: u64) -> Result<u64, ProgramError> {
         if bytes == 0 {
-            0
-        } else {
-            ((bytes as f64 * self.size).ceil() as u64).max(1)
+            return Ok(0);
         }
+        let scaled = (bytes as f64 * self.size).ceil();
+        if bytes > MAX_TENSOR_BYTES || scaled > MAX_TENSOR_BYTES as f64 {
+            let at_scale = if self.size == 1.0 {
+                String::new()
+            } else {
+                format!(" ({scaled:.0} B at --scale {})", self.size)
+            };
+            return Err(ProgramError {
+                source: source.to_string(),
+                message: format!(
+                    "{what} has {bytes} bytes{at_scale}, above the 2^48 B (256 TiB) a replay \
+                     allocates: no device holds it"
+                ),
+            });
+        }
+        Ok((scaled as u64).max(1))
     }
 
     fn duration_ns(&self, ns: f64) -> u64 {
@@ -155,25 +208,31 @@ impl Scaling {
 }
 
 impl Program {
-    /// Bytes live before the first step (the resident tensors).
+    /// Bytes live before the first step (the resident tensors; at most `u64::MAX`).
     pub fn resident_bytes(&self) -> u64 {
-        self.resident.iter().map(|&t| self.bytes[t as usize]).sum()
+        self.resident
+            .iter()
+            .fold(0u64, |sum, &t| sum.saturating_add(self.bytes[t as usize]))
     }
 
-    /// Live bytes after each step of the iteration.
+    /// Live bytes after each step of the iteration (summed exactly, at most `u64::MAX`).
     pub fn live_bytes(&self) -> Vec<u64> {
-        let mut live = self.resident_bytes();
+        let mut live: u128 = self.resident.iter().map(|&t| self.size(t)).sum();
         self.steps
             .iter()
             .map(|step| {
                 match *step {
-                    Step::Alloc(t) => live += self.bytes[t as usize],
-                    Step::Free(t) => live -= self.bytes[t as usize],
+                    Step::Alloc(t) => live += self.size(t),
+                    Step::Free(t) => live -= self.size(t),
                     Step::Upload(_) | Step::Download(_) | Step::Launch(_) => {}
                 }
-                live
+                u64::try_from(live).unwrap_or(u64::MAX)
             })
             .collect()
+    }
+
+    fn size(&self, t: TensorId) -> u128 {
+        u128::from(self.bytes[t as usize])
     }
 
     /// The most bytes live at once.
@@ -192,13 +251,58 @@ impl Program {
             .count()
     }
 
+    /// What running `iterations` iterations takes ([`Cost`]).
+    pub fn cost(&self, iterations: u32) -> Cost {
+        let device_bytes = self.peak_bytes();
+        // Kernels: an op touching more tensors than one launch carries is split.
+        let per_iteration: u64 = self
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Launch(l) => l.accesses.len().div_ceil(runner::MAX_ACCESSES).max(1) as u64,
+                _ => 0,
+            })
+            .sum();
+        // The host stages one copy at a time: the resident uploads and the copies of the steps.
+        let copied = self.steps.iter().filter_map(|step| match step {
+            Step::Upload(t) | Step::Download(Download { tensor: t, .. }) => Some(t),
+            _ => None,
+        });
+        let staging = self
+            .resident
+            .iter()
+            .chain(copied)
+            .map(|&t| self.bytes[t as usize])
+            .max()
+            .unwrap_or(0);
+        let accesses: usize = self
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Launch(l) => l.accesses.len(),
+                _ => 0,
+            })
+            .sum();
+        let program = self.steps.len() * size_of::<Step>()
+            + accesses * size_of::<Access>()
+            + self.bytes.len() * (size_of::<u64>() + size_of::<runner::Content>());
+        Cost {
+            device_bytes,
+            host_bytes: device_bytes
+                .saturating_add(staging)
+                .saturating_add(program as u64),
+            kernels: per_iteration.saturating_mul(u64::from(iterations)),
+        }
+    }
+
     /// Builds the program of an op-level trace (see the module documentation).
-    pub fn from_ops(trace: &OpTrace, scaling: Scaling) -> Program {
+    pub fn from_ops(trace: &OpTrace, scaling: Scaling) -> Result<Program, ProgramError> {
         let bytes: Vec<u64> = trace
             .tensors
             .iter()
-            .map(|t| scaling.bytes(t.bytes))
-            .collect();
+            .enumerate()
+            .map(|(i, t)| scaling.bytes(&trace.source, &format!("tensor {i}"), t.bytes))
+            .collect::<Result<_, _>>()?;
         let exists = |t: TensorId| bytes[t as usize] > 0;
         let n = trace.ops.len();
         let mut born = vec![Vec::new(); n];
@@ -267,57 +371,62 @@ impl Program {
             steps.push(Step::Alloc(t));
             steps.push(Step::Upload(t));
         }
-        Program {
+        Ok(Program {
             source: trace.source.clone(),
             origin: Origin::Ops,
             bytes,
             resident,
             steps,
-        }
+        })
     }
 
     /// Builds the program of an allocation problem: `persistent` sizes live throughout, each
     /// buffer of `instance` allocated at its `lower` and freed at its `upper`, with a kernel
     /// writing it after its allocation and one checking it before its free. `step_ns[t]`, when
-    /// known, is the time from event `t` to the next.
+    /// known, is the time from event `t` to the next. The buffers' events are sorted, never
+    /// laid out over every time from 0 to the last `upper`: the program is as long as the
+    /// instance, whatever its times.
     pub fn from_allocations(
         source: &str,
         instance: &Instance,
         persistent: &[u64],
         step_ns: &[Option<f64>],
         scaling: Scaling,
-    ) -> Program {
-        let mut bytes: Vec<u64> = persistent.iter().map(|&s| scaling.bytes(s)).collect();
+    ) -> Result<Program, ProgramError> {
+        let mut bytes: Vec<u64> = persistent
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| scaling.bytes(source, &format!("persistent block {i}"), s))
+            .collect::<Result<_, _>>()?;
         let resident: Vec<TensorId> = (0..bytes.len() as TensorId)
             .filter(|&t| bytes[t as usize] > 0)
             .collect();
         let first = bytes.len() as TensorId;
-        bytes.extend(instance.buffers().iter().map(|b| scaling.bytes(b.size)));
-        let end = instance
-            .buffers()
-            .iter()
-            .map(|b| b.upper)
-            .max()
-            .unwrap_or(0);
-        let mut starting = vec![Vec::new(); end as usize + 1];
-        let mut ending = vec![Vec::new(); end as usize + 1];
+        for buffer in instance.buffers() {
+            let what = format!("buffer {}", buffer.id);
+            bytes.push(scaling.bytes(source, &what, buffer.size)?);
+        }
+        // (time, frees before allocations, tensor): at each time the buffers ending, then those
+        // starting, each group in the instance's order.
+        let mut events: Vec<(u64, bool, TensorId)> = Vec::with_capacity(2 * bytes.len());
         for (i, buffer) in instance.buffers().iter().enumerate() {
             let t = first + i as TensorId;
             if bytes[t as usize] > 0 {
-                starting[buffer.lower as usize].push(t);
-                ending[buffer.upper as usize].push(t);
+                events.push((buffer.lower, true, t));
+                events.push((buffer.upper, false, t));
             }
         }
+        events.sort_unstable();
         let mut steps = Vec::new();
-        for time in 0..=end as usize {
-            let duration_ns = step_ns
-                .get(time)
-                .copied()
-                .flatten()
+        for group in events.chunk_by(|a, b| a.0 == b.0) {
+            let time = group[0].0;
+            let duration_ns = usize::try_from(time)
+                .ok()
+                .and_then(|i| step_ns.get(i).copied().flatten())
                 .map_or(0, |ns| scaling.duration_ns(ns));
             let launch = |tensors: &[TensorId], kind: AccessKind, duration_ns: u64| {
                 Step::Launch(Launch {
-                    op: time as u64,
+                    op: time,
                     kernel: usize::from(kind != AccessKind::Write),
                     accesses: tensors
                         .iter()
@@ -326,25 +435,26 @@ impl Program {
                     duration_ns,
                 })
             };
-            let frees = &ending[time];
-            let allocs = &starting[time];
+            let split = group.partition_point(|e| !e.1);
+            let frees: Vec<TensorId> = group[..split].iter().map(|e| e.2).collect();
+            let allocs: Vec<TensorId> = group[split..].iter().map(|e| e.2).collect();
             if !frees.is_empty() {
                 let duration = if allocs.is_empty() { duration_ns } else { 0 };
-                steps.push(launch(frees, AccessKind::CheckAll, duration));
+                steps.push(launch(&frees, AccessKind::CheckAll, duration));
                 steps.extend(frees.iter().map(|&t| Step::Free(t)));
             }
             if !allocs.is_empty() {
                 steps.extend(allocs.iter().map(|&t| Step::Alloc(t)));
-                steps.push(launch(allocs, AccessKind::Write, duration_ns));
+                steps.push(launch(&allocs, AccessKind::Write, duration_ns));
             }
         }
-        Program {
+        Ok(Program {
             source: source.to_string(),
             origin: Origin::Allocations,
             bytes,
             resident,
             steps,
-        }
+        })
     }
 }
 
@@ -385,14 +495,14 @@ pub fn load(path: &Path, settings: &LoadSettings) -> anyhow::Result<Program> {
         import_options.max_decompressed = limit;
     }
     match ops::load_with(path, &ops_options) {
-        Ok(loaded) => return Ok(Program::from_ops(&loaded.trace, settings.scaling)),
+        Ok(loaded) => return Ok(Program::from_ops(&loaded.trace, settings.scaling)?),
         Err(err) if not_op_level(&err) => {}
         Err(err) => return Err(err.into()),
     }
     let source = path.display().to_string();
     let program = match import::load_with(path, &import_options)? {
         Imported::Instance(instance) => {
-            Program::from_allocations(&source, &instance, &[], &[], settings.scaling)
+            Program::from_allocations(&source, &instance, &[], &[], settings.scaling)?
         }
         Imported::Recording(recording) => {
             let times: Vec<Option<u64>> = recording.events().iter().map(|e| e.time_us()).collect();
@@ -420,12 +530,12 @@ pub fn load(path: &Path, settings: &LoadSettings) -> anyhow::Result<Program> {
                         &persistent,
                         &step_ns,
                         settings.scaling,
-                    )
+                    )?
                 }
                 None => {
                     let instance = recording.to_instance(None)?;
                     let step_ns = gaps(0, recording.len());
-                    Program::from_allocations(&source, &instance, &[], &step_ns, settings.scaling)
+                    Program::from_allocations(&source, &instance, &[], &step_ns, settings.scaling)?
                 }
             }
         }

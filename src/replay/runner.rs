@@ -162,7 +162,7 @@ pub struct KernelSpan {
 
 /// The content state of one tensor.
 #[derive(Clone, Copy, Default)]
-struct Content {
+pub(crate) struct Content {
     address: u64,
     written: bool,
     iteration: u32,

@@ -93,7 +93,8 @@ fn an_op_trace_becomes_one_launch_per_op_with_its_lifetimes() {
             size: 0.5,
             time: 2.0,
         },
-    );
+    )
+    .unwrap();
     assert_eq!(program.bytes, vec![500, 200, 1500, 500, 5]);
     assert_eq!(program.resident, vec![0, 1]);
     let launch = |op: u64, accesses: &[(u32, AccessKind)], duration_ns: u64| {
@@ -168,7 +169,8 @@ fn an_allocation_problem_writes_each_buffer_at_birth_and_checks_it_at_death() {
     ])
     .unwrap();
     let times = [Some(1000.0), None, Some(5000.0)];
-    let program = Program::from_allocations("csv", &instance, &[64], &times, Scaling::default());
+    let program =
+        Program::from_allocations("csv", &instance, &[64], &times, Scaling::default()).unwrap();
     assert_eq!(program.bytes, vec![64, 100, 50, 10]);
     assert_eq!(program.resident, vec![0]);
     let launch = |op: u64, tensors: &[u32], kind: AccessKind, duration_ns: u64| {
@@ -222,7 +224,7 @@ fn the_host_copies_of_an_itermem_trace_are_replayed_as_copies() {
         ..op(&[2], &[], 1000.0)
     };
     trace.tensors[3].born_at = Some(2);
-    let program = Program::from_ops(&trace, Scaling::default());
+    let program = Program::from_ops(&trace, Scaling::default()).unwrap();
     assert_eq!(
         program.steps[..3],
         [Step::Alloc(2), Step::Upload(2), Step::Free(1)]
@@ -236,4 +238,53 @@ fn the_host_copies_of_an_itermem_trace_are_replayed_as_copies() {
         })
     );
     assert_eq!(program.launches(), 1);
+}
+
+#[test]
+fn far_times_cost_their_events_and_impossible_sizes_are_refused_naming_them() {
+    let instance = |times: [u64; 3], size: u64| {
+        Instance::new(vec![
+            Buffer {
+                id: 0,
+                lower: times[0],
+                upper: times[2],
+                size,
+            },
+            Buffer {
+                id: 1,
+                lower: times[1],
+                upper: times[2],
+                size: 10,
+            },
+        ])
+        .unwrap()
+    };
+    let build = |instance: &Instance, scaling| {
+        Program::from_allocations("far.csv", instance, &[], &[], scaling)
+    };
+    let near = build(&instance([0, 1, 2], 100), Scaling::default()).unwrap();
+    let far = build(&instance([0, 1 << 40, u64::MAX], 100), Scaling::default()).unwrap();
+    // The same steps, only the ops (the times) differ.
+    assert_eq!(far.steps.len(), near.steps.len());
+    assert_eq!(far.peak_bytes(), 110);
+    assert_eq!(far.cost(3).kernels, 3 * 3);
+    assert!(matches!(&far.steps[4], Step::Launch(l) if l.op == u64::MAX));
+
+    let err = build(&instance([0, 1, 2], u64::MAX), Scaling::default()).unwrap_err();
+    assert_eq!(err.source, "far.csv");
+    assert!(
+        err.message
+            .contains("buffer 0 has 18446744073709551615 bytes"),
+        "{err}"
+    );
+    let scaled = Scaling {
+        size: 1e12,
+        time: 1.0,
+    };
+    let err = build(&instance([0, 1, 2], 1000), scaled).unwrap_err();
+    assert!(
+        err.message
+            .contains("buffer 0 has 1000 bytes (1000000000000000 B at --scale"),
+        "{err}"
+    );
 }

@@ -543,3 +543,55 @@ pub fn encode_trace(header: &TraceHeader, events: &[Event]) -> io::Result<Vec<u8
     encode_end(&end, &mut body, &mut out);
     Ok(out)
 }
+
+/// Checks where each record of a trace ends as its bytes arrive, so a gzip-compressed trace that
+/// turns into something else after its start is refused at that byte, not after decompressing
+/// it all ([`crate::content`]): a record of kind 0 (never written; the reader refuses it too) or
+/// a malformed length. The header and the bodies are left to the reader.
+#[derive(Default)]
+pub(crate) struct Framing {
+    /// Offset of the next record, once the header's length is known.
+    pos: Option<usize>,
+}
+
+impl Framing {
+    /// Checks the records complete in `content` (everything decompressed so far) that were not
+    /// checked yet: the offset and what is wrong, if anything is.
+    pub(crate) fn advance(&mut self, content: &[u8]) -> Result<(), (u64, String)> {
+        let at = offset::HEADER_LEN as usize;
+        let pos = match self.pos {
+            Some(pos) => pos,
+            None => {
+                let Some(len) = content.get(at..at + 4) else {
+                    return Ok(());
+                };
+                let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
+                *self.pos.insert(len.max(MIN_HEADER_LEN) as usize)
+            }
+        };
+        let mut pos = pos;
+        while let Some(&kind) = content.get(pos) {
+            if kind == 0 {
+                return Err((
+                    pos as u64,
+                    "a record of kind 0, which is never written".into(),
+                ));
+            }
+            let mut frame = Cursor::new(&content[pos + 1..], pos as u64 + 1, "file");
+            let length = match frame.varint("record length") {
+                Ok(length) => length,
+                Err(err) if matches!(err.problem, Problem::FieldPastEnd { .. }) => break,
+                Err(err) => return Err((err.at, err.problem.to_string())),
+            };
+            let end = usize::try_from(length)
+                .ok()
+                .and_then(|len| (frame.offset() as usize).checked_add(len));
+            match end {
+                Some(end) if end <= content.len() => pos = end,
+                _ => break,
+            }
+        }
+        self.pos = Some(pos);
+        Ok(())
+    }
+}

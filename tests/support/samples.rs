@@ -67,3 +67,40 @@ pub const GEN: [&str; 14] = [
     r#"{"ev":"free","id":13,"op":6}"#,
     r#"{"ev":"end","op":6}"#,
 ];
+
+/// A snapshot of one allocation of `size` bytes, freed: `size` may exceed `i64::MAX`, which the
+/// pickle writer cannot encode, so a placeholder is written and its `LONG1` patched.
+pub fn snapshot_of_size(size: u64) -> Vec<u8> {
+    use serde_pickle::Value;
+    const PLACEHOLDER: i64 = 0x1234_5678_9abc_def0;
+    let events = vec![
+        entry("alloc", 0x1000, PLACEHOLDER, None),
+        entry("free_requested", 0x1000, PLACEHOLDER, None),
+    ];
+    let snapshot = dict(vec![
+        ("segments", Value::List(vec![])),
+        ("device_traces", Value::List(vec![Value::List(events)])),
+    ]);
+    let bytes = serde_pickle::value_to_vec(&snapshot, serde_pickle::SerOptions::new()).unwrap();
+    let mut placeholder = vec![0x8a, 8];
+    placeholder.extend_from_slice(&PLACEHOLDER.to_le_bytes());
+    let mut long = vec![0x8a, 9];
+    long.extend_from_slice(&size.to_le_bytes());
+    long.push(0);
+    let text = bytes
+        .windows(placeholder.len())
+        .position(|w| w == placeholder)
+        .expect("the placeholder is written as LONG1");
+    let mut patched = bytes[..text].to_vec();
+    let mut rest = &bytes[text..];
+    while let Some(at) = rest
+        .windows(placeholder.len())
+        .position(|w| w == placeholder)
+    {
+        patched.extend_from_slice(&rest[..at]);
+        patched.extend_from_slice(&long);
+        rest = &rest[at + placeholder.len()..];
+    }
+    patched.extend_from_slice(rest);
+    patched
+}
