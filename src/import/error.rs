@@ -72,7 +72,7 @@ pub enum Problem {
         error: io::Error,
         compressed_offset: u64,
     },
-    /// Gzip content that stops being the format it began as (see [`crate::content`]).
+    /// Gzip content that stops being the format it began as (see `crate::content`).
     Malformed(String),
     /// The gzip stream decompresses to more than `limit` bytes
     /// ([`ImportOptions::max_decompressed`](super::ImportOptions::max_decompressed)).

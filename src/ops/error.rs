@@ -38,7 +38,7 @@ pub enum Problem {
     /// ([`LoadOptions::max_decompressed`](super::LoadOptions::max_decompressed)).
     DecompressedTooLarge { limit: u64 },
     /// Gzip content that stops being the format it began as at `offset` of the decompressed
-    /// data (see [`crate::content`]).
+    /// data (see `crate::content`).
     Malformed { offset: u64, message: String },
     /// The file has no content (after decompression, for a gzip file).
     Empty,
