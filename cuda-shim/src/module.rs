@@ -160,6 +160,39 @@ impl Module {
     }
 }
 
+/// Handles of every loaded library.
+static LIBRARIES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// A library (`cuLibraryLoadData`): a module that belongs to no context. Modules here are not
+/// bound to a context anyway (their variables are allocated per device), so a library is its
+/// module under another handle, which `cuLibraryGetModule` answers in every context.
+pub struct Library {
+    pub module: &'static Module,
+}
+
+impl Library {
+    /// A library of `module`, alive for the process (as modules are).
+    pub fn new(module: &'static Module) -> &'static Library {
+        let library: &'static Library = Box::leak(Box::new(Library { module }));
+        LIBRARIES.lock().push(library.handle());
+        library
+    }
+
+    /// The `CUlibrary` handle: the library's address.
+    pub fn handle(&'static self) -> usize {
+        self as *const Library as usize
+    }
+
+    /// The library of a handle (`CUDA_ERROR_INVALID_HANDLE` for any other value).
+    pub fn from_handle(handle: usize) -> CuResult<&'static Library> {
+        if !LIBRARIES.lock().contains(&handle) {
+            return Err(INVALID_HANDLE);
+        }
+        // SAFETY: `LIBRARIES` holds only addresses of libraries leaked in `new`, never freed.
+        Ok(unsafe { &*(handle as *const Library) })
+    }
+}
+
 /// One line on stderr: the program gets an error code, the user the reason.
 pub fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "cuda-shim: {message}");
