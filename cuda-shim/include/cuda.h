@@ -838,6 +838,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
  */
 #if defined(__CUDA_API_VERSION_INTERNAL)
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 #undef cuMemcpy
 #undef cuMemcpyPeer
 #undef cuMemcpyAsync
@@ -864,6 +866,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
 #undef cuMemAllocAsync
 #undef cuMemAllocFromPoolAsync
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 #if CUDA_VERSION >= 13000
 /* what CUDA 13's header maps to newer variants */
 #undef cuCtxCreate

@@ -1049,13 +1049,14 @@ impl Driver {
     /// (after its queued work ran): its streams, its events, the device memory and page-locked
     /// memory it allocated (memory of a created context, and stream-ordered allocations of the
     /// default pool, stay, as on CUDA), host registrations, peer access to and from the device,
-    /// its flags, a sticky fault and the context-local storage (its destructors run). The
-    /// context object stays (its handle too: threads where it is current keep it) and becomes
-    /// inactive: the retain count drops to 0, as NVIDIA's driver does, and the next retain makes
-    /// it active again.
+    /// its flags, a sticky fault, the modules' variables on the device (made afresh at their next
+    /// use) and the context-local storage (its destructors run). The context object stays (its
+    /// handle too: threads where it is current keep it) and becomes inactive: the retain count
+    /// drops to 0, as NVIDIA's driver does, and the next retain makes it active again.
     pub fn reset_primary(&self, device: usize) {
         let context = &self.contexts[device];
         self.release_resources(context);
+        crate::module::Module::forget_globals(device);
         self.drop_storage(context.handle());
         let mut peers = self.peers.lock();
         peers[device] = 0;

@@ -218,6 +218,13 @@ driver_api! {
         driver.release_primary(device as usize)
     }
 
+    /// The CUDA 7 name of `cuDevicePrimaryCtxRelease_v2`, which NVIDIA's runtime still asks
+    /// `cuGetProcAddress` for (at version 7000): the same function here.
+    fn cuDevicePrimaryCtxRelease(device: i32) {
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuDevicePrimaryCtxRelease_v2(device) })
+    }
+
     /// The flags of `cuDevicePrimaryCtxSetFlags` (0, `CU_CTX_SCHED_AUTO`, until set); active
     /// while retained (the runtime retains the primary context of a device when it first makes
     /// it current).
@@ -247,6 +254,13 @@ driver_api! {
         driver.device(device)?;
         driver.reset_primary(device as usize);
         Ok(())
+    }
+
+    /// The CUDA 7 name of `cuDevicePrimaryCtxReset_v2` (`cudaDeviceReset` of NVIDIA's runtime
+    /// asks for it at version 7000): the same function here.
+    fn cuDevicePrimaryCtxReset(device: i32) {
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuDevicePrimaryCtxReset_v2(device) })
     }
 
     /// A context of its own on `device`, pushed on the calling thread's stack (see
@@ -1975,6 +1989,11 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain"),
     (
         "cuDevicePrimaryCtxRelease",
+        7000,
+        "cuDevicePrimaryCtxRelease",
+    ),
+    (
+        "cuDevicePrimaryCtxRelease",
         11000,
         "cuDevicePrimaryCtxRelease_v2",
     ),
@@ -1983,6 +2002,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
         11000,
         "cuDevicePrimaryCtxSetFlags_v2",
     ),
+    ("cuDevicePrimaryCtxReset", 7000, "cuDevicePrimaryCtxReset"),
     (
         "cuDevicePrimaryCtxReset",
         11000,

@@ -152,6 +152,17 @@ impl Module {
         Ok(addresses)
     }
 
+    /// Forgets the variables of every module on device `ordinal`, whose memory a reset of its
+    /// primary context freed: the next use makes them afresh from the PTX, as the modules of a
+    /// new context are on CUDA.
+    pub fn forget_globals(ordinal: usize) {
+        for &handle in LOADED.lock().iter() {
+            // SAFETY: `LOADED` holds only addresses of modules leaked in `load`, never freed.
+            let module = unsafe { &*(handle as *const Module) };
+            module.globals.lock().remove(&ordinal);
+        }
+    }
+
     /// The index and size of variable `name`.
     pub fn global(&self, name: &str) -> Option<(usize, usize)> {
         let ptx = self.ptx.as_ref()?;
