@@ -1,7 +1,7 @@
 //! `cuGetExportTable`: the private tables NVIDIA's runtime asks its driver for.
 //!
 //! NVIDIA's runtime (`libcudart_static.a` linked into every default `nvcc` build, and
-//! `libcudart.so`) reaches its driver through `cuGetProcAddress` and through a few tables of
+//! `libcudart.so.13`) reaches its driver through `cuGetProcAddress` and through a few tables of
 //! functions that no header declares, each named by a UUID. What they hold is known from ZLUDA's
 //! work (github.com/vosen/ZLUDA, `dark_api/`) and was confirmed here by running NVIDIA's CUDA
 //! 13.0 runtime on this driver with `CUDA_SHIM_LOG_EXPORT_TABLES=1`. A table is an array of
@@ -9,8 +9,8 @@
 //! does not. Every entry the shim does not implement is a function that says, once, on stderr
 //! which entry of which table was called and returns `CUDA_ERROR_NOT_SUPPORTED`: a table entry
 //! we lack is a clear failure, never a jump to NULL. An unknown UUID is
-//! `CUDA_ERROR_INVALID_VALUE`, as on NVIDIA's driver (the runtime asks for some tables it can do
-//! without).
+//! `CUDA_ERROR_INVALID_VALUE` (ZLUDA's answer): the 13.0 runtime first asks for
+//! `{F8CFF951-2146-8B4E-B9E2-FB469E7C0DD9}`, which nobody has described, and does without it.
 
 use crate::device::{self, StorageDestructor};
 use crate::exports::{device_uuid, driver_version, guard};
@@ -410,7 +410,8 @@ unsafe extern "C" fn integrity_check(
 
 /// The HMAC-MD2 of [`integrity_check`] for this process, thread and devices.
 fn integrity_hash(version: u32, unix_seconds: u64) -> CuResult<[u64; 2]> {
-    let driver = device::initialized()?;
+    // Not `initialized()`: a device's sticky fault does not change what the hash covers.
+    let driver = device::driver()?;
     let mut message = Vec::with_capacity(48 + 28 * driver.count());
     message.extend_from_slice(&(driver_version() as u32).to_ne_bytes());
     message.extend_from_slice(&version.to_ne_bytes());
