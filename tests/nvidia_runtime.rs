@@ -169,6 +169,38 @@ fn nvidia_runtimes_run_nvcc_programs_on_the_shims_driver() {
     }
 }
 
+/// The newest CUDA 13 runtime (13.5, the wheel `tools/abi-check` uses) asks for one more table,
+/// and calls another entry, than nvcc's 13.0: the shared builds run on it as well.
+#[test]
+fn the_cuda_13_5_runtime_runs_them_too() {
+    let Some(dir) = built() else { return };
+    let Some(nvidia) = support::nvidia_dirs(13) else {
+        return;
+    };
+    for (name, args) in PROGRAMS {
+        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        let output = Command::new(dir.join(name))
+            .args(args)
+            .env(
+                "LD_LIBRARY_PATH",
+                format!("{}:{}", nvidia.lib, shim_lib_dir().display()),
+            )
+            .env("LD_BIND_NOW", "1")
+            .env("CUDA_SHIM_LOG_EXPORT_TABLES", "1")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let what = format!("{name} {args:?} on NVIDIA's CUDA 13.5 runtime");
+        assert_eq!(stdout_ok(&output), expected, "{what}");
+        assert_nvidia_runtime_ran(&output, &what);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("{21318C60-9714-3248-8CA6-41FF7324C8F2}): UNNAMED_13_5"),
+            "{what}: not the 13.5 runtime:\n{stderr}"
+        );
+    }
+}
+
 /// The static runtime loads its kernels with `cuLibraryLoadData` in eager loading too.
 #[test]
 fn eager_module_loading_runs_the_same_kernels() {

@@ -76,7 +76,7 @@ fn uuid_text(id: &[u8; 16]) -> String {
 }
 
 /// Every table the shim serves. Indices are the `TABLE` of [`Word::unserved`].
-static TABLES: [Table; 6] = [
+static TABLES: [Table; 7] = [
     Table {
         name: "CUDART_INTERFACE",
         id: [
@@ -125,12 +125,20 @@ static TABLES: [Table; 6] = [
         ],
         words: &INTEGRITY_CHECK,
     },
+    Table {
+        name: "UNNAMED_13_5",
+        id: [
+            0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24,
+            0xc8, 0xf2,
+        ],
+        words: &UNNAMED_13_5,
+    },
 ];
 
 /// The runtime's interface to its driver. ZLUDA found module loaders at 1, 6 and 8 (from a
-/// registered fatbinary), a no-op at 7 and the loading of NVIDIA's JIT compilers at 12; CUDA
-/// 13.0's runtime calls none of them (it loads its kernels with `cuLibraryLoadData`, in lazy and
-/// eager loading alike), so only 2 is served.
+/// registered fatbinary) and a no-op at 7; neither CUDA 13.0's nor 13.5's runtime calls them (they
+/// load their kernels with `cuLibraryLoadData`, in lazy and eager loading alike). 13.5's calls 12
+/// when it initialises.
 static CUDART_INTERFACE: [Word; 13] = [
     Word::size_of(13),
     Word::unserved::<0, 1>(),
@@ -144,7 +152,7 @@ static CUDART_INTERFACE: [Word; 13] = [
     Word::unserved::<0, 9>(),
     Word::unserved::<0, 10>(),
     Word::unserved::<0, 11>(),
-    Word::unserved::<0, 12>(),
+    Word(load_compilers as *const c_void),
 ];
 
 /// Where a profiler's callbacks would be subscribed: two buffers, left zero (no subscriber).
@@ -185,6 +193,29 @@ static INTEGRITY_CHECK: [Word; 3] = [
     Word::size_of(3),
     Word(integrity_check as *const c_void),
     Word::unserved::<5, 2>(),
+];
+
+/// A table CUDA 13.5's runtime asks for (13.0's does not), which nobody has described: without
+/// it the runtime's initialisation fails with `cudaErrorInvalidValue`, and no program here calls
+/// any of its entries. Its length is unknown; 16 unserved entries make a call a logged failure
+/// rather than a read past the table.
+static UNNAMED_13_5: [Word; 16] = [
+    Word::size_of(16),
+    Word::unserved::<6, 1>(),
+    Word::unserved::<6, 2>(),
+    Word::unserved::<6, 3>(),
+    Word::unserved::<6, 4>(),
+    Word::unserved::<6, 5>(),
+    Word::unserved::<6, 6>(),
+    Word::unserved::<6, 7>(),
+    Word::unserved::<6, 8>(),
+    Word::unserved::<6, 9>(),
+    Word::unserved::<6, 10>(),
+    Word::unserved::<6, 11>(),
+    Word::unserved::<6, 12>(),
+    Word::unserved::<6, 13>(),
+    Word::unserved::<6, 14>(),
+    Word::unserved::<6, 15>(),
 ];
 
 /// `cuGetExportTable`: the table whose UUID `id` points to.
@@ -251,6 +282,12 @@ unsafe extern "C" fn primary_context(context: *mut usize, device: i32) -> u32 {
         unsafe { context.write(handle) };
         Ok(())
     })
+}
+
+/// Entry 12: on NVIDIA's driver, loads its PTX compiler and libNVVM (ZLUDA's finding). The shim
+/// interprets PTX and needs neither: success.
+extern "C" fn load_compilers() -> u32 {
+    CUDA_SUCCESS
 }
 
 // ---- TOOLS_RUNTIME_CALLBACK_HOOKS ----
