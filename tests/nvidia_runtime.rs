@@ -260,6 +260,7 @@ fn itermem_sees_nvidias_runtime_once() {
                     stats["host_events"].clone(),
                     stats["kernels"].clone(),
                     stats["peak_live_bytes"].clone(),
+                    stats["live_bytes_at_exit"].clone(),
                     stats["iterations"].clone(),
                 ];
                 match &reference {
