@@ -252,8 +252,7 @@ pub unsafe fn get(table: *mut *const c_void, id: *const [u8; 16]) -> CuResult<()
 /// An entry the shim does not serve: one line naming it (the first time), then
 /// `CUDA_ERROR_NOT_SUPPORTED`. Its arguments are unknown and not read (C callers may pass any).
 unsafe extern "C" fn unserved<const TABLE: usize, const INDEX: usize>() -> u32 {
-    static REPORTED: AtomicBool = AtomicBool::new(false);
-    if !REPORTED.swap(true, Ordering::Relaxed) {
+    if first_call(TABLE, INDEX) {
         let table = &TABLES[TABLE];
         log(format_args!(
             "the runtime called entry {INDEX} of export table {} {}, which the shim does not \
@@ -263,6 +262,17 @@ unsafe extern "C" fn unserved<const TABLE: usize, const INDEX: usize>() -> u32 {
         ));
     }
     NOT_SUPPORTED.0
+}
+
+/// Most words a table of [`TABLES`] has.
+const MAX_WORDS: usize = 16;
+
+/// Whether entry `index` of table `table` is called for the first time. (A `static` inside the
+/// generic [`unserved`] would be one for all its instances, not one per entry.)
+fn first_call(table: usize, index: usize) -> bool {
+    static CALLED: [AtomicBool; TABLES.len() * MAX_WORDS] =
+        [const { AtomicBool::new(false) }; TABLES.len() * MAX_WORDS];
+    !CALLED[table * MAX_WORDS + index].swap(true, Ordering::Relaxed)
 }
 
 // ---- CUDART_INTERFACE ----
@@ -630,6 +640,7 @@ mod tests {
                 );
             }
             assert!(TABLES[..i].iter().all(|t| t.id != table.id));
+            assert!(table.words.len() <= MAX_WORDS, "{}", table.name);
         }
         assert_eq!(
             uuid_text(&TABLES[0].id),
@@ -647,8 +658,15 @@ mod tests {
     }
 
     #[test]
-    fn an_unserved_entry_says_not_supported() {
+    fn an_unserved_entry_says_not_supported_and_each_is_reported_once() {
         // SAFETY: the unserved entries read no argument.
         assert_eq!(unsafe { unserved::<0, 3>() }, NOT_SUPPORTED.0);
+        assert!(!first_call(0, 3), "entry 3 was just reported");
+        assert!(
+            first_call(0, 4),
+            "another entry of the table is reported on its own"
+        );
+        assert!(first_call(6, 15));
+        assert!(!first_call(6, 15));
     }
 }
