@@ -40,6 +40,15 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+
+#ifndef CU_UUID_HAS_BEEN_DEFINED
+#define CU_UUID_HAS_BEEN_DEFINED
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+#endif
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
@@ -644,6 +653,26 @@ typedef enum CUfunction_attribute_enum {
 #define cuMemAllocFromPoolAsync __CUDA_API_PTSZ(cuMemAllocFromPoolAsync)
 #endif
 
+/* ---- libraries (context-independent modules) and their loading ---- */
+typedef enum CUmoduleLoadingMode_enum {
+    CU_MODULE_EAGER_LOADING = 0x1,
+    CU_MODULE_LAZY_LOADING = 0x2
+} CUmoduleLoadingMode;
+
+/* Accepted and ignored by cuLibraryLoadData (the shim has no JIT options to apply). */
+typedef enum CUjit_option_enum {
+    CU_JIT_MAX_REGISTERS = 0
+} CUjit_option;
+
+typedef enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+    CU_LIBRARY_BINARY_IS_PRESERVED = 1
+} CUlibraryOption;
+
+#if CUDA_VERSION >= 13000
+#define cuDeviceGetUuid cuDeviceGetUuid_v2
+#endif
+
 /* ---- initialisation, versions, devices, contexts ---- */
 CUresult CUDAAPI cuInit(unsigned int Flags);
 CUresult CUDAAPI cuDriverGetVersion(int *driverVersion);
@@ -666,6 +695,10 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx);
 CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags);
 CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
 CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+#if CUDA_VERSION < 13000
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+#endif
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
 CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx);
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx);
@@ -684,6 +717,7 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr);
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr);
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 
 /* ---- memory ---- */
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
@@ -781,6 +815,17 @@ CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod);
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
+CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code,
+                                   CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions,
+                                   CUlibraryOption *libraryOptions, void** libraryOptionValues, unsigned int numLibraryOptions);
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library);
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
+CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
@@ -793,6 +838,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
  */
 #if defined(__CUDA_API_VERSION_INTERNAL)
 #undef cuGetProcAddress
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 #undef cuMemcpy
 #undef cuMemcpyPeer
 #undef cuMemcpyAsync
@@ -819,10 +866,14 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBl
 #undef cuMemAllocAsync
 #undef cuMemAllocFromPoolAsync
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 #if CUDA_VERSION >= 13000
 /* what CUDA 13's header maps to newer variants */
 #undef cuCtxCreate
 #undef cuEventElapsedTime
+#undef cuDeviceGetUuid
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);

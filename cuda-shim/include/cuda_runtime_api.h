@@ -401,7 +401,12 @@ enum cudaDeviceAttr {
     cudaDevAttrHostNumaMultinodeIpcSupported = 143
 };
 
+/* As in NVIDIA's driver_types.h: defined once, whichever of this header and cuda.h comes first. */
+#ifndef CU_UUID_HAS_BEEN_DEFINED
+#define CU_UUID_HAS_BEEN_DEFINED
 struct CUuuid_st { char bytes[16]; };
+typedef struct CUuuid_st CUuuid;
+#endif
 typedef struct CUuuid_st cudaUUID_t;
 
 /* Layout of CUDA 12.x (cudaGetDeviceProperties_v2) or, with CUDART_VERSION >= 13000, of CUDA 13

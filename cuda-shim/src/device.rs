@@ -617,7 +617,17 @@ pub struct Driver {
     retains: Mutex<[u32; MAX_DEVICES]>,
     /// `cuFuncSetAttribute` values by function handle: max dynamic shared memory, carveout.
     function_attributes: Mutex<HashMap<usize, [i32; 2]>>,
+    /// Context-local storage (NVIDIA's runtime keeps its per-context state there, through an
+    /// export table: `export_table`): value and destructor by (context handle, key).
+    storage: Mutex<HashMap<(usize, usize), Stored>>,
 }
+
+/// A context-local value and its destructor.
+type Stored = (usize, Option<StorageDestructor>);
+
+/// Called with (context, key, value) when a context-local value's context is reset or
+/// destroyed.
+pub type StorageDestructor = unsafe extern "C" fn(usize, usize, usize);
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
@@ -857,6 +867,7 @@ impl Driver {
             peers: Mutex::new([0; MAX_DEVICES]),
             retains: Mutex::new([0; MAX_DEVICES]),
             function_attributes: Mutex::new(HashMap::new()),
+            storage: Mutex::new(HashMap::new()),
         })
     }
 
@@ -1094,12 +1105,15 @@ impl Driver {
     /// (after its queued work ran): its streams, its events, the device memory and page-locked
     /// memory it allocated (memory of a created context, and stream-ordered allocations of the
     /// default pool, stay, as on CUDA), host registrations, peer access to and from the device,
-    /// its flags and a sticky fault. The context object stays (its handle too: threads where it
-    /// is current keep it) and becomes inactive: the retain count drops to 0, as NVIDIA's driver
-    /// does, and the next retain makes it active again.
+    /// its flags, a sticky fault, the modules' variables on the device (made afresh at their next
+    /// use) and the context-local storage (its destructors run). The context object stays (its
+    /// handle too: threads where it is current keep it) and becomes inactive: the retain count
+    /// drops to 0, as NVIDIA's driver does, and the next retain makes it active again.
     pub fn reset_primary(&self, device: usize) {
         let context = &self.contexts[device];
         self.release_resources(context);
+        crate::module::Module::forget_globals(device);
+        self.drop_storage(context.handle());
         let mut peers = self.peers.lock();
         peers[device] = 0;
         for peer in peers.iter_mut() {
@@ -1151,6 +1165,7 @@ impl Driver {
         };
         context.destroyed.store(true, Ordering::Release);
         self.release_resources(context);
+        self.drop_storage(handle);
         // A thread whose locals are gone has nothing current to pop.
         let _ = with_stack(|stack| {
             if stack.last().is_some_and(|c| c.handle() == handle) {
@@ -1189,6 +1204,60 @@ impl Driver {
                 };
                 device.owners.lock().remove(&addr);
             }
+        }
+    }
+
+    // ---- context-local storage ----
+
+    /// Stores `value` under `key` in context `handle`, replacing what was there.
+    pub fn storage_put(
+        &self,
+        handle: usize,
+        key: usize,
+        value: usize,
+        destructor: Option<StorageDestructor>,
+    ) -> CuResult<()> {
+        self.context_of_handle(handle)?;
+        self.storage
+            .lock()
+            .insert((handle, key), (value, destructor));
+        Ok(())
+    }
+
+    /// The value under `key` in context `handle` (`CUDA_ERROR_INVALID_HANDLE` if none).
+    pub fn storage_get(&self, handle: usize, key: usize) -> CuResult<usize> {
+        self.context_of_handle(handle)?;
+        let storage = self.storage.lock();
+        storage
+            .get(&(handle, key))
+            .map(|&(value, _)| value)
+            .ok_or(INVALID_HANDLE)
+    }
+
+    /// Forgets `key` in context `handle`, without calling its destructor.
+    pub fn storage_delete(&self, handle: usize, key: usize) -> CuResult<()> {
+        self.context_of_handle(handle)?;
+        self.storage.lock().remove(&(handle, key));
+        Ok(())
+    }
+
+    /// A reset or destroyed context loses its storage: each destructor runs once, outside the
+    /// lock (it may call the driver).
+    fn drop_storage(&self, handle: usize) {
+        let mut dropped = Vec::new();
+        self.storage
+            .lock()
+            .retain(|&(context, key), &mut (value, destructor)| {
+                if context != handle {
+                    return true;
+                }
+                dropped.extend(destructor.map(|d| (d, key, value)));
+                false
+            });
+        for (destructor, key, value) in dropped {
+            // SAFETY: the destructor the storage's owner registered, with the arguments it was
+            // registered for.
+            unsafe { destructor(handle, key, value) };
         }
     }
 

@@ -8,9 +8,10 @@
 use crate::device::{
     self, Context, Driver, MemoryType, Place, Rect, Shape, current, init, initialized,
 };
+use crate::export_table;
 use crate::kernel::{Body, Layout, pack_offsets};
 use crate::memory::DeviceKind;
-use crate::module::Module;
+use crate::module::{Library, Module};
 use crate::result::*;
 use crate::stats::StatsSnapshot;
 use crate::stream::PER_THREAD;
@@ -29,6 +30,14 @@ pub fn driver_version() -> i32 {
 }
 const DEVICE_NAME: &str = "cuda-shim simulated GPU";
 
+/// The UUID of device `ordinal`: the bytes of `cuda-shim` then the ordinal, the same in every
+/// run (a GPU's UUID is fixed too).
+pub fn device_uuid(ordinal: i32) -> [u8; 16] {
+    let mut uuid = *b"cuda-shim\0\0\0\0\0\0\0";
+    uuid[12..].copy_from_slice(&ordinal.to_be_bytes());
+    uuid
+}
+
 /// The name of device `ordinal`: with several devices each name ends with its ordinal, so
 /// programs that tell devices apart by name can.
 fn device_name(driver: &Driver, ordinal: i32) -> String {
@@ -40,7 +49,7 @@ fn device_name(driver: &Driver, ordinal: i32) -> String {
 }
 
 /// Runs an export's body; a panic is reported once and becomes `CUDA_ERROR_UNKNOWN`.
-fn guard(name: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
+pub(crate) fn guard(name: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
     static REPORTED: AtomicBool = AtomicBool::new(false);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => code(result),
@@ -73,7 +82,7 @@ unsafe fn put<T>(out: *mut T, value: T) -> CuResult<()> {
 /// `CU_DEVICE_ATTRIBUTE_*` values of simulated device `ordinal` (an A100-class part, every
 /// device alike but for its PCI bus id); attributes CUDA 12.9 defines but the shim does not
 /// model are 0.
-fn attribute(attr: i32, ordinal: i32) -> CuResult<i32> {
+pub(crate) fn attribute(attr: i32, ordinal: i32) -> CuResult<i32> {
     Ok(match attr {
         33 => 1 + ordinal,
         1..=3 => 1024,
@@ -209,6 +218,13 @@ driver_api! {
         driver.release_primary(device as usize)
     }
 
+    /// The CUDA 7 name of `cuDevicePrimaryCtxRelease_v2`, which NVIDIA's runtime still asks
+    /// `cuGetProcAddress` for (at version 7000): the same function here.
+    fn cuDevicePrimaryCtxRelease(device: i32) {
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuDevicePrimaryCtxRelease_v2(device) })
+    }
+
     /// The flags of `cuDevicePrimaryCtxSetFlags` (0, `CU_CTX_SCHED_AUTO`, until set); active
     /// while retained (the runtime retains the primary context of a device when it first makes
     /// it current).
@@ -238,6 +254,13 @@ driver_api! {
         driver.device(device)?;
         driver.reset_primary(device as usize);
         Ok(())
+    }
+
+    /// The CUDA 7 name of `cuDevicePrimaryCtxReset_v2` (`cudaDeviceReset` of NVIDIA's runtime
+    /// asks for it at version 7000): the same function here.
+    fn cuDevicePrimaryCtxReset(device: i32) {
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuDevicePrimaryCtxReset_v2(device) })
     }
 
     /// A context of its own on `device`, pushed on the calling thread's stack (see
@@ -303,6 +326,19 @@ driver_api! {
         }
         // SAFETY: out-parameter contract of `put`.
         unsafe { put(version, 3020) }
+    }
+
+    /// The device's UUID: `cuda-shim` and the ordinal (see [`device_uuid`]).
+    fn cuDeviceGetUuid(uuid: *mut [u8; 16], device: i32) {
+        initialized()?.device(device)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(uuid, device_uuid(device)) }
+    }
+
+    /// As `cuDeviceGetUuid`: the shim has no MIG instances, whose UUIDs would differ.
+    fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], device: i32) {
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuDeviceGetUuid(uuid, device) })
     }
 
     /// `domain:bus:device.function` in hexadecimal, from the PCI attributes (13 characters).
@@ -467,6 +503,12 @@ driver_api! {
     ) {
         // SAFETY: the caller's arguments, as cuGetProcAddress_v2 documents them.
         unsafe { get_proc_address(symbol, pfn, version, flags, status) }
+    }
+
+    /// The private tables of NVIDIA's runtime, by UUID (see `export_table`).
+    fn cuGetExportTable(table: *mut *const c_void, id: *const [u8; 16]) {
+        // SAFETY: the caller's arguments, as cuGetExportTable documents them.
+        unsafe { export_table::get(table, id) }
     }
 
     fn cuMemAlloc_v2(dptr: *mut u64, size: usize) {
@@ -1220,6 +1262,22 @@ driver_api! {
         Ok(())
     }
 
+    /// `cuFuncGetAttribute` of the kernel's function (a `CUkernel` is one: see
+    /// `cuLibraryGetKernel`) on a valid device: attributes are the same on every device here.
+    fn cuKernelGetAttribute(value: *mut i32, attr: u32, kernel: usize, device: i32) {
+        initialized()?.device(device)?;
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuFuncGetAttribute(value, attr, kernel) })
+    }
+
+    /// `cuFuncSetAttribute` of the kernel's function, for every device (CUDA sets it for
+    /// `device` only; the shim keeps one value per function).
+    fn cuKernelSetAttribute(attr: u32, value: i32, kernel: usize, device: i32) {
+        initialized()?.device(device)?;
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuFuncSetAttribute(kernel, attr, value) })
+    }
+
     /// Blocks of `block_size` threads resident on one SM: limited by blocks, threads and
     /// registers (32 per thread) per SM and by shared memory (dynamic plus 1 KiB reserved per
     /// block); a block larger than the function allows has 0. Flags: 0 or
@@ -1396,6 +1454,91 @@ driver_api! {
             unsafe { put(bytes, size) }?;
         }
         Ok(())
+    }
+
+    /// `CU_MODULE_LAZY_LOADING` (2), CUDA's default since 12.2, unless `CUDA_MODULE_LOADING`
+    /// is `EAGER` (1), as NVIDIA's driver reads it. Either way the shim parses a module's PTX
+    /// when it is loaded (NVIDIA's 13.0 runtime loads its kernels with `cuLibraryLoadData` in
+    /// both modes).
+    fn cuModuleGetLoadingMode(mode: *mut u32) {
+        initialized()?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(mode, module_loading_mode()) }
+    }
+
+    /// A library: a module not bound to any context (see `module::Library`). JIT and library
+    /// options are accepted and ignored (the shim has no JIT cache to configure).
+    fn cuLibraryLoadData(
+        library: *mut usize,
+        code: *const c_void,
+        jit_options: *mut u32,
+        jit_values: *mut *mut c_void,
+        num_jit_options: u32,
+        library_options: *mut u32,
+        library_values: *mut *mut c_void,
+        num_library_options: u32,
+    ) {
+        let driver = initialized()?;
+        if library.is_null()
+            || code.is_null()
+            || (num_jit_options > 0 && (jit_options.is_null() || jit_values.is_null()))
+            || (num_library_options > 0 && (library_options.is_null() || library_values.is_null()))
+        {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: `code` is one of the formats cuLibraryLoadData documents.
+        let loaded = unsafe { Module::load(code as *const u8, driver.config.compute_capability) }?;
+        // SAFETY: checked non-null; the caller's out-parameter.
+        unsafe { put(library, Library::new(loaded).handle()) }
+    }
+
+    /// Libraries live for the process, like modules: unloading checks the handle.
+    fn cuLibraryUnload(library: usize) {
+        initialized()?;
+        Library::from_handle(library).map(drop)
+    }
+
+    /// The library's module: the same in every context (modules are context-free here).
+    fn cuLibraryGetModule(module: *mut usize, library: usize) {
+        current()?;
+        let library = Library::from_handle(library)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(module, library.module.handle()) }
+    }
+
+    /// A `CUkernel` is the `CUfunction` `cuModuleGetFunction` gives for the same name in the
+    /// library's module: one handle serves every context, so `cuKernelGetFunction` returns it.
+    fn cuLibraryGetKernel(kernel: *mut usize, library: usize, name: *const c_char) {
+        let driver = initialized()?;
+        if name.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let library = Library::from_handle(library)?;
+        // SAFETY: `name` is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let handle = library.module.function_handle(&name, |key, layout| {
+            driver.functions.register(key, layout) as *const crate::kernel::Function as usize
+        })?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(kernel, handle) }
+    }
+
+    /// A library variable's address on the current context's device, as
+    /// `cuModuleGetGlobal_v2` of the library's module.
+    fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, library: usize, name: *const c_char) {
+        let library = Library::from_handle(library)?;
+        // SAFETY: forwarded arguments of the same contract.
+        code_result(unsafe { cuModuleGetGlobal_v2(dptr, bytes, library.module.handle(), name) })
+    }
+
+    /// The kernel's function in the current context: the kernel's own handle (see
+    /// `cuLibraryGetKernel`).
+    fn cuKernelGetFunction(function: *mut usize, kernel: usize) {
+        let driver = initialized()?;
+        current()?;
+        driver.functions.by_handle(kernel)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(function, kernel) }
     }
 
     /// Shim-only: the `CUfunction` of a registered host function (`CUDA_ERROR_NOT_FOUND` if none).
@@ -1798,6 +1941,16 @@ impl IpcHandle {
     }
 }
 
+/// `cuModuleGetLoadingMode`'s answer: `CU_MODULE_EAGER_LOADING` (1) when `CUDA_MODULE_LOADING`
+/// is `EAGER`, `CU_MODULE_LAZY_LOADING` (2) otherwise, read once.
+fn module_loading_mode() -> u32 {
+    static MODE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("CUDA_MODULE_LOADING").as_deref() {
+        Ok("EAGER") => 1,
+        _ => 2,
+    })
+}
+
 /// An exported function's raw code as a result again.
 fn code_result(code: u32) -> CuResult<()> {
     if code == CUDA_SUCCESS {
@@ -1836,6 +1989,11 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain"),
     (
         "cuDevicePrimaryCtxRelease",
+        7000,
+        "cuDevicePrimaryCtxRelease",
+    ),
+    (
+        "cuDevicePrimaryCtxRelease",
         11000,
         "cuDevicePrimaryCtxRelease_v2",
     ),
@@ -1844,6 +2002,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
         11000,
         "cuDevicePrimaryCtxSetFlags_v2",
     ),
+    ("cuDevicePrimaryCtxReset", 7000, "cuDevicePrimaryCtxReset"),
     (
         "cuDevicePrimaryCtxReset",
         11000,
@@ -1869,6 +2028,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuDeviceGetP2PAttribute", 8000, "cuDeviceGetP2PAttribute"),
     ("cuGetErrorName", 6000, "cuGetErrorName"),
     ("cuGetErrorString", 6000, "cuGetErrorString"),
+    ("cuGetExportTable", 3000, "cuGetExportTable"),
     ("cuGetProcAddress", 11030, "cuGetProcAddress"),
     ("cuGetProcAddress", 12000, "cuGetProcAddress_v2"),
     ("cuMemAlloc", 3020, "cuMemAlloc_v2"),
@@ -1913,6 +2073,15 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuModuleGetFunction", 2000, "cuModuleGetFunction"),
     ("cuModuleGetGlobal", 3020, "cuModuleGetGlobal_v2"),
     ("cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo"),
+    ("cuModuleGetLoadingMode", 11070, "cuModuleGetLoadingMode"),
+    ("cuLibraryLoadData", 12000, "cuLibraryLoadData"),
+    ("cuLibraryUnload", 12000, "cuLibraryUnload"),
+    ("cuLibraryGetModule", 12000, "cuLibraryGetModule"),
+    ("cuLibraryGetKernel", 12000, "cuLibraryGetKernel"),
+    ("cuLibraryGetGlobal", 12000, "cuLibraryGetGlobal"),
+    ("cuKernelGetFunction", 12000, "cuKernelGetFunction"),
+    ("cuKernelGetAttribute", 12000, "cuKernelGetAttribute"),
+    ("cuKernelSetAttribute", 12000, "cuKernelSetAttribute"),
     ("cuMemAllocPitch", 3020, "cuMemAllocPitch_v2"),
     (
         "cuDeviceGetDefaultMemPool",
@@ -1962,6 +2131,8 @@ pub const PROCS: &[(&str, i32, &str)] = &[
         "cuDevicePrimaryCtxGetState",
     ),
     ("cuDeviceGetPCIBusId", 4010, "cuDeviceGetPCIBusId"),
+    ("cuDeviceGetUuid", 9020, "cuDeviceGetUuid"),
+    ("cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2"),
     (
         "cuCtxGetStreamPriorityRange",
         5050,
@@ -2125,6 +2296,18 @@ unsafe fn get_proc_address(
             let version = version.min(driver_version());
             lookup(name, version, flags & 0x3 == PER_THREAD_DEFAULT_STREAM)
         });
+    if let Err(why) = found {
+        if export_table::logging() {
+            let why = match why {
+                PROC_VERSION_NOT_SUFFICIENT => "known, but not at this version",
+                _ => "not found",
+            };
+            export_table::log(format_args!(
+                "cuGetProcAddress({:?}, {version}, flags {flags}): {why}",
+                String::from_utf8_lossy(name)
+            ));
+        }
+    }
     if !status.is_null() {
         // SAFETY: non-null out-parameter of the caller.
         unsafe { status.write(found.err().unwrap_or(PROC_SUCCESS)) };

@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod device;
+pub mod export_table;
 pub mod exports;
 pub mod fatbin;
 pub mod kernel;

@@ -152,11 +152,55 @@ impl Module {
         Ok(addresses)
     }
 
+    /// Forgets the variables of every module on device `ordinal`, whose memory a reset of its
+    /// primary context freed: the next use makes them afresh from the PTX, as the modules of a
+    /// new context are on CUDA.
+    pub fn forget_globals(ordinal: usize) {
+        for &handle in LOADED.lock().iter() {
+            // SAFETY: `LOADED` holds only addresses of modules leaked in `load`, never freed.
+            let module = unsafe { &*(handle as *const Module) };
+            module.globals.lock().remove(&ordinal);
+        }
+    }
+
     /// The index and size of variable `name`.
     pub fn global(&self, name: &str) -> Option<(usize, usize)> {
         let ptx = self.ptx.as_ref()?;
         let index = ptx.globals.iter().position(|g| g.name == name)?;
         Some((index, ptx.globals[index].size))
+    }
+}
+
+/// Handles of every loaded library.
+static LIBRARIES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// A library (`cuLibraryLoadData`): a module that belongs to no context. Modules here are not
+/// bound to a context anyway (their variables are allocated per device), so a library is its
+/// module under another handle, which `cuLibraryGetModule` answers in every context.
+pub struct Library {
+    pub module: &'static Module,
+}
+
+impl Library {
+    /// A library of `module`, alive for the process (as modules are).
+    pub fn new(module: &'static Module) -> &'static Library {
+        let library: &'static Library = Box::leak(Box::new(Library { module }));
+        LIBRARIES.lock().push(library.handle());
+        library
+    }
+
+    /// The `CUlibrary` handle: the library's address.
+    pub fn handle(&'static self) -> usize {
+        self as *const Library as usize
+    }
+
+    /// The library of a handle (`CUDA_ERROR_INVALID_HANDLE` for any other value).
+    pub fn from_handle(handle: usize) -> CuResult<&'static Library> {
+        if !LIBRARIES.lock().contains(&handle) {
+            return Err(INVALID_HANDLE);
+        }
+        // SAFETY: `LIBRARIES` holds only addresses of libraries leaked in `new`, never freed.
+        Ok(unsafe { &*(handle as *const Library) })
     }
 }
 

@@ -753,6 +753,8 @@ hooks! {
     fn cuMemRelease(handle: u64) => |_, run, _| run();
 
     fn cuDevicePrimaryCtxReset_v2(device: i32) => |rec, run, _| on_context_gone(rec, run);
+    // The CUDA 7 name, which NVIDIA's runtime resolves (at version 7000) for cudaDeviceReset.
+    fn cuDevicePrimaryCtxReset(device: i32) => |rec, run, _| on_context_gone(rec, run);
     fn cuCtxDestroy_v2(context: usize) => |rec, run, _| on_context_gone(rec, run);
 
     fn cuMemcpy(dst: u64, src: u64, count: usize) =>

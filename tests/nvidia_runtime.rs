@@ -1,0 +1,282 @@
+//! NVIDIA's own CUDA runtime on the shim's driver: the programs of `tests/programs/cu/`, built
+//! by nvcc (`tools/build-cuda-programs`), run with NVIDIA's static runtime (nvcc's default,
+//! `NAME-static`) and with NVIDIA's `libcudart.so.13` (the `-cudart shared` builds, with the
+//! wheel's library first on the path), on `libcuda.so.1` of the shim alone. Each prints what it
+//! prints on the shim's own runtime, alone and under itermem, which sees each allocation and
+//! launch exactly once (the same event counts as with the shim's runtime).
+//! `tests/programs/cu/runtime_api.cu` adds what NVIDIA's runtime turns into calls of its own:
+//! `__device__` variables, kernel attributes, a `cudaDeviceReset` between two rounds.
+//!
+//! Without PyPI the toolchain cannot be installed: each test then says it is SKIPPED and passes.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::{
+    read_json, root, run_under_itermem, run_under_itermem_unpreloaded, scratch, shim_lib_dir,
+    stdout_ok,
+};
+
+/// The programs and their arguments.
+const PROGRAMS: [(&str, &[&str]); 5] = [
+    ("vector_add", &[]),
+    ("kernels_check", &[]),
+    ("mlp_train", &[]),
+    ("mlp_train", &["--adam"]),
+    ("runtime_api", &[]),
+];
+
+/// Builds the shim and the programs once per test process; `None` (after one SKIPPED line) when
+/// the toolchain cannot be installed here.
+fn built() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *BUILT.get_or_init(|| {
+        let shim = Command::new(root().join("tools/build-shim"))
+            .output()
+            .expect("cannot run tools/build-shim");
+        assert!(
+            shim.status.success(),
+            "tools/build-shim failed:\n{}",
+            String::from_utf8_lossy(&shim.stderr)
+        );
+        let output = Command::new(root().join("tools/build-cuda-programs"))
+            .output()
+            .expect("cannot run tools/build-cuda-programs");
+        match output.status.code() {
+            Some(0) => true,
+            Some(3) => false,
+            _ => panic!(
+                "tools/build-cuda-programs failed ({}):\n{}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    });
+    if !ok {
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("a test")
+            .to_string();
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: nvcc could not be installed from PyPI (tools/build-cuda-programs)"
+        );
+        return None;
+    }
+    Some(root().join("target/programs/cu"))
+}
+
+/// Where `tools/build-cuda-programs` installed NVIDIA's `libcudart.so.13`.
+fn nvidia_lib_dir() -> PathBuf {
+    root().join("target/cuda-toolchain/pip/nvidia/cu13/lib")
+}
+
+/// How a program finds its runtime.
+#[derive(Clone, Copy, Debug)]
+enum Runtime {
+    /// The shim's `libcudart.so.13` (preloaded by `tools/with-shim --cuda 13`): the reference.
+    Shim,
+    /// NVIDIA's static runtime, linked into `NAME-static`.
+    NvidiaStatic,
+    /// NVIDIA's `libcudart.so.13`, first on the library path.
+    NvidiaShared,
+}
+
+impl Runtime {
+    fn binary(self, dir: &Path, name: &str) -> PathBuf {
+        match self {
+            Runtime::NvidiaStatic => dir.join(format!("{name}-static")),
+            Runtime::Shim | Runtime::NvidiaShared => dir.join(name),
+        }
+    }
+
+    /// `LD_LIBRARY_PATH` for a run with this runtime on the shim's driver.
+    fn library_path(self) -> String {
+        match self {
+            Runtime::Shim | Runtime::NvidiaStatic => shim_lib_dir().display().to_string(),
+            Runtime::NvidiaShared => format!(
+                "{}:{}",
+                nvidia_lib_dir().display(),
+                shim_lib_dir().display()
+            ),
+        }
+    }
+}
+
+/// `program args…` with `runtime`, every symbol bound at load time, the driver logging the
+/// export tables it is asked for.
+fn run(runtime: Runtime, program: &Path, args: &[&str]) -> Output {
+    let mut command = match runtime {
+        Runtime::Shim => {
+            let mut command = Command::new(root().join("tools/with-shim"));
+            command.args(["--cuda", "13"]).arg(program);
+            command
+        }
+        Runtime::NvidiaStatic | Runtime::NvidiaShared => {
+            let mut command = Command::new(program);
+            command.env("LD_LIBRARY_PATH", runtime.library_path());
+            command
+        }
+    };
+    command
+        .args(args)
+        .env("LD_BIND_NOW", "1")
+        .env("CUDA_SHIM_LOG_EXPORT_TABLES", "1");
+    for var in [
+        "CUDA_SHIM_DEVICE_MEMORY",
+        "CUDA_SHIM_JITTER_US",
+        "CUDA_SHIM_SEED",
+        "LD_PRELOAD",
+    ] {
+        command.env_remove(var);
+    }
+    command.output().expect("cannot run the program")
+}
+
+/// NVIDIA's runtime checked its driver (the integrity table is what only it asks for), and no
+/// entry the shim lacks was called.
+fn assert_nvidia_runtime_ran(output: &Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr
+            .contains("cuGetExportTable({D4082055-BDE6-704B-8D34-BA123C66E1F2}): INTEGRITY_CHECK"),
+        "{what}: NVIDIA's runtime did not run:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("which the shim does not implement"),
+        "{what}:\n{stderr}"
+    );
+}
+
+#[test]
+fn nvidia_runtimes_run_nvcc_programs_on_the_shims_driver() {
+    let Some(dir) = built() else { return };
+    for (name, args) in PROGRAMS {
+        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        assert!(
+            expected.lines().any(|l| l == "PASSED"),
+            "{name}:\n{expected}"
+        );
+        for runtime in [Runtime::NvidiaStatic, Runtime::NvidiaShared] {
+            let output = run(runtime, &runtime.binary(&dir, name), args);
+            let what = format!("{name} {args:?} with {runtime:?}");
+            assert_eq!(stdout_ok(&output), expected, "{what}");
+            assert_nvidia_runtime_ran(&output, &what);
+        }
+    }
+}
+
+/// The newest CUDA 13 runtime (13.5, the wheel `tools/abi-check` uses) asks for one more table,
+/// and calls another entry, than nvcc's 13.0: the shared builds run on it as well.
+#[test]
+fn the_cuda_13_5_runtime_runs_them_too() {
+    let Some(dir) = built() else { return };
+    let Some(nvidia) = support::nvidia_dirs(13) else {
+        return;
+    };
+    for (name, args) in PROGRAMS {
+        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        let output = Command::new(dir.join(name))
+            .args(args)
+            .env(
+                "LD_LIBRARY_PATH",
+                format!("{}:{}", nvidia.lib, shim_lib_dir().display()),
+            )
+            .env("LD_BIND_NOW", "1")
+            .env("CUDA_SHIM_LOG_EXPORT_TABLES", "1")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let what = format!("{name} {args:?} on NVIDIA's CUDA 13.5 runtime");
+        assert_eq!(stdout_ok(&output), expected, "{what}");
+        assert_nvidia_runtime_ran(&output, &what);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("{21318C60-9714-3248-8CA6-41FF7324C8F2}): UNNAMED_13_5"),
+            "{what}: not the 13.5 runtime:\n{stderr}"
+        );
+    }
+}
+
+/// The static runtime loads its kernels with `cuLibraryLoadData` in eager loading too.
+#[test]
+fn eager_module_loading_runs_the_same_kernels() {
+    let Some(dir) = built() else { return };
+    let program = Runtime::NvidiaStatic.binary(&dir, "kernels_check");
+    let lazy = stdout_ok(&run(Runtime::NvidiaStatic, &program, &[]));
+    let output = Command::new(&program)
+        .env("LD_LIBRARY_PATH", shim_lib_dir())
+        .env("CUDA_MODULE_LOADING", "EAGER")
+        .output()
+        .unwrap();
+    assert_eq!(stdout_ok(&output), lazy);
+}
+
+/// `itermem run --mode record|pool` with each runtime: the same output as alone, and the same
+/// events as with the shim's runtime: every allocation, free and launch seen once, every
+/// launch's parameters known.
+#[test]
+fn itermem_sees_nvidias_runtime_once() {
+    let Some(dir) = built() else { return };
+    for (name, args) in [("mlp_train", &["--adam"][..]), ("runtime_api", &[][..])] {
+        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        for mode in ["record", "pool"] {
+            let mut reference = None;
+            let mut nvidia_events = None;
+            for runtime in [Runtime::Shim, Runtime::NvidiaStatic, Runtime::NvidiaShared] {
+                let what = format!("{name} under itermem {mode} with {runtime:?}");
+                let stats = scratch(&format!("nvidia-runtime-{name}-{mode}-{runtime:?}.json"));
+                let binary = runtime.binary(&dir, name);
+                let mut program_args = vec![binary.to_str().unwrap()];
+                program_args.extend_from_slice(args);
+                let flags = ["--mode", mode, "--stats", stats.to_str().unwrap()];
+                let output = match runtime {
+                    Runtime::Shim => run_under_itermem(
+                        &[&["--cuda", "13"][..], &flags].concat(),
+                        &program_args,
+                        &[("LD_BIND_NOW", "1")],
+                    ),
+                    Runtime::NvidiaStatic | Runtime::NvidiaShared => {
+                        let library_path = runtime.library_path();
+                        run_under_itermem_unpreloaded(
+                            &flags,
+                            &program_args,
+                            &[("LD_BIND_NOW", "1"), ("LD_LIBRARY_PATH", &library_path)],
+                        )
+                    }
+                };
+                assert_eq!(stdout_ok(&output), expected, "{what}");
+                let stats = read_json(&stats);
+                assert_eq!(stats["launches_without_layout"], 0, "{what}: {stats:#}");
+                let events = &stats["events"];
+                let seen = [
+                    events["malloc"].clone(),
+                    events["free"].clone(),
+                    events["launch"].clone(),
+                    events["memset"].clone(),
+                    stats["host_events"].clone(),
+                    stats["kernels"].clone(),
+                    stats["peak_live_bytes"].clone(),
+                    stats["live_bytes_at_exit"].clone(),
+                    stats["iterations"].clone(),
+                ];
+                match &reference {
+                    None => reference = Some(seen),
+                    Some(reference) => assert_eq!(&seen, reference, "{what}: {stats:#}"),
+                }
+                // Copies are compared between NVIDIA's runtimes only: the shim's runtime copies
+                // to a symbol through a private driver call itermem does not see.
+                match runtime {
+                    Runtime::Shim => {}
+                    Runtime::NvidiaStatic => nvidia_events = Some(events.clone()),
+                    Runtime::NvidiaShared => {
+                        assert_eq!(Some(events), nvidia_events.as_ref(), "{what}")
+                    }
+                }
+            }
+        }
+    }
+}
