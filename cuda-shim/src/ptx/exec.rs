@@ -56,6 +56,9 @@ pub struct Launch<'a> {
     pub memory: &'a dyn Memory,
     /// Host threads that may run blocks at once.
     pub threads: usize,
+    /// Receives what the kernel's `printf`s wrote, once, after the last block (blocks in order
+    /// of their index, each block's lines in the order its threads wrote them).
+    pub printf: &'a (dyn Fn(&[u8]) + Sync),
 }
 
 /// The first instruction outside the subset, if the kernel has one.
@@ -86,6 +89,7 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
     let stop = AtomicBool::new(false);
     let fault: Mutex<Option<Fault>> = Mutex::new(None);
     let executed = AtomicU64::new(0);
+    let printed: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
     let work = || {
         let mut block = BlockState::new(kernel, launch);
         loop {
@@ -102,7 +106,15 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
                 ((index / gx as usize) % gy as usize) as u32,
                 (index / (gx as usize * gy as usize)) as u32,
             ];
-            if let Err(f) = block.run(ctaid) {
+            let result = block.run(ctaid);
+            if !block.printf.is_empty() {
+                let text = std::mem::take(&mut block.printf);
+                printed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, text));
+            }
+            if let Err(f) = result {
                 stop.store(true, Ordering::Relaxed);
                 let mut first = fault.lock().unwrap_or_else(|e| e.into_inner());
                 first.get_or_insert(f);
@@ -121,6 +133,12 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<u64, Fault> {
             }
             work();
         });
+    }
+    let mut printed = printed.into_inner().unwrap_or_else(|e| e.into_inner());
+    if !printed.is_empty() {
+        printed.sort_by_key(|&(index, _)| index);
+        let text: Vec<u8> = printed.into_iter().flat_map(|(_, t)| t).collect();
+        (launch.printf)(&text);
     }
     match fault.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(f) => Err(f),
@@ -153,6 +171,8 @@ struct BlockState<'a> {
     valid: (u64, u64),
     /// Thread-instructions executed (lanes × instructions).
     executed: u64,
+    /// What this block's `printf`s wrote so far.
+    printf: Vec<u8>,
 }
 
 /// Which window an address of a given space falls in, after `cvta` decoding.
@@ -187,6 +207,7 @@ impl<'a> BlockState<'a> {
             nthreads,
             valid: (0, 0),
             executed: 0,
+            printf: Vec::new(),
         }
     }
 
@@ -407,6 +428,31 @@ impl<'a> BlockState<'a> {
             }
         }
         Ok(())
+    }
+
+    /// One lane's `len`-byte value at `addr` in `space`.
+    fn read_lane(
+        &mut self,
+        space: Space,
+        addr: u64,
+        len: usize,
+        lane: usize,
+        line: u32,
+    ) -> Result<u64, Fault> {
+        let place = self.place(space, addr, len, line)?;
+        Ok(self.load(&place, lane, len))
+    }
+
+    /// The NUL-terminated string at generic address `addr` (at most 64 KiB of it).
+    fn string(&mut self, addr: u64, lane: usize, line: u32) -> Result<Vec<u8>, Fault> {
+        let mut out = Vec::new();
+        for i in 0..(64 << 10) {
+            match self.read_lane(Space::Generic, addr.wrapping_add(i), 1, lane, line)? as u8 {
+                0 => break,
+                c => out.push(c),
+            }
+        }
+        Ok(out)
     }
 
     fn run_warp(&mut self, w: &mut Warp) -> Result<Stop, Fault> {
@@ -918,9 +964,51 @@ impl<'a> BlockState<'a> {
                     line,
                 });
             }
+            Op::Printf { fmt, args, ret } => {
+                for lane in lanes(exec) {
+                    let fmt = self.read_lane(Space::Local, fmt, 8, lane, line)?;
+                    let format = self.string(fmt, lane, line)?;
+                    let at = self.read_lane(Space::Local, args, 8, lane, line)?;
+                    let mut args = ArgBuffer {
+                        block: self,
+                        lane,
+                        at,
+                        line,
+                    };
+                    let text = super::printf::format(&format, &mut args)?;
+                    if let Some(ret) = ret {
+                        let place = self.place(Space::Local, ret, 4, line)?;
+                        let _ = self.store(&place, lane, 4, text.len() as u64);
+                    }
+                    self.printf.extend_from_slice(&text);
+                }
+            }
             Op::Nop | Op::BarSync | Op::Bra { .. } | Op::Exit => {}
         }
         Ok(())
+    }
+}
+
+/// A lane's `printf` argument buffer, read in order, each argument aligned to its size.
+struct ArgBuffer<'b, 'a> {
+    block: &'b mut BlockState<'a>,
+    lane: usize,
+    at: u64,
+    line: u32,
+}
+
+impl super::printf::Args for ArgBuffer<'_, '_> {
+    type Error = Fault;
+
+    fn next(&mut self, size: usize) -> Result<u64, Fault> {
+        let at = self.at.next_multiple_of(size as u64);
+        self.at = at + size as u64;
+        self.block
+            .read_lane(Space::Generic, at, size, self.lane, self.line)
+    }
+
+    fn string(&mut self, addr: u64) -> Result<Vec<u8>, Fault> {
+        self.block.string(addr, self.lane, self.line)
     }
 }
 

@@ -442,6 +442,14 @@ pub enum Op {
         d: u32,
         a: Src,
     },
+    /// `call vprintf, (fmt, args)` (device `printf`): the parameters are per-thread local
+    /// slots holding the format's generic address and the argument buffer's; `ret` receives the
+    /// number of characters written.
+    Printf {
+        fmt: u64,
+        args: u64,
+        ret: Option<u64>,
+    },
     /// Fences and hints: ordered already, since the interpreter runs a block on one thread.
     Nop,
     /// An instruction outside the subset: the launch fails with its name and line.

@@ -12,6 +12,7 @@ mod exec;
 mod ir;
 mod lex;
 mod parse;
+mod printf;
 
 pub use exec::{
     Fault, LOCAL_WINDOW, Launch, Memory, PARAM_WINDOW, SHARED_WINDOW, first_unsupported, run,

@@ -60,6 +60,7 @@ fn launch(
             globals: &[],
             memory,
             threads: 2,
+            printf: &|_| {},
         },
     )
 }
@@ -349,4 +350,301 @@ fn directed_rounding_of_float_arithmetic_is_exact() {
         launch(&module, "rounding", 1, 1, &[data.base()], &memory).unwrap();
         assert_eq!(bits(&mut data), expected, "b = {b:e}");
     }
+}
+
+/// What nvcc 13 emits (`-ptx`) for two `__noinline__` device functions, one returning a value
+/// and one returning early, and a `printf` of every kind of conversion:
+///
+/// ```text
+/// struct P { float x; int y; };
+/// __device__ __noinline__ float scale(float v, P p) { return v * p.x + p.y; }
+/// __device__ __noinline__ void note(int *out, int i) { if (i < 0) return; out[i] = i * 2; }
+/// __global__ void k(float *a, int *o, int n) {
+///   int i = blockIdx.x * blockDim.x + threadIdx.x;
+///   if (i < n) { P p{2.0f, 1}; a[i] = scale(a[i], p); note(o, i); }
+///   if (i == 0) printf("hello %d %f %s %5.2e|%-4d|%c|%lld\n", n, 1.5, "str", 12345.678, 7,
+///                      'x', -3ll);
+/// }
+/// ```
+const CALLS: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.extern .func  (.param .b32 func_retval0) vprintf
+(
+	.param .b64 vprintf_param_0,
+	.param .b64 vprintf_param_1
+)
+;
+.global .align 1 .b8 $str[35] = {104, 101, 108, 108, 111, 32, 37, 100, 32, 37, 102, 32, 37, 115, 32, 37, 53, 46, 50, 101, 124, 37, 45, 52, 100, 124, 37, 99, 124, 37, 108, 108, 100, 10};
+.global .align 1 .b8 $str$1[4] = {115, 116, 114};
+
+.func  (.param .b32 func_retval0) _Z5scalef1P(
+	.param .b32 _Z5scalef1P_param_0
+)
+{
+	.reg .f32 	%f<3>;
+
+
+	ld.param.f32 	%f1, [_Z5scalef1P_param_0];
+	fma.rn.f32 	%f2, %f1, 0f40000000, 0f3F800000;
+	st.param.f32 	[func_retval0+0], %f2;
+	ret;
+
+}
+.func _Z4notePii(
+	.param .b64 _Z4notePii_param_0,
+	.param .b32 _Z4notePii_param_1
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<3>;
+	.reg .b64 	%rd<5>;
+
+
+	ld.param.u64 	%rd1, [_Z4notePii_param_0];
+	ld.param.u32 	%r1, [_Z4notePii_param_1];
+	setp.lt.s32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB1_2;
+
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.s32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	shl.b32 	%r2, %r1, 1;
+	st.global.u32 	[%rd4], %r2;
+
+$L__BB1_2:
+	ret;
+
+}
+	// .globl	_Z1kPfPii
+.visible .entry _Z1kPfPii(
+	.param .u64 _Z1kPfPii_param_0,
+	.param .u64 _Z1kPfPii_param_1,
+	.param .u32 _Z1kPfPii_param_2
+)
+{
+	.local .align 16 .b8 	__local_depot2[48];
+	.reg .b64 	%SP;
+	.reg .b64 	%SPL;
+	.reg .pred 	%p<3>;
+	.reg .f32 	%f<3>;
+	.reg .b32 	%r<9>;
+	.reg .b64 	%rd<15>;
+
+
+	mov.u64 	%SPL, __local_depot2;
+	cvta.local.u64 	%SP, %SPL;
+	ld.param.u64 	%rd1, [_Z1kPfPii_param_0];
+	ld.param.u64 	%rd2, [_Z1kPfPii_param_1];
+	ld.param.u32 	%r2, [_Z1kPfPii_param_2];
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %ctaid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r4, %r3, %r5;
+	setp.ge.s32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB2_2;
+
+	cvta.to.global.u64 	%rd3, %rd1;
+	mul.wide.s32 	%rd4, %r1, 4;
+	add.s64 	%rd5, %rd3, %rd4;
+	ld.global.f32 	%f1, [%rd5];
+	{ // callseq 0, 0
+	.reg .b32 temp_param_reg;
+	.param .b32 param0;
+	st.param.f32 	[param0+0], %f1;
+	.param .b32 retval0;
+	call.uni (retval0), 
+	_Z5scalef1P, 
+	(
+	param0
+	);
+	ld.param.f32 	%f2, [retval0+0];
+	} // callseq 0
+	st.global.f32 	[%rd5], %f2;
+	{ // callseq 1, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd2;
+	.param .b32 param1;
+	st.param.b32 	[param1+0], %r1;
+	call.uni 
+	_Z4notePii, 
+	(
+	param0, 
+	param1
+	);
+	} // callseq 1
+
+$L__BB2_2:
+	setp.ne.s32 	%p2, %r1, 0;
+	@%p2 bra 	$L__BB2_4;
+
+	add.u64 	%rd6, %SP, 0;
+	add.u64 	%rd7, %SPL, 0;
+	st.local.u32 	[%rd7], %r2;
+	mov.u64 	%rd8, 4609434218613702656;
+	st.local.u64 	[%rd7+8], %rd8;
+	mov.u64 	%rd9, $str$1;
+	cvta.global.u64 	%rd10, %rd9;
+	mov.u64 	%rd11, 4668012722585352536;
+	st.local.v2.u64 	[%rd7+16], {%rd10, %rd11};
+	mov.u32 	%r6, 120;
+	mov.u32 	%r7, 7;
+	st.local.v2.u32 	[%rd7+32], {%r7, %r6};
+	mov.u64 	%rd12, -3;
+	st.local.u64 	[%rd7+40], %rd12;
+	mov.u64 	%rd13, $str;
+	cvta.global.u64 	%rd14, %rd13;
+	{ // callseq 2, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd14;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd6;
+	.param .b32 retval0;
+	call.uni (retval0), 
+	vprintf, 
+	(
+	param0, 
+	param1
+	);
+	ld.param.b32 	%r8, [retval0+0];
+	} // callseq 2
+
+$L__BB2_4:
+	ret;
+
+}
+
+"#;
+
+/// Runs `k` of [`CALLS`] on `n` threads (blocks of 32) over `a`; its `o` and what it printed.
+fn run_calls(text: &str, a: &mut Buffer, n: usize) -> (Result<u64, Fault>, Buffer, Vec<u8>) {
+    let module = parse(text).unwrap();
+    let kernel = &module.kernels[0];
+    let o = Buffer::new(n.div_ceil(2));
+    // The module's variables (the format strings), initialised as the driver does.
+    let globals: Vec<Buffer> = module
+        .globals
+        .iter()
+        .map(|g| {
+            let mut b = Buffer::new(g.size.div_ceil(8));
+            for (i, &byte) in g.init.iter().enumerate() {
+                b.0[i / 8] |= (byte as u64) << (8 * (i % 8));
+            }
+            b
+        })
+        .collect();
+    let addresses: Vec<u64> = globals.iter().map(Buffer::base).collect();
+    let mut all = vec![&*a, &o];
+    all.extend(globals.iter());
+    let memory = ranges(&all);
+    let mut params = vec![0u8; 20];
+    params[0..8].copy_from_slice(&a.base().to_le_bytes());
+    params[8..16].copy_from_slice(&o.base().to_le_bytes());
+    params[16..20].copy_from_slice(&(n as u32).to_le_bytes());
+    let printed = std::sync::Mutex::new(Vec::new());
+    let result = run(
+        kernel,
+        &Launch {
+            grid: [(n as u32).div_ceil(32), 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: &params,
+            globals: &addresses,
+            memory: &memory,
+            threads: 2,
+            printf: &|t| printed.lock().unwrap().extend_from_slice(t),
+        },
+    );
+    let printed = printed.into_inner().unwrap();
+    (result, o, printed)
+}
+
+#[test]
+fn device_functions_are_called_with_their_parameters_and_results() {
+    let n = 100;
+    let mut a = Buffer::new(64);
+    for i in 0..n {
+        a.f32s()[i] = i as f32 * 0.25;
+    }
+    let (result, o, _) = run_calls(CALLS, &mut a, n);
+    result.unwrap();
+    for i in 0..n {
+        assert_eq!(
+            a.f32s()[i],
+            i as f32 * 0.25 * 2.0 + 1.0,
+            "scale() of element {i}"
+        );
+        // SAFETY: `o` holds n.div_ceil(2) u64s, i.e. at least n initialised i32s.
+        let oi = unsafe { *(o.0.as_ptr() as *const i32).add(i) };
+        assert_eq!(oi, 2 * i as i32, "note() of element {i}");
+    }
+    assert_eq!(a.f32s()[n], 0.0, "threads past n call nothing");
+}
+
+#[test]
+fn printf_writes_what_the_c_library_writes_once_per_calling_thread() {
+    let mut a = Buffer::new(64);
+    let (result, _, printed) = run_calls(CALLS, &mut a, 64);
+    result.unwrap();
+    assert_eq!(
+        String::from_utf8(printed).unwrap(),
+        "hello 64 1.500000 str 1.23e+04|7   |x|-3\n"
+    );
+}
+
+#[test]
+fn a_recursive_call_or_an_undefined_function_is_outside_the_subset() {
+    // note() calls itself instead of storing.
+    let recursive = CALLS.replace(
+        "\tst.global.u32 \t[%rd4], %r2;",
+        "\t{\n\t.param .b64 param0;\n\tst.param.b64 \t[param0+0], %rd1;\n\t.param .b32 param1;\n\tst.param.b32 \t[param1+0], %r2;\n\tcall.uni \n\t_Z4notePii, \n\t(\n\tparam0, \n\tparam1\n\t);\n\t}",
+    );
+    assert_ne!(recursive, CALLS);
+    let mut a = Buffer::new(64);
+    let (result, _, _) = run_calls(&recursive, &mut a, 64);
+    assert!(
+        matches!(&result, Err(Fault::Unsupported { what, .. }) if what == "recursive call of _Z4notePii"),
+        "{result:?}"
+    );
+    let undefined = CALLS.replace("_Z5scalef1P, ", "_Z7missingf, ");
+    let (result, _, _) = run_calls(&undefined, &mut a, 64);
+    assert!(
+        matches!(&result, Err(Fault::Unsupported { what, .. }) if what == "call of _Z7missingf"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn warp_sz_is_32_and_other_special_registers_are_outside_the_subset() {
+    // blockDim.x read as WARP_SZ: the same sums with blocks of 32.
+    let text = VECTOR_ADD.replace("mov.u32 \t%r4, %ntid.x;", "mov.u32 \t%r4, WARP_SZ;");
+    assert_ne!(text, VECTOR_ADD);
+    let module = parse(&text).unwrap();
+    let n = 100usize;
+    let (mut a, mut b, mut c) = (Buffer::new(n / 2), Buffer::new(n / 2), Buffer::new(n / 2));
+    for i in 0..n {
+        a.f32s()[i] = i as f32;
+        b.f32s()[i] = 2.0 * i as f32;
+    }
+    let memory = ranges(&[&a, &b, &c]);
+    let kernel = "_Z9vectorAddPKfS0_Pfi";
+    let params = [a.base(), b.base(), c.base(), n as u64];
+    launch(&module, kernel, 4, 32, &params, &memory).unwrap();
+    for i in 0..n {
+        assert_eq!(c.f32s()[i], 3.0 * i as f32, "element {i}");
+    }
+    // The module loads; the kernel that reads %envreg2 fails to launch, naming it.
+    let text = VECTOR_ADD.replace("mov.u32 \t%r4, %ntid.x;", "mov.u32 \t%r4, %envreg2;");
+    let module = parse(&text).unwrap();
+    assert_eq!(
+        launch(&module, kernel, 4, 32, &params, &memory),
+        Err(Fault::Unsupported {
+            what: "%envreg2".into(),
+            line: 28
+        })
+    );
 }
