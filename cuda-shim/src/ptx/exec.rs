@@ -583,6 +583,39 @@ impl<'a> BlockState<'a> {
                 let r = ternary(op, ty, Mods { round, ftz, sat }, &a, &b, &c);
                 write(w, d, exec, &r);
             }
+            Op::Half {
+                op,
+                pair,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                let (a, b, c) = (self.read(w, a), self.read(w, b), self.read(w, c));
+                let r = per_lane(|l| {
+                    let one = |shift: u32| -> u64 {
+                        let x = |v: u64| f16_to_f64((v >> shift) as u16);
+                        let (a, b, c) = (x(a[l]), x(b[l]), x(c[l]));
+                        // Sums and products of halves are exact in f64; a fused a*b+c is
+                        // rounded once through its exact two-part sum.
+                        let h = match op {
+                            HalfOp::Add => f16_from_f64(a + b, 0.0),
+                            HalfOp::Sub => f16_from_f64(a - b, 0.0),
+                            HalfOp::Mul => f16_from_f64(a * b, 0.0),
+                            HalfOp::Fma => {
+                                let p = a * b;
+                                let s = p + c;
+                                let bp = s - c;
+                                let err = (p - bp) + (c - (s - bp));
+                                f16_from_f64(s, err)
+                            }
+                        };
+                        (h as u64) << shift
+                    };
+                    if pair { one(0) | one(16) } else { one(0) }
+                });
+                write(w, d, exec, &r);
+            }
             Op::Bfi {
                 ty,
                 d,
@@ -1632,6 +1665,15 @@ fn round_int(x: f64, round: Round) -> f64 {
 }
 
 fn convert(dty: Ty, sty: Ty, round: Round, ftz: bool, sat: bool, v: u64) -> u64 {
+    match (dty, sty) {
+        // Lowered only with `.rn` (to half) or exact (from half); f32 → f64 is exact, so one
+        // rounding to half.
+        (Ty::F16, Ty::F32) => return f16_from_f64(f32_of(v, ftz) as f64, 0.0) as u64,
+        (Ty::F16, _) => return f16_from_f64(f64::from_bits(v), 0.0) as u64,
+        (Ty::F32, Ty::F16) => return (f16_to_f64(v as u16) as f32).to_bits() as u64,
+        (_, Ty::F16) => return f16_to_f64(v as u16).to_bits(),
+        _ => {}
+    }
     match (dty.float(), sty.float()) {
         (false, false) => {
             let s = sty.sext(v);
@@ -1784,4 +1826,54 @@ fn atomic(op: AtomOp, ty: Ty, old: u64, b: u64, c: u64) -> u64 {
             }
         }
     })
+}
+
+/// The value of IEEE half-precision bits (exact in f64).
+fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = (h >> 10) & 0x1F;
+    let mant = (h & 0x3FF) as f64;
+    sign * match exp {
+        0 => mant * 2f64.powi(-24),
+        31 if mant == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + mant / 1024.0) * 2f64.powi(e as i32 - 15),
+    }
+}
+
+/// `x + err` (`err` tiny beside `x`, the rest of an exact two-part sum, else 0) rounded to the
+/// nearest half, ties to even; NaN is the canonical 0x7FFF, as the GPU writes it.
+fn f16_from_f64(x: f64, err: f64) -> u16 {
+    if x.is_nan() {
+        return 0x7FFF;
+    }
+    let sign: u16 = if x.is_sign_negative() { 0x8000 } else { 0 };
+    let a = x.abs();
+    // Past the midpoint of 65504 and 2^16, to infinity (ties go to the even 2^16).
+    if a > 65520.0 || (a == 65520.0 && err * x.signum() >= 0.0) {
+        return sign | 0x7C00;
+    }
+    // The significand in units of the half's last place: 2^-24 below 2^-14, 2^(e-10) above.
+    let e = if a < 2f64.powi(-14) {
+        -14
+    } else {
+        ((a.to_bits() >> 52) as i32) - 1023
+    };
+    let ulp = 2f64.powi(e - 10);
+    let q = a / ulp;
+    let mut r = q.round_ties_even();
+    // A tie that is not one: the discarded part decides.
+    if q - q.floor() == 0.5 && err != 0.0 {
+        r = if (err > 0.0) == (x > 0.0) {
+            q.ceil()
+        } else {
+            q.floor()
+        };
+    }
+    let bits = if e == -14 && r < 1024.0 {
+        r as u16
+    } else {
+        (((e + 15) as u16) << 10) + (r as u16 - 1024)
+    };
+    sign | bits
 }

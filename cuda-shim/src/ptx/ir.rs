@@ -251,6 +251,15 @@ pub enum Ternary {
     },
 }
 
+/// Half-precision arithmetic (`.f16`, or `.f16x2` on both halves of a 32-bit register).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HalfOp {
+    Add,
+    Sub,
+    Mul,
+    Fma,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomOp {
     Add,
@@ -306,6 +315,15 @@ pub enum Op {
         round: Round,
         ftz: bool,
         sat: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `add/sub/mul/fma[.rn].f16` and `.f16x2` (`pair`): each half rounded once, to nearest even.
+    Half {
+        op: HalfOp,
+        pair: bool,
         d: u32,
         a: Src,
         b: Src,

@@ -1183,14 +1183,49 @@ fn lower(
             })
         })
         .unwrap_or(Space::Generic);
+    let pair = has("f16x2");
+    if (pair || types == [Ty::F16]) && matches!(base, "add" | "sub" | "mul" | "fma") {
+        // Half arithmetic rounds to nearest even (`.rn` or no modifier) without `.ftz`/`.sat`.
+        let arity = if base == "fma" { 4 } else { 3 };
+        if !matches!(round, Round::Default | Round::Rn) || ftz || sat || n != arity {
+            return Err(unsupported());
+        }
+        let half = if pair { Ty::B32 } else { Ty::B16 };
+        return Ok(Op::Half {
+            op: match base {
+                "add" => HalfOp::Add,
+                "sub" => HalfOp::Sub,
+                "mul" => HalfOp::Mul,
+                _ => HalfOp::Fma,
+            },
+            pair,
+            d: cx.dst(&ops[0])?,
+            a: cx.src(&ops[1], half)?,
+            b: cx.src(&ops[2], half)?,
+            c: if arity == 4 {
+                cx.src(&ops[3], half)?
+            } else {
+                Src::Imm(0)
+            },
+        });
+    }
     if mods
         .iter()
         .any(|m| *m == "f16x2" || *m == "bf16" || *m == "bf16x2" || *m == "e4m3x2")
     {
         return Err(unsupported());
     }
+    // Conversions between half and single or double precision: to half rounding to nearest
+    // even (`.rn`), from half exact.
+    let half_cvt = base == "cvt"
+        && !sat
+        && match types.as_slice() {
+            [Ty::F16, Ty::F32 | Ty::F64] => round == Round::Rn,
+            [Ty::F32 | Ty::F64, Ty::F16] => round == Round::Default,
+            _ => false,
+        };
     // Half precision is moved (ld, st, mov) but not computed with or converted.
-    if types.contains(&Ty::F16) && !matches!(base, "ld" | "ldu" | "st" | "mov") {
+    if types.contains(&Ty::F16) && !matches!(base, "ld" | "ldu" | "st" | "mov") && !half_cvt {
         return Err(unsupported());
     }
     Ok(match base {

@@ -648,3 +648,98 @@ fn warp_sz_is_32_and_other_special_registers_are_outside_the_subset() {
         })
     );
 }
+
+/// Half-precision arithmetic and conversions, as nvcc's `cuda_fp16.h` emits them (inline asm in
+/// `{ }`): one thread reads its operands from `io` and writes each result after them.
+const HALVES: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry halves(
+	.param .u64 halves_param_0
+)
+{
+	.reg .b16 	%rs<4>;
+	.reg .b32 	%r<9>;
+	.reg .f32 	%f<4>;
+	.reg .b64 	%rd<2>;
+
+	ld.param.u64 	%rd1, [halves_param_0];
+	ld.global.u32 	%r1, [%rd1];
+	ld.global.u32 	%r2, [%rd1+4];
+	ld.global.u32 	%r3, [%rd1+8];
+	{fma.rn.f16x2 %r4,%r1,%r2,%r3;
+}
+	{add.f16x2 %r5,%r1,%r2;
+}
+	{mul.f16x2 %r6,%r1,%r2;
+}
+	st.global.u32 	[%rd1+12], %r4;
+	st.global.u32 	[%rd1+16], %r5;
+	st.global.u32 	[%rd1+20], %r6;
+	ld.global.f32 	%f1, [%rd1+24];
+	{.reg .f16 low;
+  cvt.rn.f16.f32 low, %f1;
+  mov.b32 %r7, {low,low};}
+	st.global.u32 	[%rd1+28], %r7;
+	{.reg .f16 low,high;
+  mov.b32 {low,high},%r3;
+  cvt.f32.f16 %f2, high;}
+	st.global.f32 	[%rd1+32], %f2;
+	ret;
+}
+"#;
+
+/// `halves` on one thread: (fma, add, mul of the pairs a, b, c; the f32 `x` converted to half,
+/// in both halves; the high half of c converted back to f32).
+fn halves(a: u32, b: u32, c: u32, x: f32) -> (u32, u32, u32, u32, f32) {
+    let module = parse(HALVES).unwrap();
+    let mut io = Buffer::new(5);
+    let words = [a, b, c, 0, 0, 0, x.to_bits(), 0, 0, 0];
+    for (i, w) in words.chunks(2).enumerate() {
+        io.0[i] = w[0] as u64 | (w[1] as u64) << 32;
+    }
+    let memory = ranges(&[&io]);
+    launch(&module, "halves", 1, 1, &[io.base()], &memory).unwrap();
+    let word = |i: usize| (io.0[i / 2] >> (32 * (i % 2))) as u32;
+    (word(3), word(4), word(5), word(7), f32::from_bits(word(8)))
+}
+
+#[test]
+fn half_precision_rounds_once_to_nearest_even() {
+    let pair = |lo: u16, hi: u16| lo as u32 | (hi as u32) << 16;
+    // a = (1 + 2^-10, 1.0), b = (1 + 2^-10, 2.0), c = -(1 + 2^-9), 2^-24 (the least subnormal).
+    let (fma, add, mul, _, high) = halves(
+        pair(0x3C01, 0x3C00),
+        pair(0x3C01, 0x4000),
+        pair(0xBC02, 0x0001),
+        1.0,
+    );
+    // Fused: (1 + 2^-10)^2 - (1 + 2^-9) = 2^-20 exactly (a subnormal, 16 × 2^-24); rounding the
+    // product first would give 0. 1 × 2 + 2^-24 rounds to 2.
+    assert_eq!(fma, pair(0x0010, 0x4000));
+    // 1 + 2^-10 + 1 + 2^-10 = 2 + 2^-9: exact. 1 + 2 = 3.
+    assert_eq!(add, pair(0x4001, 0x4200));
+    // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20: 2^-20 is below half an ulp (2^-11). 1 × 2 = 2.
+    assert_eq!(mul, pair(0x3C02, 0x4000));
+    assert_eq!(high, 2f32.powi(-24), "half to f32 is exact");
+    // 65504 + 65504 overflows; 2 × 65504 too.
+    let max = pair(0x7BFF, 0x7BFF);
+    let (_, add, mul, _, _) = halves(max, max, 0, 0.0);
+    assert_eq!((add, mul), (pair(0x7C00, 0x7C00), pair(0x7C00, 0x7C00)));
+    // f32 → half: ties to even, subnormals, overflow past 65520, NaN.
+    for (x, h) in [
+        (1.0 + 2f32.powi(-11), 0x3C00u16),
+        (1.0 + 3.0 * 2f32.powi(-11), 0x3C02),
+        (2f32.powi(-25), 0x0000),
+        (3.0 * 2f32.powi(-25), 0x0002),
+        (-3.0 * 2f32.powi(-25), 0x8002),
+        (65519.0, 0x7BFF),
+        (65520.0, 0x7C00),
+        (f32::NAN, 0x7FFF),
+    ] {
+        let (_, _, _, converted, _) = halves(0, 0, 0, x);
+        assert_eq!(converted, pair(h, h), "cvt.rn.f16.f32 of {x:e}");
+    }
+}
