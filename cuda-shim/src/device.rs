@@ -382,6 +382,10 @@ impl Device {
             }
             Err(ptx::Fault::IllegalAddress { .. }) => ILLEGAL_ADDRESS.0,
             Err(ptx::Fault::Misaligned { .. }) => MISALIGNED_ADDRESS.0,
+            Err(ptx::Fault::Assert { message }) => {
+                let _ = std::io::stderr().write_all(message.as_bytes());
+                ASSERT.0
+            }
             Err(fault) => {
                 crate::module::report(&format!("kernel {} failed: {fault:?}", kernel.kernel.name));
                 LAUNCH_FAILED.0

@@ -40,6 +40,9 @@ pub enum Fault {
     Misaligned { addr: u64, line: u32 },
     /// An instruction outside the subset (`CUDA_ERROR_INVALID_PTX`).
     Unsupported { what: String, line: u32 },
+    /// A device `assert` failed (`CUDA_ERROR_ASSERT`): CUDA's message for each thread that
+    /// failed it in the warp that stopped the kernel, one line each.
+    Assert { message: String },
     /// A launch configuration the kernel cannot run with (`CUDA_ERROR_INVALID_VALUE`).
     InvalidConfiguration(String),
 }
@@ -1015,6 +1018,34 @@ impl<'a> BlockState<'a> {
                     }
                     self.printf.extend_from_slice(&text);
                 }
+            }
+            Op::AssertFail {
+                message,
+                file,
+                line: at,
+                function,
+            } => {
+                let mut text = String::new();
+                for lane in lanes(exec) {
+                    let mut string = |slot: u64| -> Result<String, Fault> {
+                        let addr = self.read_lane(Space::Local, slot, 8, lane, line)?;
+                        Ok(String::from_utf8_lossy(&self.string(addr, lane, line)?).into_owned())
+                    };
+                    let (message, file, function) =
+                        (string(message)?, string(file)?, string(function)?);
+                    let at = self.read_lane(Space::Local, at, 4, lane, line)? as u32;
+                    let t = w.first_thread + lane as u32;
+                    let [bx, by, _] = self.l.block;
+                    let [cx, cy, cz] = self.ctaid;
+                    text += &format!(
+                        "{file}:{at}: {function}: block: [{cx},{cy},{cz}], thread: [{},{},{}] \
+                         Assertion `{message}` failed.\n",
+                        t % bx,
+                        (t / bx) % by,
+                        t / (bx * by)
+                    );
+                }
+                return Err(Fault::Assert { message: text });
             }
             Op::Nop | Op::BarSync | Op::Bra { .. } | Op::Exit => {}
         }

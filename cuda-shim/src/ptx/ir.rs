@@ -468,6 +468,14 @@ pub enum Op {
         args: u64,
         ret: Option<u64>,
     },
+    /// `call __assertfail, (message, file, line, function, char size)` (a failed device
+    /// `assert`): the parameters are per-thread local slots.
+    AssertFail {
+        message: u64,
+        file: u64,
+        line: u64,
+        function: u64,
+    },
     /// Fences and hints: ordered already, since the interpreter runs a block on one thread.
     Nop,
     /// An instruction outside the subset: the launch fails with its name and line.

@@ -714,7 +714,8 @@ impl Parser {
 }
 
 impl Parser {
-    /// `call[.uni] [(ret),] name[, (arg, …)][, prototype];`: `vprintf` becomes [`Op::Printf`], a
+    /// `call[.uni] [(ret),] name[, (arg, …)][, prototype];`: `vprintf` becomes [`Op::Printf`],
+    /// `__assertfail` [`Op::AssertFail`], a
     /// function the module defines is inlined, anything else (an external function such as
     /// `malloc` or `__assertfail`, a call through a pointer, recursion) is unsupported.
     fn call(
@@ -777,6 +778,19 @@ impl Parser {
                     fmt: arg_slots[0],
                     args: arg_slots[1],
                     ret: ret_slots.first().copied(),
+                },
+                line,
+            });
+            return Ok(());
+        }
+        if callee == "__assertfail" && arg_slots.len() == 5 && ret_slots.is_empty() {
+            b.insts.push(Inst {
+                guard,
+                op: Op::AssertFail {
+                    message: arg_slots[0],
+                    file: arg_slots[1],
+                    line: arg_slots[2],
+                    function: arg_slots[3],
                 },
                 line,
             });

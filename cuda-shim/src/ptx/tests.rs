@@ -520,12 +520,15 @@ $L__BB2_4:
 
 "#;
 
-/// Runs `k` of [`CALLS`] on `n` threads (blocks of 32) over `a`; its `o` and what it printed.
-fn run_calls(text: &str, a: &mut Buffer, n: usize) -> (Result<u64, Fault>, Buffer, Vec<u8>) {
+/// Runs the first kernel of `text` on `n` threads (blocks of 32) with the packed `params`,
+/// over `buffers` and the module's variables (initialised as the driver does); what it printed.
+fn run_kernel(
+    text: &str,
+    n: usize,
+    params: &[u8],
+    buffers: &[&Buffer],
+) -> (Result<u64, Fault>, Vec<u8>) {
     let module = parse(text).unwrap();
-    let kernel = &module.kernels[0];
-    let o = Buffer::new(n.div_ceil(2));
-    // The module's variables (the format strings), initialised as the driver does.
     let globals: Vec<Buffer> = module
         .globals
         .iter()
@@ -538,21 +541,17 @@ fn run_calls(text: &str, a: &mut Buffer, n: usize) -> (Result<u64, Fault>, Buffe
         })
         .collect();
     let addresses: Vec<u64> = globals.iter().map(Buffer::base).collect();
-    let mut all = vec![&*a, &o];
+    let mut all = buffers.to_vec();
     all.extend(globals.iter());
     let memory = ranges(&all);
-    let mut params = vec![0u8; 20];
-    params[0..8].copy_from_slice(&a.base().to_le_bytes());
-    params[8..16].copy_from_slice(&o.base().to_le_bytes());
-    params[16..20].copy_from_slice(&(n as u32).to_le_bytes());
     let printed = std::sync::Mutex::new(Vec::new());
     let result = run(
-        kernel,
+        &module.kernels[0],
         &Launch {
             grid: [(n as u32).div_ceil(32), 1, 1],
             block: [32, 1, 1],
             dynamic_shared: 0,
-            params: &params,
+            params,
             globals: &addresses,
             memory: &memory,
             threads: 2,
@@ -560,6 +559,17 @@ fn run_calls(text: &str, a: &mut Buffer, n: usize) -> (Result<u64, Fault>, Buffe
         },
     );
     let printed = printed.into_inner().unwrap();
+    (result, printed)
+}
+
+/// Runs `k` of [`CALLS`] on `n` threads over `a`; its `o` and what it printed.
+fn run_calls(text: &str, a: &mut Buffer, n: usize) -> (Result<u64, Fault>, Buffer, Vec<u8>) {
+    let o = Buffer::new(n.div_ceil(2));
+    let mut params = vec![0u8; 20];
+    params[0..8].copy_from_slice(&a.base().to_le_bytes());
+    params[8..16].copy_from_slice(&o.base().to_le_bytes());
+    params[16..20].copy_from_slice(&(n as u32).to_le_bytes());
+    let (result, printed) = run_kernel(text, n, &params, &[a, &o]);
     (result, o, printed)
 }
 
@@ -742,4 +752,110 @@ fn half_precision_rounds_once_to_nearest_even() {
         let (_, _, _, converted, _) = halves(0, 0, 0, x);
         assert_eq!(converted, pair(h, h), "cvt.rn.f16.f32 of {x:e}");
     }
+}
+
+/// What nvcc 13 emits for `if (i < n) assert(v[i] >= 0);` in a.cu (`check(const int *v, int n)`).
+const ASSERT: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+	// .globl	_Z5checkPKii
+.extern .func __assertfail
+(
+	.param .b64 __assertfail_param_0,
+	.param .b64 __assertfail_param_1,
+	.param .b32 __assertfail_param_2,
+	.param .b64 __assertfail_param_3,
+	.param .b64 __assertfail_param_4
+)
+;
+.global .align 1 .b8 __unnamed_1[29] = {118, 111, 105, 100, 32, 99, 104, 101, 99, 107, 40, 99, 111, 110, 115, 116, 32, 105, 110, 116, 32, 42, 44, 32, 105, 110, 116, 41};
+.global .align 1 .b8 $str[10] = {118, 91, 105, 93, 32, 62, 61, 32, 48};
+.global .align 1 .b8 $str$1[5] = {97, 46, 99, 117};
+
+.visible .entry _Z5checkPKii(
+	.param .u64 _Z5checkPKii_param_0,
+	.param .u32 _Z5checkPKii_param_1
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<11>;
+
+
+	ld.param.u64 	%rd1, [_Z5checkPKii_param_0];
+	ld.param.u32 	%r2, [_Z5checkPKii_param_1];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r3, %r4, %r5;
+	setp.ge.s32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_3;
+
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.s32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.global.u32 	%r6, [%rd4];
+	setp.gt.s32 	%p2, %r6, -1;
+	@%p2 bra 	$L__BB0_3;
+
+	mov.u64 	%rd5, $str;
+	cvta.global.u64 	%rd6, %rd5;
+	mov.u64 	%rd7, $str$1;
+	cvta.global.u64 	%rd8, %rd7;
+	mov.u64 	%rd9, __unnamed_1;
+	cvta.global.u64 	%rd10, %rd9;
+	{ // callseq 0, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd6;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd8;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], 4;
+	.param .b64 param3;
+	st.param.b64 	[param3+0], %rd10;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], 1;
+	call.uni 
+	__assertfail, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4
+	);
+	} // callseq 0
+
+$L__BB0_3:
+	ret;
+
+}
+
+"#;
+
+#[test]
+fn a_failed_assert_stops_the_kernel_with_cudas_message_for_each_failing_thread() {
+    let mut v = Buffer::new(32);
+    let mut params = vec![0u8; 12];
+    params[0..8].copy_from_slice(&v.base().to_le_bytes());
+    params[8..12].copy_from_slice(&64u32.to_le_bytes());
+    let (result, _) = run_kernel(ASSERT, 64, &params, &[&v]);
+    result.unwrap();
+    // Elements 37 and 40 negative: both threads of block 1 fail it, in one warp.
+    v.0[37 / 2] = (-1i32 as u32 as u64) << 32;
+    v.0[40 / 2] = -5i32 as u32 as u64;
+    let (result, _) = run_kernel(ASSERT, 64, &params, &[&v]);
+    assert_eq!(
+        result,
+        Err(Fault::Assert {
+            message: "a.cu:4: void check(const int *, int): block: [1,0,0], thread: [5,0,0] \
+                      Assertion `v[i] >= 0` failed.\n\
+                      a.cu:4: void check(const int *, int): block: [1,0,0], thread: [8,0,0] \
+                      Assertion `v[i] >= 0` failed.\n"
+                .into()
+        })
+    );
 }
