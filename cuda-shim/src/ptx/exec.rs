@@ -1208,6 +1208,17 @@ fn unary(op: Unary, ty: Ty, ftz: bool, a: &[u64; 32]) -> [u64; 32] {
                     Unary::Popc => ty.mask(v).count_ones() as u64,
                     Unary::Clz => (ty.mask(v).leading_zeros() - (64 - bits)) as u64,
                     Unary::Brev => ty.mask(v).reverse_bits() >> (64 - bits),
+                    Unary::Bfind { shiftamt } => {
+                        let msb = bits - 1;
+                        let negative = ty.signed() && (v >> msb) & 1 == 1;
+                        let x = ty.mask(if negative { !v } else { v });
+                        if x == 0 {
+                            0xFFFF_FFFF
+                        } else {
+                            let pos = 63 - x.leading_zeros();
+                            (if shiftamt { msb - pos } else { pos }) as u64
+                        }
+                    }
                     _ => v,
                 })
             })

@@ -199,6 +199,11 @@ pub enum Unary {
     Popc,
     Clz,
     Brev,
+    /// `bfind`: the position of the most significant bit that differs from the sign (0xFFFFFFFF
+    /// if none); with `.shiftamt`, the left shift that brings it to the top.
+    Bfind {
+        shiftamt: bool,
+    },
     Sqrt,
     Rsqrt,
     Rcp,

@@ -1332,8 +1332,8 @@ fn lower(
                 b: Src::Imm(1),
             }
         }
-        "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "sqrt" | "rsqrt" | "rcp"
-        | "ex2" | "lg2" | "sin" | "cos" | "tanh" => {
+        "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "bfind" | "sqrt" | "rsqrt"
+        | "rcp" | "ex2" | "lg2" | "sin" | "cos" | "tanh" => {
             let ty = ty.ok_or_else(unsupported)?;
             need(2)?;
             let op = match base {
@@ -1344,6 +1344,9 @@ fn lower(
                 "popc" => Unary::Popc,
                 "clz" => Unary::Clz,
                 "brev" => Unary::Brev,
+                "bfind" => Unary::Bfind {
+                    shiftamt: has("shiftamt"),
+                },
                 "sqrt" => Unary::Sqrt,
                 "rsqrt" => Unary::Rsqrt,
                 "rcp" => Unary::Rcp,

@@ -859,3 +859,53 @@ fn a_failed_assert_stops_the_kernel_with_cudas_message_for_each_failing_thread()
         })
     );
 }
+
+/// `bfind` of the word at `io[0]` (as u32, s32, shift amount) and of the u64/s64 at `io[1]`.
+const BFIND: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry bfinds(
+	.param .u64 bfinds_param_0
+)
+{
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<3>;
+
+	ld.param.u64 	%rd1, [bfinds_param_0];
+	ld.global.u32 	%r1, [%rd1];
+	ld.global.u64 	%rd2, [%rd1+8];
+	bfind.u32 	%r2, %r1;
+	bfind.s32 	%r3, %r1;
+	bfind.shiftamt.u32 	%r4, %r1;
+	st.global.v4.u32 	[%rd1+16], {%r2, %r3, %r4, %r4};
+	bfind.u64 	%r2, %rd2;
+	bfind.s64 	%r3, %rd2;
+	bfind.shiftamt.s64 	%r4, %rd2;
+	st.global.v4.u32 	[%rd1+32], {%r2, %r3, %r4, %r4};
+	ret;
+}
+"#;
+
+#[test]
+fn bfind_finds_the_most_significant_non_sign_bit() {
+    let module = parse(BFIND).unwrap();
+    let run = |word: u32, long: u64| -> [u32; 6] {
+        let mut io = Buffer::new(6);
+        io.0[0] = word as u64;
+        io.0[1] = long;
+        let memory = ranges(&[&io]);
+        launch(&module, "bfinds", 1, 1, &[io.base()], &memory).unwrap();
+        let w = |i: usize| (io.0[i / 2] >> (32 * (i % 2))) as u32;
+        [w(4), w(5), w(6), w(8), w(9), w(10)]
+    };
+    const NONE: u32 = 0xFFFF_FFFF;
+    // u32, s32, shiftamt.u32, u64, s64, shiftamt.s64
+    assert_eq!(run(0x10, 0x10), [4, 4, 27, 4, 4, 59]);
+    assert_eq!(run(0, 0), [NONE, NONE, NONE, NONE, NONE, NONE]);
+    // -1: every bit is the sign's.
+    assert_eq!(run(u32::MAX, u64::MAX), [31, NONE, 0, 63, NONE, NONE]);
+    // -17 = !16: the top zero is bit 4.
+    assert_eq!(run(-17i32 as u32, -17i64 as u64), [31, 4, 0, 63, 4, 59]);
+}
