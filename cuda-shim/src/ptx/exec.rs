@@ -983,6 +983,32 @@ impl<'a> BlockState<'a> {
                 write(w, d, exec, &[v; 32]);
             }
             Op::Activemask { d } => write(w, d, exec, &[exec as u64; 32]),
+            Op::Match {
+                all,
+                ty,
+                d,
+                p,
+                a,
+                mask,
+            } => {
+                let (a, mask) = (self.read(w, a), self.read(w, mask));
+                let first = exec.trailing_zeros() as usize;
+                let members = exec & mask[first] as u32;
+                let same = |lane: usize| -> u32 {
+                    lanes(members)
+                        .filter(|&o| ty.mask(a[o]) == ty.mask(a[lane]))
+                        .fold(0, |m, o| m | 1 << o)
+                };
+                let r = per_lane(|lane| {
+                    let m = same(lane);
+                    (if all && m != members { 0 } else { m }) as u64
+                });
+                write(w, d, exec, &r);
+                if let Some(p) = p {
+                    let uniform = (same(first) == members) as u64;
+                    write(w, p, exec, &[uniform; 32]);
+                }
+            }
             Op::Redux { op, ty, d, a } => {
                 let a = self.read(w, a);
                 let mut acc: Option<u64> = None;

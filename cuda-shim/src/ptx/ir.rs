@@ -458,6 +458,16 @@ pub enum Op {
     Activemask {
         d: u32,
     },
+    /// `match.any.sync` (`all: false`: the lanes holding this lane's value) or `match.all.sync`
+    /// (the lanes if all hold one value, else 0; `p` whether they do) over the warp's lanes.
+    Match {
+        all: bool,
+        ty: Ty,
+        d: u32,
+        p: Option<u32>,
+        a: Src,
+        mask: Src,
+    },
     /// `redux.sync.op.type d, a, membermask`.
     Redux {
         op: AtomOp,

@@ -1650,6 +1650,25 @@ fn lower(
                 c: cx.src(&ops[3], Ty::U32)?,
             }
         }
+        "match" => {
+            let ty = ty.ok_or_else(unsupported)?;
+            let all = has("all");
+            if ops.len() != 3 || !(all || has("any")) || !matches!(ty, Ty::B32 | Ty::B64) {
+                return Err(unsupported());
+            }
+            let (d, p) = match &ops[0] {
+                Opnd::Pair(d, p) if all => (b.reg(d, line)?, Some(b.reg(p, line)?)),
+                o => (cx.dst(o)?, None),
+            };
+            Op::Match {
+                all,
+                ty,
+                d,
+                p,
+                a: cx.src(&ops[1], ty)?,
+                mask: cx.src(&ops[2], Ty::B32)?,
+            }
+        }
         "vote" => {
             if ops.len() != 3 {
                 return Err(unsupported());

@@ -909,3 +909,49 @@ fn bfind_finds_the_most_significant_non_sign_bit() {
     // -17 = !16: the top zero is bit 4.
     assert_eq!(run(-17i32 as u32, -17i64 as u64), [31, 4, 0, 63, 4, 59]);
 }
+
+/// Each lane of one warp: `match.any` of (lane % 3) and `match.all` of (lane / 32, all equal)
+/// and of the lane itself (all different).
+const MATCH: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry matches(
+	.param .u64 matches_param_0
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<10>;
+	.reg .b64 	%rd<4>;
+
+	ld.param.u64 	%rd1, [matches_param_0];
+	mov.u32 	%r1, %laneid;
+	rem.u32 	%r2, %r1, 3;
+	match.any.sync.b32 	%r3, %r2, -1;
+	shr.u32 	%r4, %r1, 5;
+	match.all.sync.b32 	%r5|%p1, %r4, -1;
+	match.all.sync.b32 	%r6|%p2, %r1, -1;
+	selp.u32 	%r7, 1, 0, %p1;
+	selp.u32 	%r8, 1, 0, %p2;
+	mul.wide.u32 	%rd2, %r1, 16;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.v4.u32 	[%rd3], {%r3, %r5, %r6, %r7};
+	ret;
+}
+"#;
+
+#[test]
+fn match_sync_finds_the_lanes_holding_each_value() {
+    let module = parse(MATCH).unwrap();
+    let io = Buffer::new(64);
+    let memory = ranges(&[&io]);
+    launch(&module, "matches", 1, 32, &[io.base()], &memory).unwrap();
+    for lane in 0..32 {
+        let w = |i: usize| (io.0[lane * 2 + i / 2] >> (32 * (i % 2))) as u32;
+        let same: u32 = (0..32).filter(|o| o % 3 == lane % 3).map(|o| 1 << o).sum();
+        assert_eq!(w(0), same, "match.any of lane {lane}");
+        assert_eq!((w(1), w(3)), (u32::MAX, 1), "match.all of equal values");
+        assert_eq!(w(2), 0, "match.all of different values");
+    }
+}
