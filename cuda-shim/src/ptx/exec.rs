@@ -966,21 +966,31 @@ impl<'a> BlockState<'a> {
                     write(w, p, exec, &pv);
                 }
             }
-            Op::Vote { mode, d, a, negate } => {
-                let a = self.read(w, a);
+            Op::Vote {
+                mode,
+                d,
+                a,
+                negate,
+                mask,
+            } => {
+                let (a, mask) = (self.read(w, a), self.read(w, mask));
                 let mut ballot = 0u32;
                 for lane in lanes(exec) {
                     if (a[lane] != 0) != negate {
                         ballot |= 1 << lane;
                     }
                 }
-                let v = match mode {
-                    VoteMode::Ballot => ballot as u64,
-                    VoteMode::Any => (ballot != 0) as u64,
-                    VoteMode::All => (ballot == exec) as u64,
-                    VoteMode::Uni => (ballot == 0 || ballot == exec) as u64,
-                };
-                write(w, d, exec, &[v; 32]);
+                let r = per_lane(|lane| {
+                    let members = exec & mask[lane] as u32;
+                    let ballot = ballot & members;
+                    match mode {
+                        VoteMode::Ballot => ballot as u64,
+                        VoteMode::Any => (ballot != 0) as u64,
+                        VoteMode::All => (ballot == members) as u64,
+                        VoteMode::Uni => (ballot == 0 || ballot == members) as u64,
+                    }
+                });
+                write(w, d, exec, &r);
             }
             Op::Activemask { d } => write(w, d, exec, &[exec as u64; 32]),
             Op::Match {
@@ -1009,16 +1019,24 @@ impl<'a> BlockState<'a> {
                     write(w, p, exec, &[uniform; 32]);
                 }
             }
-            Op::Redux { op, ty, d, a } => {
-                let a = self.read(w, a);
-                let mut acc: Option<u64> = None;
-                for lane in lanes(exec) {
-                    acc = Some(match acc {
-                        None => ty.mask(a[lane]),
-                        Some(x) => atomic(op, ty, x, a[lane], 0),
-                    });
-                }
-                write(w, d, exec, &[acc.unwrap_or(0); 32]);
+            Op::Redux { op, ty, d, a, mask } => {
+                let (a, mask) = (self.read(w, a), self.read(w, mask));
+                let reduce = |members: u32| {
+                    let mut acc: Option<u64> = None;
+                    for lane in lanes(members) {
+                        acc = Some(match acc {
+                            None => ty.mask(a[lane]),
+                            Some(x) => atomic(op, ty, x, a[lane], 0),
+                        });
+                    }
+                    acc.unwrap_or(0)
+                };
+                let r = if mask.iter().all(|&m| m as u32 == FULL) {
+                    [reduce(exec); 32]
+                } else {
+                    per_lane(|lane| reduce(exec & mask[lane] as u32))
+                };
+                write(w, d, exec, &r);
             }
             Op::Unsupported { ref what } => {
                 return Err(Fault::Unsupported {

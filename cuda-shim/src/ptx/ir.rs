@@ -449,11 +449,13 @@ pub enum Op {
         b: Src,
         c: Src,
     },
+    /// Each lane votes over the lanes of its own `membermask`, as in [`Op::Redux`].
     Vote {
         mode: VoteMode,
         d: u32,
         a: Src,
         negate: bool,
+        mask: Src,
     },
     Activemask {
         d: u32,
@@ -469,11 +471,14 @@ pub enum Op {
         mask: Src,
     },
     /// `redux.sync.op.type d, a, membermask`.
+    /// Each lane reduces over the lanes of its own `membermask` (lanes of different groups,
+    /// e.g. cooperative groups' labeled partitions, run one `redux` with different masks).
     Redux {
         op: AtomOp,
         ty: Ty,
         d: u32,
         a: Src,
+        mask: Src,
     },
     /// `call vprintf, (fmt, args)` (device `printf`): the parameters are per-thread local
     /// slots holding the format's generic address and the argument buffer's; `ret` receives the

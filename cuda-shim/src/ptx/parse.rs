@@ -1693,6 +1693,7 @@ fn lower(
                 d: cx.dst(&ops[0])?,
                 a,
                 negate,
+                mask: cx.src(&ops[2], Ty::B32)?,
             }
         }
         "activemask" => {
@@ -1713,6 +1714,7 @@ fn lower(
                 ty,
                 d: cx.dst(&ops[0])?,
                 a: cx.src(&ops[1], ty)?,
+                mask: cx.src(&ops[2], Ty::B32)?,
             }
         }
         _ => return Err(unsupported()),

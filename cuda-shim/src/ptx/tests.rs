@@ -955,3 +955,52 @@ fn match_sync_finds_the_lanes_holding_each_value() {
         assert_eq!(w(2), 0, "match.all of different values");
     }
 }
+
+/// Two groups of 16 lanes, each naming its own half of the warp as `membermask`: `redux` of the
+/// lane ids and `vote.ballot` of "odd lane".
+const GROUPS: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry groups(
+	.param .u64 groups_param_0
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<4>;
+
+	ld.param.u64 	%rd1, [groups_param_0];
+	mov.u32 	%r1, %laneid;
+	setp.lt.u32 	%p1, %r1, 16;
+	selp.b32 	%r2, 65535, -65536, %p1;
+	redux.sync.add.u32 	%r3, %r1, %r2;
+	and.b32 	%r4, %r1, 1;
+	setp.eq.u32 	%p2, %r4, 1;
+	vote.sync.ballot.b32 	%r5, %p2, %r2;
+	mul.wide.u32 	%rd2, %r1, 8;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.v2.u32 	[%rd3], {%r3, %r5};
+	ret;
+}
+"#;
+
+#[test]
+fn redux_and_vote_reduce_over_each_lanes_own_membermask() {
+    let module = parse(GROUPS).unwrap();
+    let io = Buffer::new(32);
+    let memory = ranges(&[&io]);
+    launch(&module, "groups", 1, 32, &[io.base()], &memory).unwrap();
+    for lane in 0..32u64 {
+        let (sum, ballot) = (
+            io.0[lane as usize] as u32,
+            (io.0[lane as usize] >> 32) as u32,
+        );
+        if lane < 16 {
+            assert_eq!((sum, ballot), ((0..16).sum(), 0x0000_AAAA), "lane {lane}");
+        } else {
+            assert_eq!((sum, ballot), ((16..32).sum(), 0xAAAA_0000), "lane {lane}");
+        }
+    }
+}
