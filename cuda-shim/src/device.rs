@@ -383,6 +383,7 @@ impl Device {
                 None => return LAUNCH_FAILED.0,
             },
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            printf: &write_stdout,
         };
         let started = Instant::now();
         let result = ptx::run(&kernel.kernel, &launch);
@@ -399,6 +400,10 @@ impl Device {
             }
             Err(ptx::Fault::IllegalAddress { .. }) => ILLEGAL_ADDRESS.0,
             Err(ptx::Fault::Misaligned { .. }) => MISALIGNED_ADDRESS.0,
+            Err(ptx::Fault::Assert { message }) => {
+                let _ = std::io::stderr().write_all(message.as_bytes());
+                ASSERT.0
+            }
             Err(fault) => {
                 crate::module::report(&format!("kernel {} failed: {fault:?}", kernel.kernel.name));
                 LAUNCH_FAILED.0
@@ -1927,5 +1932,21 @@ impl Context {
                 .map(drop),
             None => Ok(()),
         }
+    }
+}
+
+unsafe extern "C" {
+    /// The C library's standard output stream (glibc's `stdout`).
+    static stdout: *mut libc::FILE;
+}
+
+/// Writes a kernel's `printf` output to the program's `stdout` stream, after whatever the
+/// program printed there before (as CUDA's runtime does when it prints the device's buffer).
+fn write_stdout(text: &[u8]) {
+    // SAFETY: `stdout` is the C library's stream, initialised before any code of the program
+    // runs; `text` is `text.len()` readable bytes; FILE operations lock the stream.
+    unsafe {
+        libc::fwrite(text.as_ptr().cast(), 1, text.len(), stdout);
+        libc::fflush(stdout);
     }
 }

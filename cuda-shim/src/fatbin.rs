@@ -452,6 +452,20 @@ pub unsafe fn read_image(image: *const u8) -> Result<Image, FatbinError> {
     Ok(Image::Fatbin { ptx, sass_archs })
 }
 
+/// The PTX text of a module for a device of compute capability `major*10+minor`: every entry of
+/// the architecture [`select_ptx`] chooses, in order. A `-rdc=true` program registers one
+/// wrapper listing the fatbinary of each translation unit, so its kernels are spread over
+/// several entries of one architecture, which together are its device code (what nvlink links).
+pub fn module_ptx(entries: &[PtxEntry], capability: u32) -> Option<String> {
+    let arch = select_ptx(entries, capability)?.arch;
+    let units: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.arch == arch)
+        .map(|e| e.text.as_str())
+        .collect();
+    Some(units.join("\n"))
+}
+
 /// The entry NVIDIA's driver would JIT for a device of compute capability `major*10+minor`:
 /// the highest PTX arch <= capability (the first such entry when several have it); None = no
 /// kernel image for this device.
@@ -760,6 +774,25 @@ mod tests {
             err.to_string(),
             "PTX entry for compute_90 is not UTF-8 text (invalid byte at 3)"
         );
+    }
+
+    #[test]
+    fn fatbin_module_ptx_joins_the_translation_units_of_the_chosen_arch() {
+        let unit = |arch: u32, kernel: &str| PtxEntry {
+            arch,
+            text: PTX.replace("entry k()", &format!("entry {kernel}()")),
+        };
+        let entries = [
+            unit(90, "a"),
+            unit(80, "old"),
+            unit(90, "b"),
+            unit(100, "new"),
+        ];
+        let text = module_ptx(&entries, 90).unwrap();
+        let module = crate::ptx::parse(&text).unwrap();
+        let names: Vec<&str> = module.kernels.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(module_ptx(&entries, 75), None);
     }
 
     #[test]

@@ -45,9 +45,7 @@ impl Module {
         let text = match image {
             Image::Ptx(text) => Some(text),
             Image::Cubin => None,
-            Image::Fatbin { ptx, .. } => {
-                fatbin::select_ptx(&ptx, capability).map(|entry| entry.text.clone())
-            }
+            Image::Fatbin { ptx, .. } => fatbin::module_ptx(&ptx, capability),
         };
         let ptx = match text {
             Some(text) => Some(ptx::parse(&text).map_err(|e| {

@@ -32,6 +32,7 @@ pub const ILLEGAL_ADDRESS: CuError = CuError(700);
 pub const PEER_ACCESS_ALREADY_ENABLED: CuError = CuError(704);
 pub const PEER_ACCESS_NOT_ENABLED: CuError = CuError(705);
 pub const CONTEXT_IS_DESTROYED: CuError = CuError(709);
+pub const ASSERT: CuError = CuError(710);
 pub const HOST_MEMORY_ALREADY_REGISTERED: CuError = CuError(712);
 pub const HOST_MEMORY_NOT_REGISTERED: CuError = CuError(713);
 pub const MISALIGNED_ADDRESS: CuError = CuError(716);

@@ -1940,6 +1940,12 @@ static void pytorch_memory(void) {
     OK(cudaMemcpy(back, sym, sizeof back, cudaMemcpyDeviceToHost));
     EXPECT(back[0] == 1 && back[1] == 20 && back[2] == 30 && back[3] == 4);
     EXPECT(symbol_shadow[1] == 2); /* the host shadow is not the device copy */
+    float from[2] = {0, 0};
+    OK(cudaMemcpyFromSymbol(from, symbol_shadow, sizeof from, sizeof(float), cudaMemcpyDeviceToHost));
+    EXPECT(from[0] == 20 && from[1] == 30);
+    EXPECT_CODE(cudaMemcpyFromSymbol(from, symbol_shadow, sizeof from, 3 * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    EXPECT_CODE(cudaMemcpyFromSymbol(from, symbol_shadow, sizeof from, 0, cudaMemcpyHostToDevice), cudaErrorInvalidMemcpyDirection);
+    EXPECT_CODE(cudaMemcpyFromSymbol(from, two, 4, 0, cudaMemcpyDeviceToHost), cudaErrorInvalidSymbol);
     void *again;
     OK(cudaGetSymbolAddress(&again, symbol_shadow));
     EXPECT(again == (void *)sym);

@@ -1309,6 +1309,20 @@ runtime_api! {
         memcpy((addr + offset as u64) as *mut c_void, src, count, kind, 0, true)
     }
 
+    /// Device-to-host or device-to-device (or default) from a `__device__` variable; synchronous
+    /// as `cudaMemcpy`.
+    fn cudaMemcpyFromSymbol(dst: *mut c_void, symbol: *const c_void, count: usize, offset: usize, kind: u32) {
+        context()?;
+        let (addr, size) = symbol_address(symbol)?;
+        if offset.checked_add(count).is_none_or(|end| end > size) {
+            return Err(INVALID_VALUE);
+        }
+        if !matches!(kind, 2..=4) {
+            return Err(INVALID_MEMCPY_DIRECTION);
+        }
+        memcpy(dst, (addr + offset as u64) as *const c_void, count, kind, 0, true)
+    }
+
     fn cudaDeviceGetDefaultMemPool(pool: *mut usize, device: i32) {
         context()?;
         primary(device)?;

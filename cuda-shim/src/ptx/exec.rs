@@ -57,6 +57,9 @@ pub enum Fault {
     Misaligned { addr: u64, line: u32 },
     /// An instruction outside the subset (`CUDA_ERROR_INVALID_PTX`).
     Unsupported { what: String, line: u32 },
+    /// A device `assert` failed (`CUDA_ERROR_ASSERT`): CUDA's message for each thread that
+    /// failed it in the warp that stopped the kernel, one line each.
+    Assert { message: String },
     /// A launch configuration the kernel cannot run with (`CUDA_ERROR_INVALID_VALUE`).
     InvalidConfiguration(String),
 }
@@ -73,6 +76,9 @@ pub struct Launch<'a> {
     pub memory: &'a dyn Memory,
     /// Host threads that may run blocks at once.
     pub threads: usize,
+    /// Receives what the kernel's `printf`s wrote, once, after the last block (blocks in order
+    /// of their index, each block's lines in the order its threads wrote them).
+    pub printf: &'a (dyn Fn(&[u8]) + Sync),
 }
 
 /// The first instruction outside the subset, if the kernel has one.
@@ -104,6 +110,7 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<Counts, Fault> {
     let fault: Mutex<Option<Fault>> = Mutex::new(None);
     let executed = AtomicU64::new(0);
     let host_bytes = AtomicU64::new(0);
+    let printed: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
     let work = || {
         let mut block = BlockState::new(kernel, launch);
         loop {
@@ -120,7 +127,15 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<Counts, Fault> {
                 ((index / gx as usize) % gy as usize) as u32,
                 (index / (gx as usize * gy as usize)) as u32,
             ];
-            if let Err(f) = block.run(ctaid) {
+            let result = block.run(ctaid);
+            if !block.printf.is_empty() {
+                let text = std::mem::take(&mut block.printf);
+                printed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((index, text));
+            }
+            if let Err(f) = result {
                 stop.store(true, Ordering::Relaxed);
                 let mut first = fault.lock().unwrap_or_else(|e| e.into_inner());
                 first.get_or_insert(f);
@@ -140,6 +155,12 @@ pub fn run(kernel: &Kernel, launch: &Launch) -> Result<Counts, Fault> {
             }
             work();
         });
+    }
+    let mut printed = printed.into_inner().unwrap_or_else(|e| e.into_inner());
+    if !printed.is_empty() {
+        printed.sort_by_key(|&(index, _)| index);
+        let text: Vec<u8> = printed.into_iter().flat_map(|(_, t)| t).collect();
+        (launch.printf)(&text);
     }
     match fault.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(f) => Err(f),
@@ -177,6 +198,8 @@ struct BlockState<'a> {
     executed: u64,
     /// Bytes accessed in mapped host memory.
     host_bytes: u64,
+    /// What this block's `printf`s wrote so far.
+    printf: Vec<u8>,
 }
 
 /// Which window an address of a given space falls in, after `cvta` decoding.
@@ -216,6 +239,7 @@ impl<'a> BlockState<'a> {
             },
             executed: 0,
             host_bytes: 0,
+            printf: Vec::new(),
         }
     }
 
@@ -438,6 +462,31 @@ impl<'a> BlockState<'a> {
         Ok(())
     }
 
+    /// One lane's `len`-byte value at `addr` in `space`.
+    fn read_lane(
+        &mut self,
+        space: Space,
+        addr: u64,
+        len: usize,
+        lane: usize,
+        line: u32,
+    ) -> Result<u64, Fault> {
+        let place = self.place(space, addr, len, line)?;
+        Ok(self.load(&place, lane, len))
+    }
+
+    /// The NUL-terminated string at generic address `addr` (at most 64 KiB of it).
+    fn string(&mut self, addr: u64, lane: usize, line: u32) -> Result<Vec<u8>, Fault> {
+        let mut out = Vec::new();
+        for i in 0..(64 << 10) {
+            match self.read_lane(Space::Generic, addr.wrapping_add(i), 1, lane, line)? as u8 {
+                0 => break,
+                c => out.push(c),
+            }
+        }
+        Ok(out)
+    }
+
     fn run_warp(&mut self, w: &mut Warp) -> Result<Stop, Fault> {
         let insts = &self.k.insts;
         loop {
@@ -564,6 +613,39 @@ impl<'a> BlockState<'a> {
             } => {
                 let (a, b, c) = (self.read(w, a), self.read(w, b), self.read(w, c));
                 let r = ternary(op, ty, Mods { round, ftz, sat }, &a, &b, &c);
+                write(w, d, exec, &r);
+            }
+            Op::Half {
+                op,
+                pair,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                let (a, b, c) = (self.read(w, a), self.read(w, b), self.read(w, c));
+                let r = per_lane(|l| {
+                    let one = |shift: u32| -> u64 {
+                        let x = |v: u64| f16_to_f64((v >> shift) as u16);
+                        let (a, b, c) = (x(a[l]), x(b[l]), x(c[l]));
+                        // Sums and products of halves are exact in f64; a fused a*b+c is
+                        // rounded once through its exact two-part sum.
+                        let h = match op {
+                            HalfOp::Add => f16_from_f64(a + b, 0.0),
+                            HalfOp::Sub => f16_from_f64(a - b, 0.0),
+                            HalfOp::Mul => f16_from_f64(a * b, 0.0),
+                            HalfOp::Fma => {
+                                let p = a * b;
+                                let s = p + c;
+                                let bp = s - c;
+                                let err = (p - bp) + (c - (s - bp));
+                                f16_from_f64(s, err)
+                            }
+                        };
+                        (h as u64) << shift
+                    };
+                    if pair { one(0) | one(16) } else { one(0) }
+                });
                 write(w, d, exec, &r);
             }
             Op::Bfi {
@@ -913,33 +995,77 @@ impl<'a> BlockState<'a> {
                     write(w, p, exec, &pv);
                 }
             }
-            Op::Vote { mode, d, a, negate } => {
-                let a = self.read(w, a);
+            Op::Vote {
+                mode,
+                d,
+                a,
+                negate,
+                mask,
+            } => {
+                let (a, mask) = (self.read(w, a), self.read(w, mask));
                 let mut ballot = 0u32;
                 for lane in lanes(exec) {
                     if (a[lane] != 0) != negate {
                         ballot |= 1 << lane;
                     }
                 }
-                let v = match mode {
-                    VoteMode::Ballot => ballot as u64,
-                    VoteMode::Any => (ballot != 0) as u64,
-                    VoteMode::All => (ballot == exec) as u64,
-                    VoteMode::Uni => (ballot == 0 || ballot == exec) as u64,
-                };
-                write(w, d, exec, &[v; 32]);
+                let r = per_lane(|lane| {
+                    let members = exec & mask[lane] as u32;
+                    let ballot = ballot & members;
+                    match mode {
+                        VoteMode::Ballot => ballot as u64,
+                        VoteMode::Any => (ballot != 0) as u64,
+                        VoteMode::All => (ballot == members) as u64,
+                        VoteMode::Uni => (ballot == 0 || ballot == members) as u64,
+                    }
+                });
+                write(w, d, exec, &r);
             }
             Op::Activemask { d } => write(w, d, exec, &[exec as u64; 32]),
-            Op::Redux { op, ty, d, a } => {
-                let a = self.read(w, a);
-                let mut acc: Option<u64> = None;
-                for lane in lanes(exec) {
-                    acc = Some(match acc {
-                        None => ty.mask(a[lane]),
-                        Some(x) => atomic(op, ty, x, a[lane], 0),
-                    });
+            Op::Match {
+                all,
+                ty,
+                d,
+                p,
+                a,
+                mask,
+            } => {
+                let (a, mask) = (self.read(w, a), self.read(w, mask));
+                let first = exec.trailing_zeros() as usize;
+                let members = exec & mask[first] as u32;
+                let same = |lane: usize| -> u32 {
+                    lanes(members)
+                        .filter(|&o| ty.mask(a[o]) == ty.mask(a[lane]))
+                        .fold(0, |m, o| m | 1 << o)
+                };
+                let r = per_lane(|lane| {
+                    let m = same(lane);
+                    (if all && m != members { 0 } else { m }) as u64
+                });
+                write(w, d, exec, &r);
+                if let Some(p) = p {
+                    let uniform = (same(first) == members) as u64;
+                    write(w, p, exec, &[uniform; 32]);
                 }
-                write(w, d, exec, &[acc.unwrap_or(0); 32]);
+            }
+            Op::Redux { op, ty, d, a, mask } => {
+                let (a, mask) = (self.read(w, a), self.read(w, mask));
+                let reduce = |members: u32| {
+                    let mut acc: Option<u64> = None;
+                    for lane in lanes(members) {
+                        acc = Some(match acc {
+                            None => ty.mask(a[lane]),
+                            Some(x) => atomic(op, ty, x, a[lane], 0),
+                        });
+                    }
+                    acc.unwrap_or(0)
+                };
+                let r = if mask.iter().all(|&m| m as u32 == FULL) {
+                    [reduce(exec); 32]
+                } else {
+                    per_lane(|lane| reduce(exec & mask[lane] as u32))
+                };
+                write(w, d, exec, &r);
             }
             Op::Unsupported { ref what } => {
                 return Err(Fault::Unsupported {
@@ -947,9 +1073,79 @@ impl<'a> BlockState<'a> {
                     line,
                 });
             }
+            Op::Printf { fmt, args, ret } => {
+                for lane in lanes(exec) {
+                    let fmt = self.read_lane(Space::Local, fmt, 8, lane, line)?;
+                    let format = self.string(fmt, lane, line)?;
+                    let at = self.read_lane(Space::Local, args, 8, lane, line)?;
+                    let mut args = ArgBuffer {
+                        block: self,
+                        lane,
+                        at,
+                        line,
+                    };
+                    let text = super::printf::format(&format, &mut args)?;
+                    if let Some(ret) = ret {
+                        let place = self.place(Space::Local, ret, 4, line)?;
+                        let _ = self.store(&place, lane, 4, text.len() as u64);
+                    }
+                    self.printf.extend_from_slice(&text);
+                }
+            }
+            Op::AssertFail {
+                message,
+                file,
+                line: at,
+                function,
+            } => {
+                let mut text = String::new();
+                for lane in lanes(exec) {
+                    let mut string = |slot: u64| -> Result<String, Fault> {
+                        let addr = self.read_lane(Space::Local, slot, 8, lane, line)?;
+                        Ok(String::from_utf8_lossy(&self.string(addr, lane, line)?).into_owned())
+                    };
+                    let (message, file, function) =
+                        (string(message)?, string(file)?, string(function)?);
+                    let at = self.read_lane(Space::Local, at, 4, lane, line)? as u32;
+                    let t = w.first_thread + lane as u32;
+                    let [bx, by, _] = self.l.block;
+                    let [cx, cy, cz] = self.ctaid;
+                    text += &format!(
+                        "{file}:{at}: {function}: block: [{cx},{cy},{cz}], thread: [{},{},{}] \
+                         Assertion `{message}` failed.\n",
+                        t % bx,
+                        (t / bx) % by,
+                        t / (bx * by)
+                    );
+                }
+                return Err(Fault::Assert { message: text });
+            }
             Op::Nop | Op::BarSync | Op::Bra { .. } | Op::Exit => {}
         }
         Ok(())
+    }
+}
+
+/// A lane's `printf` argument buffer, read in order, each argument aligned to its size.
+struct ArgBuffer<'b, 'a> {
+    block: &'b mut BlockState<'a>,
+    lane: usize,
+    at: u64,
+    line: u32,
+}
+
+impl super::printf::Args for ArgBuffer<'_, '_> {
+    type Error = Fault;
+
+    fn next(&mut self, size: usize) -> Result<u64, Fault> {
+        let at = self.at.next_multiple_of(size as u64);
+        self.at = at + size as u64;
+        self.block
+            .read_lane(Space::Generic, at, size, self.lane, self.line)
+    }
+
+    fn string(&mut self, addr: u64) -> Result<Vec<u8>, Fault> {
+        self.block.string(addr, self.lane, self.line)
     }
 }
 
@@ -1070,6 +1266,17 @@ fn unary(op: Unary, ty: Ty, ftz: bool, a: &[u64; 32]) -> [u64; 32] {
                     Unary::Popc => ty.mask(v).count_ones() as u64,
                     Unary::Clz => (ty.mask(v).leading_zeros() - (64 - bits)) as u64,
                     Unary::Brev => ty.mask(v).reverse_bits() >> (64 - bits),
+                    Unary::Bfind { shiftamt } => {
+                        let msb = bits - 1;
+                        let negative = ty.signed() && (v >> msb) & 1 == 1;
+                        let x = ty.mask(if negative { !v } else { v });
+                        if x == 0 {
+                            0xFFFF_FFFF
+                        } else {
+                            let pos = 63 - x.leading_zeros();
+                            (if shiftamt { msb - pos } else { pos }) as u64
+                        }
+                    }
                     _ => v,
                 })
             })
@@ -1558,6 +1765,15 @@ fn round_int(x: f64, round: Round) -> f64 {
 }
 
 fn convert(dty: Ty, sty: Ty, round: Round, ftz: bool, sat: bool, v: u64) -> u64 {
+    match (dty, sty) {
+        // Lowered only with `.rn` (to half) or exact (from half); f32 → f64 is exact, so one
+        // rounding to half.
+        (Ty::F16, Ty::F32) => return f16_from_f64(f32_of(v, ftz) as f64, 0.0) as u64,
+        (Ty::F16, _) => return f16_from_f64(f64::from_bits(v), 0.0) as u64,
+        (Ty::F32, Ty::F16) => return (f16_to_f64(v as u16) as f32).to_bits() as u64,
+        (_, Ty::F16) => return f16_to_f64(v as u16).to_bits(),
+        _ => {}
+    }
     match (dty.float(), sty.float()) {
         (false, false) => {
             let s = sty.sext(v);
@@ -1710,4 +1926,54 @@ fn atomic(op: AtomOp, ty: Ty, old: u64, b: u64, c: u64) -> u64 {
             }
         }
     })
+}
+
+/// The value of IEEE half-precision bits (exact in f64).
+fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = (h >> 10) & 0x1F;
+    let mant = (h & 0x3FF) as f64;
+    sign * match exp {
+        0 => mant * 2f64.powi(-24),
+        31 if mant == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + mant / 1024.0) * 2f64.powi(e as i32 - 15),
+    }
+}
+
+/// `x + err` (`err` tiny beside `x`, the rest of an exact two-part sum, else 0) rounded to the
+/// nearest half, ties to even; NaN is the canonical 0x7FFF, as the GPU writes it.
+fn f16_from_f64(x: f64, err: f64) -> u16 {
+    if x.is_nan() {
+        return 0x7FFF;
+    }
+    let sign: u16 = if x.is_sign_negative() { 0x8000 } else { 0 };
+    let a = x.abs();
+    // Past the midpoint of 65504 and 2^16, to infinity (ties go to the even 2^16).
+    if a > 65520.0 || (a == 65520.0 && err * x.signum() >= 0.0) {
+        return sign | 0x7C00;
+    }
+    // The significand in units of the half's last place: 2^-24 below 2^-14, 2^(e-10) above.
+    let e = if a < 2f64.powi(-14) {
+        -14
+    } else {
+        ((a.to_bits() >> 52) as i32) - 1023
+    };
+    let ulp = 2f64.powi(e - 10);
+    let q = a / ulp;
+    let mut r = q.round_ties_even();
+    // A tie that is not one: the discarded part decides.
+    if q - q.floor() == 0.5 && err != 0.0 {
+        r = if (err > 0.0) == (x > 0.0) {
+            q.ceil()
+        } else {
+            q.floor()
+        };
+    }
+    let bits = if e == -14 && r < 1024.0 {
+        r as u16
+    } else {
+        (((e + 15) as u16) << 10) + (r as u16 - 1024)
+    };
+    sign | bits
 }

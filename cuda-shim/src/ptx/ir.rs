@@ -199,6 +199,11 @@ pub enum Unary {
     Popc,
     Clz,
     Brev,
+    /// `bfind`: the position of the most significant bit that differs from the sign (0xFFFFFFFF
+    /// if none); with `.shiftamt`, the left shift that brings it to the top.
+    Bfind {
+        shiftamt: bool,
+    },
     Sqrt,
     Rsqrt,
     Rcp,
@@ -249,6 +254,15 @@ pub enum Ternary {
     ShfR {
         wrap: bool,
     },
+}
+
+/// Half-precision arithmetic (`.f16`, or `.f16x2` on both halves of a 32-bit register).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HalfOp {
+    Add,
+    Sub,
+    Mul,
+    Fma,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,6 +320,15 @@ pub enum Op {
         round: Round,
         ftz: bool,
         sat: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `add/sub/mul/fma[.rn].f16` and `.f16x2` (`pair`): each half rounded once, to nearest even.
+    Half {
+        op: HalfOp,
+        pair: bool,
         d: u32,
         a: Src,
         b: Src,
@@ -426,21 +449,52 @@ pub enum Op {
         b: Src,
         c: Src,
     },
+    /// Each lane votes over the lanes of its own `membermask`, as in [`Op::Redux`].
     Vote {
         mode: VoteMode,
         d: u32,
         a: Src,
         negate: bool,
+        mask: Src,
     },
     Activemask {
         d: u32,
     },
+    /// `match.any.sync` (`all: false`: the lanes holding this lane's value) or `match.all.sync`
+    /// (the lanes if all hold one value, else 0; `p` whether they do) over the warp's lanes.
+    Match {
+        all: bool,
+        ty: Ty,
+        d: u32,
+        p: Option<u32>,
+        a: Src,
+        mask: Src,
+    },
     /// `redux.sync.op.type d, a, membermask`.
+    /// Each lane reduces over the lanes of its own `membermask` (lanes of different groups,
+    /// e.g. cooperative groups' labeled partitions, run one `redux` with different masks).
     Redux {
         op: AtomOp,
         ty: Ty,
         d: u32,
         a: Src,
+        mask: Src,
+    },
+    /// `call vprintf, (fmt, args)` (device `printf`): the parameters are per-thread local
+    /// slots holding the format's generic address and the argument buffer's; `ret` receives the
+    /// number of characters written.
+    Printf {
+        fmt: u64,
+        args: u64,
+        ret: Option<u64>,
+    },
+    /// `call __assertfail, (message, file, line, function, char size)` (a failed device
+    /// `assert`): the parameters are per-thread local slots.
+    AssertFail {
+        message: u64,
+        file: u64,
+        line: u64,
+        function: u64,
     },
     /// Fences and hints: ordered already, since the interpreter runs a block on one thread.
     Nop,

@@ -12,6 +12,7 @@ mod exec;
 mod ir;
 mod lex;
 mod parse;
+mod printf;
 
 pub use exec::{
     Counts, Fault, LOCAL_WINDOW, Launch, Memory, PARAM_WINDOW, Region, SHARED_WINDOW,

@@ -1,8 +1,15 @@
 //! PTX text → [`Module`]: module-level variables and each `.entry` lowered to [`Inst`]s.
 //!
-//! Every directive nvcc emits is read; what the interpreter cannot run (a `call`, an opcode or
-//! modifier outside the subset of docs/ARCHITECTURE.md) becomes an [`Op::Unsupported`] that the
-//! launch reports with its line, so loading a module never fails because of one kernel.
+//! Every directive nvcc emits is read; what the interpreter cannot run (an opcode or modifier
+//! outside the subset of docs/ARCHITECTURE.md, a call of a function the module does not define)
+//! becomes an [`Op::Unsupported`] that the launch reports with its line, so loading a module never
+//! fails because of one kernel.
+//!
+//! Calls of the module's `.func`s are inlined where they are made: the callee's body is lowered
+//! again at each call site with registers and labels of its own, its parameters are the caller's
+//! `.param` slots of that call (per-thread local memory) and `ret` branches past the copy. So the
+//! interpreter has no call stack to keep, and a kernel's speed does not depend on whether nvcc
+//! inlined a function. Recursion (which needs a stack) is outside the subset.
 
 use super::PtxError;
 use super::ir::*;
@@ -73,7 +80,27 @@ struct Parser {
     symbols: HashMap<String, SymKind>,
     /// Module-level `.shared` bytes, placed before each kernel's own.
     shared_module: usize,
+    /// The module's `.func` definitions by name.
+    funcs: HashMap<String, Func>,
+    /// The functions being inlined, outermost first (a call of one of them is recursion).
+    inlining: Vec<String>,
 }
+
+/// A `.func` definition: its return and parameter names and where its body starts.
+#[derive(Clone)]
+struct Func {
+    rets: Vec<String>,
+    params: Vec<String>,
+    /// Token index of the body's `{`.
+    body: usize,
+}
+
+/// Calls nested deeper than this are reported rather than inlined.
+const MAX_INLINE_DEPTH: usize = 32;
+
+/// The label, in an inlined function's own label space, of the end of its copy (no PTX label
+/// contains a space).
+const RETURN_LABEL: &str = " return";
 
 pub fn parse(text: &str) -> Result<Module, PtxError> {
     let mut p = Parser {
@@ -82,7 +109,11 @@ pub fn parse(text: &str) -> Result<Module, PtxError> {
         module: Module::default(),
         symbols: HashMap::new(),
         shared_module: 0,
+        funcs: HashMap::new(),
+        inlining: Vec::new(),
     };
+    p.find_functions()?;
+    p.at = 0;
     p.module_body()?;
     Ok(p.module)
 }
@@ -228,7 +259,78 @@ impl Parser {
         Ok(())
     }
 
-    /// A `.func` declaration or definition: skipped (calls are outside the subset).
+    /// Records every module-level `.func` definition (a function may be defined after the
+    /// kernels that call it, once declared).
+    fn find_functions(&mut self) -> Result<(), PtxError> {
+        let mut depth = 0usize;
+        let mut i = 0;
+        while i < self.toks.len() {
+            match &self.toks[i].tok {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => depth = depth.saturating_sub(1),
+                Tok::Word(w) if depth == 0 && w == ".func" => {
+                    self.at = i + 1;
+                    if let Some((name, func)) = self.function_header()? {
+                        self.funcs.insert(name, func);
+                    }
+                    i = self.at;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// `[(.param … ret)] name [(.param … , …)]` up to the body's `{` (left unread) or the `;`
+    /// of a declaration; the function if it is a definition whose parameters are all `.param`.
+    fn function_header(&mut self) -> Result<Option<(String, Func)>, PtxError> {
+        let mut rets = Vec::new();
+        let mut only_params = true;
+        if self.peek() == Some(&Tok::Punct('(')) {
+            only_params &= self.parameter_list(&mut rets)?;
+        }
+        let name = self.word()?;
+        let mut params = Vec::new();
+        if self.peek() == Some(&Tok::Punct('(')) {
+            only_params &= self.parameter_list(&mut params)?;
+        }
+        // Attributes (.noreturn, performance directives) up to the body or the `;`.
+        loop {
+            match self.peek() {
+                Some(Tok::Punct('{')) => {
+                    let body = self.at;
+                    self.skip_braces()?;
+                    return Ok(only_params.then_some((name, Func { rets, params, body })));
+                }
+                Some(Tok::Punct(';')) | None => return Ok(None),
+                Some(_) => self.at += 1,
+            }
+        }
+    }
+
+    /// `( .param decl, … )`: the names; whether every one was a `.param`.
+    fn parameter_list(&mut self, names: &mut Vec<String>) -> Result<bool, PtxError> {
+        self.expect('(')?;
+        let mut only_params = true;
+        if self.eat(')') {
+            return Ok(true);
+        }
+        loop {
+            let space = self.word()?;
+            only_params &= space == ".param";
+            names.push(self.declaration()?.name);
+            if !self.eat(',') {
+                break;
+            }
+        }
+        self.expect(')')?;
+        Ok(only_params)
+    }
+
+    /// A `.func` declaration or definition at module level: read by [`Self::find_functions`],
+    /// lowered where it is called.
     fn skip_function(&mut self) -> Result<(), PtxError> {
         loop {
             match self.peek() {
@@ -389,23 +491,16 @@ impl Parser {
             labels: HashMap::new(),
             pending: Vec::new(),
             insts: Vec::new(),
+            in_function: false,
         };
         self.body(&mut body)?;
         let shared_static = body.shared;
         // Dynamic `.extern .shared` symbols start after this kernel's static shared memory.
         let dynamic_base = align_up(shared_static, 16) as u64;
+        body.resolve_labels()?;
         let mut insts = std::mem::take(&mut body.insts);
         for inst in &mut insts {
             fix_dynamic_shared(&mut inst.op, dynamic_base);
-        }
-        for (index, label, line) in std::mem::take(&mut body.pending) {
-            let target = *body
-                .labels
-                .get(&label)
-                .ok_or_else(|| PtxError::syntax(line, format!("unknown label {label}")))?;
-            if let Op::Bra { target: t } = &mut insts[index].op {
-                *t = target;
-            }
         }
         self.module.kernels.push(Kernel {
             name,
@@ -442,7 +537,8 @@ impl Parser {
                     ".reg" => self.registers(b)?,
                     ".loc" | ".file" => self.skip_line(line),
                     ".pragma" => self.skip_statement()?,
-                    ".local" => {
+                    // A call's `.param` slots are per-thread local memory.
+                    ".local" | ".param" => {
                         let d = self.declaration()?;
                         let offset = align_up(b.local, d.align);
                         b.local = offset + d.size.unwrap_or(0);
@@ -577,6 +673,20 @@ impl Parser {
         opcode: &str,
         line: u32,
     ) -> Result<(), PtxError> {
+        if opcode == "call" || opcode.starts_with("call.") {
+            return self.call(b, guard, line);
+        }
+        if b.in_function && (opcode == "ret" || opcode.starts_with("ret.")) {
+            self.expect(';')?;
+            b.pending
+                .push((b.insts.len(), RETURN_LABEL.to_string(), line));
+            b.insts.push(Inst {
+                guard,
+                op: Op::Bra { target: 0 },
+                line,
+            });
+            return Ok(());
+        }
         let mut ops = Vec::new();
         if !self.eat(';') {
             loop {
@@ -603,6 +713,182 @@ impl Parser {
     }
 }
 
+impl Parser {
+    /// `call[.uni] [(ret),] name[, (arg, …)][, prototype];`: `vprintf` becomes [`Op::Printf`],
+    /// `__assertfail` [`Op::AssertFail`], a
+    /// function the module defines is inlined, anything else (an external function such as
+    /// `malloc` or `__assertfail`, a call through a pointer, recursion) is unsupported.
+    fn call(
+        &mut self,
+        b: &mut Body,
+        guard: Option<(u32, bool)>,
+        line: u32,
+    ) -> Result<(), PtxError> {
+        let mut rets = Vec::new();
+        if self.eat('(') {
+            rets = self.call_operands()?;
+            self.expect(',')?;
+        }
+        let callee = self.operand()?;
+        let mut args = Vec::new();
+        let mut prototype = false;
+        if self.eat(',') {
+            if self.eat('(') {
+                args = self.call_operands()?;
+            }
+            prototype = self.eat(',');
+            if prototype {
+                self.operand()?;
+            }
+        }
+        self.expect(';')?;
+        let unsupported = |what: String| Inst {
+            guard,
+            op: Op::Unsupported { what },
+            line,
+        };
+        let (Opnd::Name(callee), false) = (callee, prototype) else {
+            b.insts
+                .push(unsupported("call through a function pointer".into()));
+            return Ok(());
+        };
+        // The caller's `.param` slots of this call, as local offsets.
+        let slots = |names: &[Opnd]| -> Option<Vec<u64>> {
+            names
+                .iter()
+                .map(|n| match n {
+                    Opnd::Name(n) => match b.locals.get(n) {
+                        Some(SymKind::Local(o)) => Some(*o),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect()
+        };
+        let (Some(ret_slots), Some(arg_slots)) = (slots(&rets), slots(&args)) else {
+            b.insts.push(unsupported(format!(
+                "call of {callee} with non-.param operands"
+            )));
+            return Ok(());
+        };
+        if callee == "vprintf" && arg_slots.len() == 2 && ret_slots.len() <= 1 {
+            b.insts.push(Inst {
+                guard,
+                op: Op::Printf {
+                    fmt: arg_slots[0],
+                    args: arg_slots[1],
+                    ret: ret_slots.first().copied(),
+                },
+                line,
+            });
+            return Ok(());
+        }
+        if callee == "__assertfail" && arg_slots.len() == 5 && ret_slots.is_empty() {
+            b.insts.push(Inst {
+                guard,
+                op: Op::AssertFail {
+                    message: arg_slots[0],
+                    file: arg_slots[1],
+                    line: arg_slots[2],
+                    function: arg_slots[3],
+                },
+                line,
+            });
+            return Ok(());
+        }
+        let func = match self.funcs.get(&callee) {
+            Some(f) if f.params.len() == arg_slots.len() && f.rets.len() == ret_slots.len() => {
+                f.clone()
+            }
+            Some(_) => {
+                b.insts.push(unsupported(format!(
+                    "call of {callee} with other arguments"
+                )));
+                return Ok(());
+            }
+            None => {
+                b.insts.push(unsupported(format!("call of {callee}")));
+                return Ok(());
+            }
+        };
+        if self.inlining.contains(&callee) || self.inlining.len() >= MAX_INLINE_DEPTH {
+            b.insts
+                .push(unsupported(format!("recursive call of {callee}")));
+            return Ok(());
+        }
+        // A guarded call: the lanes whose guard fails branch past the copy.
+        let skip = guard.map(|(p, negated)| {
+            b.insts.push(Inst {
+                guard: Some((p, !negated)),
+                op: Op::Bra { target: 0 },
+                line,
+            });
+            b.insts.len() - 1
+        });
+        let mut locals: HashMap<String, SymKind> = HashMap::new();
+        for (name, &slot) in func.params.iter().zip(&arg_slots) {
+            locals.insert(name.clone(), SymKind::Local(slot));
+        }
+        for (name, &slot) in func.rets.iter().zip(&ret_slots) {
+            locals.insert(name.clone(), SymKind::Local(slot));
+        }
+        let caller = Scope {
+            regs: std::mem::take(&mut b.regs),
+            locals: std::mem::replace(&mut b.locals, locals),
+            labels: std::mem::take(&mut b.labels),
+            pending: std::mem::take(&mut b.pending),
+            in_function: std::mem::replace(&mut b.in_function, true),
+        };
+        let resume = self.at;
+        self.at = func.body;
+        self.inlining.push(callee);
+        let lowered = self.body(b).and_then(|()| {
+            b.labels
+                .insert(RETURN_LABEL.to_string(), b.insts.len() as u32);
+            b.resolve_labels()
+        });
+        self.inlining.pop();
+        self.at = resume;
+        b.regs = caller.regs;
+        b.locals = caller.locals;
+        b.labels = caller.labels;
+        b.pending = caller.pending;
+        b.in_function = caller.in_function;
+        lowered?;
+        if let Some(index) = skip {
+            b.insts[index].op = Op::Bra {
+                target: b.insts.len() as u32,
+            };
+        }
+        Ok(())
+    }
+
+    /// `a, b, …)` of a call (the `(` read).
+    fn call_operands(&mut self) -> Result<Vec<Opnd>, PtxError> {
+        let mut out = Vec::new();
+        if self.eat(')') {
+            return Ok(out);
+        }
+        loop {
+            out.push(self.operand()?);
+            if !self.eat(',') {
+                break;
+            }
+        }
+        self.expect(')')?;
+        Ok(out)
+    }
+}
+
+/// What a caller's lowering keeps aside while a callee is inlined.
+struct Scope {
+    regs: HashMap<String, u32>,
+    locals: HashMap<String, SymKind>,
+    labels: HashMap<String, u32>,
+    pending: Vec<(usize, String, u32)>,
+    in_function: bool,
+}
+
 struct Declared {
     name: String,
     #[allow(dead_code)]
@@ -621,9 +907,25 @@ struct Body {
     labels: HashMap<String, u32>,
     pending: Vec<(usize, String, u32)>,
     insts: Vec<Inst>,
+    /// Lowering an inlined function's body: `ret` branches to [`RETURN_LABEL`].
+    in_function: bool,
 }
 
 impl Body {
+    /// Points each pending branch at its label (of the current label space).
+    fn resolve_labels(&mut self) -> Result<(), PtxError> {
+        for (index, label, line) in std::mem::take(&mut self.pending) {
+            let target = *self
+                .labels
+                .get(&label)
+                .ok_or_else(|| PtxError::syntax(line, format!("unknown label {label}")))?;
+            if let Op::Bra { target: t } = &mut self.insts[index].op {
+                *t = target;
+            }
+        }
+        Ok(())
+    }
+
     fn declare(&mut self, name: String) {
         let index = self.nregs;
         self.regs.insert(name, index);
@@ -768,6 +1070,14 @@ impl Ctx<'_> {
                     Src::Special(s)
                 } else if let Some(s) = self.sym(n, 0) {
                     s
+                } else if n == "WARP_SZ" {
+                    // PTX's one predefined constant.
+                    Src::Imm(32)
+                } else if n.starts_with('%') {
+                    // A special register outside the subset (%envreg*, which the driver sets for
+                    // cooperative launches and `grid.sync()` reads; %reserved_smem_offset_*,
+                    // cooperative groups' block-tile state in reserved shared memory; …).
+                    return Err(Lowering::Unsupported(n.clone()));
                 } else {
                     return Err(Lowering::Error(PtxError::syntax(
                         self.line,
@@ -887,14 +1197,49 @@ fn lower(
             })
         })
         .unwrap_or(Space::Generic);
+    let pair = has("f16x2");
+    if (pair || types == [Ty::F16]) && matches!(base, "add" | "sub" | "mul" | "fma") {
+        // Half arithmetic rounds to nearest even (`.rn` or no modifier) without `.ftz`/`.sat`.
+        let arity = if base == "fma" { 4 } else { 3 };
+        if !matches!(round, Round::Default | Round::Rn) || ftz || sat || n != arity {
+            return Err(unsupported());
+        }
+        let half = if pair { Ty::B32 } else { Ty::B16 };
+        return Ok(Op::Half {
+            op: match base {
+                "add" => HalfOp::Add,
+                "sub" => HalfOp::Sub,
+                "mul" => HalfOp::Mul,
+                _ => HalfOp::Fma,
+            },
+            pair,
+            d: cx.dst(&ops[0])?,
+            a: cx.src(&ops[1], half)?,
+            b: cx.src(&ops[2], half)?,
+            c: if arity == 4 {
+                cx.src(&ops[3], half)?
+            } else {
+                Src::Imm(0)
+            },
+        });
+    }
     if mods
         .iter()
         .any(|m| *m == "f16x2" || *m == "bf16" || *m == "bf16x2" || *m == "e4m3x2")
     {
         return Err(unsupported());
     }
+    // Conversions between half and single or double precision: to half rounding to nearest
+    // even (`.rn`), from half exact.
+    let half_cvt = base == "cvt"
+        && !sat
+        && match types.as_slice() {
+            [Ty::F16, Ty::F32 | Ty::F64] => round == Round::Rn,
+            [Ty::F32 | Ty::F64, Ty::F16] => round == Round::Default,
+            _ => false,
+        };
     // Half precision is moved (ld, st, mov) but not computed with or converted.
-    if types.contains(&Ty::F16) && !matches!(base, "ld" | "ldu" | "st" | "mov") {
+    if types.contains(&Ty::F16) && !matches!(base, "ld" | "ldu" | "st" | "mov") && !half_cvt {
         return Err(unsupported());
     }
     Ok(match base {
@@ -987,8 +1332,8 @@ fn lower(
                 b: Src::Imm(1),
             }
         }
-        "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "sqrt" | "rsqrt" | "rcp"
-        | "ex2" | "lg2" | "sin" | "cos" | "tanh" => {
+        "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "bfind" | "sqrt" | "rsqrt"
+        | "rcp" | "ex2" | "lg2" | "sin" | "cos" | "tanh" => {
             let ty = ty.ok_or_else(unsupported)?;
             need(2)?;
             let op = match base {
@@ -999,6 +1344,9 @@ fn lower(
                 "popc" => Unary::Popc,
                 "clz" => Unary::Clz,
                 "brev" => Unary::Brev,
+                "bfind" => Unary::Bfind {
+                    shiftamt: has("shiftamt"),
+                },
                 "sqrt" => Unary::Sqrt,
                 "rsqrt" => Unary::Rsqrt,
                 "rcp" => Unary::Rcp,
@@ -1200,11 +1548,12 @@ fn lower(
                 Opnd::Vec(v) => v.iter().map(|d| cx.opt_dst(d)).collect::<Result<_, _>>()?,
                 o => vec![Some(cx.dst(o)?)],
             };
+            let addr = cx.addr(&ops[1])?;
             Op::Ld {
-                space,
+                space: param_slot_space(space, &addr),
                 ty,
                 ds,
-                addr: cx.addr(&ops[1])?,
+                addr,
             }
         }
         "st" => {
@@ -1214,11 +1563,12 @@ fn lower(
                 Opnd::Vec(v) => v.iter().map(|s| cx.src(s, ty)).collect::<Result<_, _>>()?,
                 o => vec![cx.src(o, ty)?],
             };
+            let addr = cx.addr(&ops[0])?;
             Op::St {
-                space,
+                space: param_slot_space(space, &addr),
                 ty,
                 srcs,
-                addr: cx.addr(&ops[0])?,
+                addr,
             }
         }
         "atom" | "red" => {
@@ -1300,6 +1650,25 @@ fn lower(
                 c: cx.src(&ops[3], Ty::U32)?,
             }
         }
+        "match" => {
+            let ty = ty.ok_or_else(unsupported)?;
+            let all = has("all");
+            if ops.len() != 3 || !(all || has("any")) || !matches!(ty, Ty::B32 | Ty::B64) {
+                return Err(unsupported());
+            }
+            let (d, p) = match &ops[0] {
+                Opnd::Pair(d, p) if all => (b.reg(d, line)?, Some(b.reg(p, line)?)),
+                o => (cx.dst(o)?, None),
+            };
+            Op::Match {
+                all,
+                ty,
+                d,
+                p,
+                a: cx.src(&ops[1], ty)?,
+                mask: cx.src(&ops[2], Ty::B32)?,
+            }
+        }
         "vote" => {
             if ops.len() != 3 {
                 return Err(unsupported());
@@ -1324,6 +1693,7 @@ fn lower(
                 d: cx.dst(&ops[0])?,
                 a,
                 negate,
+                mask: cx.src(&ops[2], Ty::B32)?,
             }
         }
         "activemask" => {
@@ -1344,10 +1714,20 @@ fn lower(
                 ty,
                 d: cx.dst(&ops[0])?,
                 a: cx.src(&ops[1], ty)?,
+                mask: cx.src(&ops[2], Ty::B32)?,
             }
         }
         _ => return Err(unsupported()),
     })
+}
+
+/// `ld.param`/`st.param` of a call's parameter slot (a `.param` of a body, or of an inlined
+/// function) is an access of the thread's local memory, where those slots live.
+fn param_slot_space(space: Space, addr: &Addr) -> Space {
+    match (space, addr.base) {
+        (Space::Param, Src::Symbol(Symbol::Local(_))) => Space::Local,
+        _ => space,
+    }
 }
 
 fn pred_src(cx: &Ctx, o: &Opnd) -> Result<Src, Lowering> {

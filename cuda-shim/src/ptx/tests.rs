@@ -70,6 +70,7 @@ fn launch(
             globals: &[],
             memory,
             threads: 2,
+            printf: &|_| {},
         },
     )
     .map(|counts| counts.thread_instructions)
@@ -178,6 +179,7 @@ fn accesses_to_mapped_host_memory_are_counted() {
         globals: &[],
         memory: &memory,
         threads: 1,
+        printf: &|_| {},
     };
     // c, the output, is host memory: n stores of 4 bytes cross the host link.
     assert_eq!(run(kernel, &launch).unwrap().host_bytes, 4 * n);
@@ -384,5 +386,658 @@ fn directed_rounding_of_float_arithmetic_is_exact() {
         let memory = ranges(&[&data]);
         launch(&module, "rounding", 1, 1, &[data.base()], &memory).unwrap();
         assert_eq!(bits(&mut data), expected, "b = {b:e}");
+    }
+}
+
+/// What nvcc 13 emits (`-ptx`) for two `__noinline__` device functions, one returning a value
+/// and one returning early, and a `printf` of every kind of conversion:
+///
+/// ```text
+/// struct P { float x; int y; };
+/// __device__ __noinline__ float scale(float v, P p) { return v * p.x + p.y; }
+/// __device__ __noinline__ void note(int *out, int i) { if (i < 0) return; out[i] = i * 2; }
+/// __global__ void k(float *a, int *o, int n) {
+///   int i = blockIdx.x * blockDim.x + threadIdx.x;
+///   if (i < n) { P p{2.0f, 1}; a[i] = scale(a[i], p); note(o, i); }
+///   if (i == 0) printf("hello %d %f %s %5.2e|%-4d|%c|%lld\n", n, 1.5, "str", 12345.678, 7,
+///                      'x', -3ll);
+/// }
+/// ```
+const CALLS: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.extern .func  (.param .b32 func_retval0) vprintf
+(
+	.param .b64 vprintf_param_0,
+	.param .b64 vprintf_param_1
+)
+;
+.global .align 1 .b8 $str[35] = {104, 101, 108, 108, 111, 32, 37, 100, 32, 37, 102, 32, 37, 115, 32, 37, 53, 46, 50, 101, 124, 37, 45, 52, 100, 124, 37, 99, 124, 37, 108, 108, 100, 10};
+.global .align 1 .b8 $str$1[4] = {115, 116, 114};
+
+.func  (.param .b32 func_retval0) _Z5scalef1P(
+	.param .b32 _Z5scalef1P_param_0
+)
+{
+	.reg .f32 	%f<3>;
+
+
+	ld.param.f32 	%f1, [_Z5scalef1P_param_0];
+	fma.rn.f32 	%f2, %f1, 0f40000000, 0f3F800000;
+	st.param.f32 	[func_retval0+0], %f2;
+	ret;
+
+}
+.func _Z4notePii(
+	.param .b64 _Z4notePii_param_0,
+	.param .b32 _Z4notePii_param_1
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<3>;
+	.reg .b64 	%rd<5>;
+
+
+	ld.param.u64 	%rd1, [_Z4notePii_param_0];
+	ld.param.u32 	%r1, [_Z4notePii_param_1];
+	setp.lt.s32 	%p1, %r1, 0;
+	@%p1 bra 	$L__BB1_2;
+
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.s32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	shl.b32 	%r2, %r1, 1;
+	st.global.u32 	[%rd4], %r2;
+
+$L__BB1_2:
+	ret;
+
+}
+	// .globl	_Z1kPfPii
+.visible .entry _Z1kPfPii(
+	.param .u64 _Z1kPfPii_param_0,
+	.param .u64 _Z1kPfPii_param_1,
+	.param .u32 _Z1kPfPii_param_2
+)
+{
+	.local .align 16 .b8 	__local_depot2[48];
+	.reg .b64 	%SP;
+	.reg .b64 	%SPL;
+	.reg .pred 	%p<3>;
+	.reg .f32 	%f<3>;
+	.reg .b32 	%r<9>;
+	.reg .b64 	%rd<15>;
+
+
+	mov.u64 	%SPL, __local_depot2;
+	cvta.local.u64 	%SP, %SPL;
+	ld.param.u64 	%rd1, [_Z1kPfPii_param_0];
+	ld.param.u64 	%rd2, [_Z1kPfPii_param_1];
+	ld.param.u32 	%r2, [_Z1kPfPii_param_2];
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %ctaid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r4, %r3, %r5;
+	setp.ge.s32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB2_2;
+
+	cvta.to.global.u64 	%rd3, %rd1;
+	mul.wide.s32 	%rd4, %r1, 4;
+	add.s64 	%rd5, %rd3, %rd4;
+	ld.global.f32 	%f1, [%rd5];
+	{ // callseq 0, 0
+	.reg .b32 temp_param_reg;
+	.param .b32 param0;
+	st.param.f32 	[param0+0], %f1;
+	.param .b32 retval0;
+	call.uni (retval0), 
+	_Z5scalef1P, 
+	(
+	param0
+	);
+	ld.param.f32 	%f2, [retval0+0];
+	} // callseq 0
+	st.global.f32 	[%rd5], %f2;
+	{ // callseq 1, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd2;
+	.param .b32 param1;
+	st.param.b32 	[param1+0], %r1;
+	call.uni 
+	_Z4notePii, 
+	(
+	param0, 
+	param1
+	);
+	} // callseq 1
+
+$L__BB2_2:
+	setp.ne.s32 	%p2, %r1, 0;
+	@%p2 bra 	$L__BB2_4;
+
+	add.u64 	%rd6, %SP, 0;
+	add.u64 	%rd7, %SPL, 0;
+	st.local.u32 	[%rd7], %r2;
+	mov.u64 	%rd8, 4609434218613702656;
+	st.local.u64 	[%rd7+8], %rd8;
+	mov.u64 	%rd9, $str$1;
+	cvta.global.u64 	%rd10, %rd9;
+	mov.u64 	%rd11, 4668012722585352536;
+	st.local.v2.u64 	[%rd7+16], {%rd10, %rd11};
+	mov.u32 	%r6, 120;
+	mov.u32 	%r7, 7;
+	st.local.v2.u32 	[%rd7+32], {%r7, %r6};
+	mov.u64 	%rd12, -3;
+	st.local.u64 	[%rd7+40], %rd12;
+	mov.u64 	%rd13, $str;
+	cvta.global.u64 	%rd14, %rd13;
+	{ // callseq 2, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd14;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd6;
+	.param .b32 retval0;
+	call.uni (retval0), 
+	vprintf, 
+	(
+	param0, 
+	param1
+	);
+	ld.param.b32 	%r8, [retval0+0];
+	} // callseq 2
+
+$L__BB2_4:
+	ret;
+
+}
+
+"#;
+
+/// Runs the first kernel of `text` on `n` threads (blocks of 32) with the packed `params`,
+/// over `buffers` and the module's variables (initialised as the driver does); what it printed.
+fn run_kernel(
+    text: &str,
+    n: usize,
+    params: &[u8],
+    buffers: &[&Buffer],
+) -> (Result<u64, Fault>, Vec<u8>) {
+    let module = parse(text).unwrap();
+    let globals: Vec<Buffer> = module
+        .globals
+        .iter()
+        .map(|g| {
+            let mut b = Buffer::new(g.size.div_ceil(8));
+            for (i, &byte) in g.init.iter().enumerate() {
+                b.0[i / 8] |= (byte as u64) << (8 * (i % 8));
+            }
+            b
+        })
+        .collect();
+    let addresses: Vec<u64> = globals.iter().map(Buffer::base).collect();
+    let mut all = buffers.to_vec();
+    all.extend(globals.iter());
+    let memory = ranges(&all);
+    let printed = std::sync::Mutex::new(Vec::new());
+    let result = run(
+        &module.kernels[0],
+        &Launch {
+            grid: [(n as u32).div_ceil(32), 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params,
+            globals: &addresses,
+            memory: &memory,
+            threads: 2,
+            printf: &|t| printed.lock().unwrap().extend_from_slice(t),
+        },
+    );
+    let printed = printed.into_inner().unwrap();
+    (result.map(|counts| counts.thread_instructions), printed)
+}
+
+/// Runs `k` of [`CALLS`] on `n` threads over `a`; its `o` and what it printed.
+fn run_calls(text: &str, a: &mut Buffer, n: usize) -> (Result<u64, Fault>, Buffer, Vec<u8>) {
+    let o = Buffer::new(n.div_ceil(2));
+    let mut params = vec![0u8; 20];
+    params[0..8].copy_from_slice(&a.base().to_le_bytes());
+    params[8..16].copy_from_slice(&o.base().to_le_bytes());
+    params[16..20].copy_from_slice(&(n as u32).to_le_bytes());
+    let (result, printed) = run_kernel(text, n, &params, &[a, &o]);
+    (result, o, printed)
+}
+
+#[test]
+fn device_functions_are_called_with_their_parameters_and_results() {
+    let n = 100;
+    let mut a = Buffer::new(64);
+    for i in 0..n {
+        a.f32s()[i] = i as f32 * 0.25;
+    }
+    let (result, o, _) = run_calls(CALLS, &mut a, n);
+    result.unwrap();
+    for i in 0..n {
+        assert_eq!(
+            a.f32s()[i],
+            i as f32 * 0.25 * 2.0 + 1.0,
+            "scale() of element {i}"
+        );
+        // SAFETY: `o` holds n.div_ceil(2) u64s, i.e. at least n initialised i32s.
+        let oi = unsafe { *(o.0.as_ptr() as *const i32).add(i) };
+        assert_eq!(oi, 2 * i as i32, "note() of element {i}");
+    }
+    assert_eq!(a.f32s()[n], 0.0, "threads past n call nothing");
+}
+
+#[test]
+fn printf_writes_what_the_c_library_writes_once_per_calling_thread() {
+    let mut a = Buffer::new(64);
+    let (result, _, printed) = run_calls(CALLS, &mut a, 64);
+    result.unwrap();
+    assert_eq!(
+        String::from_utf8(printed).unwrap(),
+        "hello 64 1.500000 str 1.23e+04|7   |x|-3\n"
+    );
+}
+
+#[test]
+fn a_recursive_call_or_an_undefined_function_is_outside_the_subset() {
+    // note() calls itself instead of storing.
+    let recursive = CALLS.replace(
+        "\tst.global.u32 \t[%rd4], %r2;",
+        "\t{\n\t.param .b64 param0;\n\tst.param.b64 \t[param0+0], %rd1;\n\t.param .b32 param1;\n\tst.param.b32 \t[param1+0], %r2;\n\tcall.uni \n\t_Z4notePii, \n\t(\n\tparam0, \n\tparam1\n\t);\n\t}",
+    );
+    assert_ne!(recursive, CALLS);
+    let mut a = Buffer::new(64);
+    let (result, _, _) = run_calls(&recursive, &mut a, 64);
+    assert!(
+        matches!(&result, Err(Fault::Unsupported { what, .. }) if what == "recursive call of _Z4notePii"),
+        "{result:?}"
+    );
+    let undefined = CALLS.replace("_Z5scalef1P, ", "_Z7missingf, ");
+    let (result, _, _) = run_calls(&undefined, &mut a, 64);
+    assert!(
+        matches!(&result, Err(Fault::Unsupported { what, .. }) if what == "call of _Z7missingf"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn warp_sz_is_32_and_other_special_registers_are_outside_the_subset() {
+    // blockDim.x read as WARP_SZ: the same sums with blocks of 32.
+    let text = VECTOR_ADD.replace("mov.u32 \t%r4, %ntid.x;", "mov.u32 \t%r4, WARP_SZ;");
+    assert_ne!(text, VECTOR_ADD);
+    let module = parse(&text).unwrap();
+    let n = 100usize;
+    let (mut a, mut b, mut c) = (Buffer::new(n / 2), Buffer::new(n / 2), Buffer::new(n / 2));
+    for i in 0..n {
+        a.f32s()[i] = i as f32;
+        b.f32s()[i] = 2.0 * i as f32;
+    }
+    let memory = ranges(&[&a, &b, &c]);
+    let kernel = "_Z9vectorAddPKfS0_Pfi";
+    let params = [a.base(), b.base(), c.base(), n as u64];
+    launch(&module, kernel, 4, 32, &params, &memory).unwrap();
+    for i in 0..n {
+        assert_eq!(c.f32s()[i], 3.0 * i as f32, "element {i}");
+    }
+    // The module loads; the kernel that reads %envreg2 fails to launch, naming it.
+    let text = VECTOR_ADD.replace("mov.u32 \t%r4, %ntid.x;", "mov.u32 \t%r4, %envreg2;");
+    let module = parse(&text).unwrap();
+    assert_eq!(
+        launch(&module, kernel, 4, 32, &params, &memory),
+        Err(Fault::Unsupported {
+            what: "%envreg2".into(),
+            line: 28
+        })
+    );
+}
+
+/// Half-precision arithmetic and conversions, as nvcc's `cuda_fp16.h` emits them (inline asm in
+/// `{ }`): one thread reads its operands from `io` and writes each result after them.
+const HALVES: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry halves(
+	.param .u64 halves_param_0
+)
+{
+	.reg .b16 	%rs<4>;
+	.reg .b32 	%r<9>;
+	.reg .f32 	%f<4>;
+	.reg .b64 	%rd<2>;
+
+	ld.param.u64 	%rd1, [halves_param_0];
+	ld.global.u32 	%r1, [%rd1];
+	ld.global.u32 	%r2, [%rd1+4];
+	ld.global.u32 	%r3, [%rd1+8];
+	{fma.rn.f16x2 %r4,%r1,%r2,%r3;
+}
+	{add.f16x2 %r5,%r1,%r2;
+}
+	{mul.f16x2 %r6,%r1,%r2;
+}
+	st.global.u32 	[%rd1+12], %r4;
+	st.global.u32 	[%rd1+16], %r5;
+	st.global.u32 	[%rd1+20], %r6;
+	ld.global.f32 	%f1, [%rd1+24];
+	{.reg .f16 low;
+  cvt.rn.f16.f32 low, %f1;
+  mov.b32 %r7, {low,low};}
+	st.global.u32 	[%rd1+28], %r7;
+	{.reg .f16 low,high;
+  mov.b32 {low,high},%r3;
+  cvt.f32.f16 %f2, high;}
+	st.global.f32 	[%rd1+32], %f2;
+	ret;
+}
+"#;
+
+/// `halves` on one thread: (fma, add, mul of the pairs a, b, c; the f32 `x` converted to half,
+/// in both halves; the high half of c converted back to f32).
+fn halves(a: u32, b: u32, c: u32, x: f32) -> (u32, u32, u32, u32, f32) {
+    let module = parse(HALVES).unwrap();
+    let mut io = Buffer::new(5);
+    let words = [a, b, c, 0, 0, 0, x.to_bits(), 0, 0, 0];
+    for (i, w) in words.chunks(2).enumerate() {
+        io.0[i] = w[0] as u64 | (w[1] as u64) << 32;
+    }
+    let memory = ranges(&[&io]);
+    launch(&module, "halves", 1, 1, &[io.base()], &memory).unwrap();
+    let word = |i: usize| (io.0[i / 2] >> (32 * (i % 2))) as u32;
+    (word(3), word(4), word(5), word(7), f32::from_bits(word(8)))
+}
+
+#[test]
+fn half_precision_rounds_once_to_nearest_even() {
+    let pair = |lo: u16, hi: u16| lo as u32 | (hi as u32) << 16;
+    // a = (1 + 2^-10, 1.0), b = (1 + 2^-10, 2.0), c = -(1 + 2^-9), 2^-24 (the least subnormal).
+    let (fma, add, mul, _, high) = halves(
+        pair(0x3C01, 0x3C00),
+        pair(0x3C01, 0x4000),
+        pair(0xBC02, 0x0001),
+        1.0,
+    );
+    // Fused: (1 + 2^-10)^2 - (1 + 2^-9) = 2^-20 exactly (a subnormal, 16 × 2^-24); rounding the
+    // product first would give 0. 1 × 2 + 2^-24 rounds to 2.
+    assert_eq!(fma, pair(0x0010, 0x4000));
+    // 1 + 2^-10 + 1 + 2^-10 = 2 + 2^-9: exact. 1 + 2 = 3.
+    assert_eq!(add, pair(0x4001, 0x4200));
+    // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20: 2^-20 is below half an ulp (2^-11). 1 × 2 = 2.
+    assert_eq!(mul, pair(0x3C02, 0x4000));
+    assert_eq!(high, 2f32.powi(-24), "half to f32 is exact");
+    // 65504 + 65504 overflows; 2 × 65504 too.
+    let max = pair(0x7BFF, 0x7BFF);
+    let (_, add, mul, _, _) = halves(max, max, 0, 0.0);
+    assert_eq!((add, mul), (pair(0x7C00, 0x7C00), pair(0x7C00, 0x7C00)));
+    // f32 → half: ties to even, subnormals, overflow past 65520, NaN.
+    for (x, h) in [
+        (1.0 + 2f32.powi(-11), 0x3C00u16),
+        (1.0 + 3.0 * 2f32.powi(-11), 0x3C02),
+        (2f32.powi(-25), 0x0000),
+        (3.0 * 2f32.powi(-25), 0x0002),
+        (-3.0 * 2f32.powi(-25), 0x8002),
+        (65519.0, 0x7BFF),
+        (65520.0, 0x7C00),
+        (f32::NAN, 0x7FFF),
+    ] {
+        let (_, _, _, converted, _) = halves(0, 0, 0, x);
+        assert_eq!(converted, pair(h, h), "cvt.rn.f16.f32 of {x:e}");
+    }
+}
+
+/// What nvcc 13 emits for `if (i < n) assert(v[i] >= 0);` in a.cu (`check(const int *v, int n)`).
+const ASSERT: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+	// .globl	_Z5checkPKii
+.extern .func __assertfail
+(
+	.param .b64 __assertfail_param_0,
+	.param .b64 __assertfail_param_1,
+	.param .b32 __assertfail_param_2,
+	.param .b64 __assertfail_param_3,
+	.param .b64 __assertfail_param_4
+)
+;
+.global .align 1 .b8 __unnamed_1[29] = {118, 111, 105, 100, 32, 99, 104, 101, 99, 107, 40, 99, 111, 110, 115, 116, 32, 105, 110, 116, 32, 42, 44, 32, 105, 110, 116, 41};
+.global .align 1 .b8 $str[10] = {118, 91, 105, 93, 32, 62, 61, 32, 48};
+.global .align 1 .b8 $str$1[5] = {97, 46, 99, 117};
+
+.visible .entry _Z5checkPKii(
+	.param .u64 _Z5checkPKii_param_0,
+	.param .u32 _Z5checkPKii_param_1
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<11>;
+
+
+	ld.param.u64 	%rd1, [_Z5checkPKii_param_0];
+	ld.param.u32 	%r2, [_Z5checkPKii_param_1];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r3, %r4, %r5;
+	setp.ge.s32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_3;
+
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.s32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.global.u32 	%r6, [%rd4];
+	setp.gt.s32 	%p2, %r6, -1;
+	@%p2 bra 	$L__BB0_3;
+
+	mov.u64 	%rd5, $str;
+	cvta.global.u64 	%rd6, %rd5;
+	mov.u64 	%rd7, $str$1;
+	cvta.global.u64 	%rd8, %rd7;
+	mov.u64 	%rd9, __unnamed_1;
+	cvta.global.u64 	%rd10, %rd9;
+	{ // callseq 0, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd6;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd8;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], 4;
+	.param .b64 param3;
+	st.param.b64 	[param3+0], %rd10;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], 1;
+	call.uni 
+	__assertfail, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4
+	);
+	} // callseq 0
+
+$L__BB0_3:
+	ret;
+
+}
+
+"#;
+
+#[test]
+fn a_failed_assert_stops_the_kernel_with_cudas_message_for_each_failing_thread() {
+    let mut v = Buffer::new(32);
+    let mut params = vec![0u8; 12];
+    params[0..8].copy_from_slice(&v.base().to_le_bytes());
+    params[8..12].copy_from_slice(&64u32.to_le_bytes());
+    let (result, _) = run_kernel(ASSERT, 64, &params, &[&v]);
+    result.unwrap();
+    // Elements 37 and 40 negative: both threads of block 1 fail it, in one warp.
+    v.0[37 / 2] = (-1i32 as u32 as u64) << 32;
+    v.0[40 / 2] = -5i32 as u32 as u64;
+    let (result, _) = run_kernel(ASSERT, 64, &params, &[&v]);
+    assert_eq!(
+        result,
+        Err(Fault::Assert {
+            message: "a.cu:4: void check(const int *, int): block: [1,0,0], thread: [5,0,0] \
+                      Assertion `v[i] >= 0` failed.\n\
+                      a.cu:4: void check(const int *, int): block: [1,0,0], thread: [8,0,0] \
+                      Assertion `v[i] >= 0` failed.\n"
+                .into()
+        })
+    );
+}
+
+/// `bfind` of the word at `io[0]` (as u32, s32, shift amount) and of the u64/s64 at `io[1]`.
+const BFIND: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry bfinds(
+	.param .u64 bfinds_param_0
+)
+{
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<3>;
+
+	ld.param.u64 	%rd1, [bfinds_param_0];
+	ld.global.u32 	%r1, [%rd1];
+	ld.global.u64 	%rd2, [%rd1+8];
+	bfind.u32 	%r2, %r1;
+	bfind.s32 	%r3, %r1;
+	bfind.shiftamt.u32 	%r4, %r1;
+	st.global.v4.u32 	[%rd1+16], {%r2, %r3, %r4, %r4};
+	bfind.u64 	%r2, %rd2;
+	bfind.s64 	%r3, %rd2;
+	bfind.shiftamt.s64 	%r4, %rd2;
+	st.global.v4.u32 	[%rd1+32], {%r2, %r3, %r4, %r4};
+	ret;
+}
+"#;
+
+#[test]
+fn bfind_finds_the_most_significant_non_sign_bit() {
+    let module = parse(BFIND).unwrap();
+    let run = |word: u32, long: u64| -> [u32; 6] {
+        let mut io = Buffer::new(6);
+        io.0[0] = word as u64;
+        io.0[1] = long;
+        let memory = ranges(&[&io]);
+        launch(&module, "bfinds", 1, 1, &[io.base()], &memory).unwrap();
+        let w = |i: usize| (io.0[i / 2] >> (32 * (i % 2))) as u32;
+        [w(4), w(5), w(6), w(8), w(9), w(10)]
+    };
+    const NONE: u32 = 0xFFFF_FFFF;
+    // u32, s32, shiftamt.u32, u64, s64, shiftamt.s64
+    assert_eq!(run(0x10, 0x10), [4, 4, 27, 4, 4, 59]);
+    assert_eq!(run(0, 0), [NONE, NONE, NONE, NONE, NONE, NONE]);
+    // -1: every bit is the sign's.
+    assert_eq!(run(u32::MAX, u64::MAX), [31, NONE, 0, 63, NONE, NONE]);
+    // -17 = !16: the top zero is bit 4.
+    assert_eq!(run(-17i32 as u32, -17i64 as u64), [31, 4, 0, 63, 4, 59]);
+}
+
+/// Each lane of one warp: `match.any` of (lane % 3) and `match.all` of (lane / 32, all equal)
+/// and of the lane itself (all different).
+const MATCH: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry matches(
+	.param .u64 matches_param_0
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<10>;
+	.reg .b64 	%rd<4>;
+
+	ld.param.u64 	%rd1, [matches_param_0];
+	mov.u32 	%r1, %laneid;
+	rem.u32 	%r2, %r1, 3;
+	match.any.sync.b32 	%r3, %r2, -1;
+	shr.u32 	%r4, %r1, 5;
+	match.all.sync.b32 	%r5|%p1, %r4, -1;
+	match.all.sync.b32 	%r6|%p2, %r1, -1;
+	selp.u32 	%r7, 1, 0, %p1;
+	selp.u32 	%r8, 1, 0, %p2;
+	mul.wide.u32 	%rd2, %r1, 16;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.v4.u32 	[%rd3], {%r3, %r5, %r6, %r7};
+	ret;
+}
+"#;
+
+#[test]
+fn match_sync_finds_the_lanes_holding_each_value() {
+    let module = parse(MATCH).unwrap();
+    let io = Buffer::new(64);
+    let memory = ranges(&[&io]);
+    launch(&module, "matches", 1, 32, &[io.base()], &memory).unwrap();
+    for lane in 0..32 {
+        let w = |i: usize| (io.0[lane * 2 + i / 2] >> (32 * (i % 2))) as u32;
+        let same: u32 = (0..32).filter(|o| o % 3 == lane % 3).map(|o| 1 << o).sum();
+        assert_eq!(w(0), same, "match.any of lane {lane}");
+        assert_eq!((w(1), w(3)), (u32::MAX, 1), "match.all of equal values");
+        assert_eq!(w(2), 0, "match.all of different values");
+    }
+}
+
+/// Two groups of 16 lanes, each naming its own half of the warp as `membermask`: `redux` of the
+/// lane ids and `vote.ballot` of "odd lane".
+const GROUPS: &str = r#"
+.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry groups(
+	.param .u64 groups_param_0
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<4>;
+
+	ld.param.u64 	%rd1, [groups_param_0];
+	mov.u32 	%r1, %laneid;
+	setp.lt.u32 	%p1, %r1, 16;
+	selp.b32 	%r2, 65535, -65536, %p1;
+	redux.sync.add.u32 	%r3, %r1, %r2;
+	and.b32 	%r4, %r1, 1;
+	setp.eq.u32 	%p2, %r4, 1;
+	vote.sync.ballot.b32 	%r5, %p2, %r2;
+	mul.wide.u32 	%rd2, %r1, 8;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.v2.u32 	[%rd3], {%r3, %r5};
+	ret;
+}
+"#;
+
+#[test]
+fn redux_and_vote_reduce_over_each_lanes_own_membermask() {
+    let module = parse(GROUPS).unwrap();
+    let io = Buffer::new(32);
+    let memory = ranges(&[&io]);
+    launch(&module, "groups", 1, 32, &[io.base()], &memory).unwrap();
+    for lane in 0..32u64 {
+        let (sum, ballot) = (
+            io.0[lane as usize] as u32,
+            (io.0[lane as usize] >> 32) as u32,
+        );
+        if lane < 16 {
+            assert_eq!((sum, ballot), ((0..16).sum(), 0x0000_AAAA), "lane {lane}");
+        } else {
+            assert_eq!((sum, ballot), ((16..32).sum(), 0xAAAA_0000), "lane {lane}");
+        }
     }
 }
