@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use support::{
@@ -28,11 +27,12 @@ const PROGRAMS: [(&str, &[&str]); 5] = [
     ("runtime_api", &[]),
 ];
 
-/// Builds the shim and the programs once per test process; `None` (after one SKIPPED line) when
-/// the toolchain cannot be installed here.
+/// The folder of the built programs, with the shim built too (NVIDIA's runtime is run on its
+/// driver directly, not through `tools/with-shim`); `None` (after one SKIPPED line) when the
+/// toolchain cannot be installed here.
 fn built() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let ok = *BUILT.get_or_init(|| {
+    static SHIM: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
         let shim = Command::new(root().join("tools/build-shim"))
             .output()
             .expect("cannot run tools/build-shim");
@@ -41,32 +41,8 @@ fn built() -> Option<PathBuf> {
             "tools/build-shim failed:\n{}",
             String::from_utf8_lossy(&shim.stderr)
         );
-        let output = Command::new(root().join("tools/build-cuda-programs"))
-            .output()
-            .expect("cannot run tools/build-cuda-programs");
-        match output.status.code() {
-            Some(0) => true,
-            Some(3) => false,
-            _ => panic!(
-                "tools/build-cuda-programs failed ({}):\n{}\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ),
-        }
     });
-    if !ok {
-        let test = std::thread::current()
-            .name()
-            .unwrap_or("a test")
-            .to_string();
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: nvcc could not be installed from PyPI (tools/build-cuda-programs)"
-        );
-        return None;
-    }
-    Some(root().join("target/programs/cu"))
+    support::nvcc::built("")
 }
 
 /// Where `tools/build-cuda-programs` installed NVIDIA's `libcudart.so.13`.
