@@ -83,13 +83,14 @@ pub struct Launch<'a> {
 
 /// The first instruction outside the subset, if the kernel has one.
 pub fn first_unsupported(kernel: &Kernel) -> Option<Fault> {
-    kernel.insts.iter().find_map(|i| match &i.op {
+    let inst = &kernel.insts[kernel.first_unsupported?];
+    match &inst.op {
         Op::Unsupported { what } => Some(Fault::Unsupported {
             what: what.clone(),
-            line: i.line,
+            line: inst.line,
         }),
         _ => None,
-    })
+    }
 }
 
 /// Runs every block of the launch; returns the first fault, after which no new block starts.
@@ -597,7 +598,7 @@ impl<'a> BlockState<'a> {
                 b,
             } => {
                 let (a, b) = (self.read(w, a), self.read(w, b));
-                let r = binary(op, ty, round, ftz, sat, &a, &b);
+                let r = binary(op, ty, Mods { round, ftz, sat }, &a, &b);
                 write(w, d, exec, &r);
             }
             Op::Ternary {
@@ -1287,9 +1288,7 @@ fn unary(op: Unary, ty: Ty, ftz: bool, a: &[u64; 32]) -> [u64; 32] {
 fn binary(
     op: Binary,
     ty: Ty,
-    round: Round,
-    ftz: bool,
-    sat: bool,
+    Mods { round, ftz, sat }: Mods,
     a: &[u64; 32],
     b: &[u64; 32],
 ) -> [u64; 32] {

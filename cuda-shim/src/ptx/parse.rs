@@ -42,6 +42,9 @@ pub struct Kernel {
     pub shared_static: usize,
     /// `.local` bytes per thread.
     pub local_size: usize,
+    /// Index of the first instruction outside the subset, found once here so that each launch
+    /// can refuse the kernel without scanning it.
+    pub first_unsupported: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -502,6 +505,9 @@ impl Parser {
         for inst in &mut insts {
             fix_dynamic_shared(&mut inst.op, dynamic_base);
         }
+        let first_unsupported = insts
+            .iter()
+            .position(|i| matches!(i.op, Op::Unsupported { .. }));
         self.module.kernels.push(Kernel {
             name,
             params,
@@ -509,6 +515,7 @@ impl Parser {
             insts,
             shared_static,
             local_size: body.local,
+            first_unsupported,
         });
         Ok(())
     }
