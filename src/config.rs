@@ -84,8 +84,9 @@ pub struct Config {
     pub swap_verify: bool,
     /// Swap mode: write the plan in use here (the JSON of `itermem plan --json`).
     pub plan_out: Option<PathBuf>,
-    /// Swap mode: the host link the planner assumes for its copies.
-    pub bandwidth: CopyModel,
+    /// Swap mode: the host link the planner assumes for its copies (None: measured before
+    /// the first plan).
+    pub bandwidth: Option<CopyModel>,
     /// Swap mode: the smallest tensor the planner swaps.
     pub swap_min_bytes: u64,
 }
@@ -103,7 +104,7 @@ impl Default for Config {
             inject_panic: None,
             swap_verify: false,
             plan_out: None,
-            bandwidth: CopyModel::default(),
+            bandwidth: None,
             swap_min_bytes: crate::swap::AutoSwapOptions::default().min_bytes,
         }
     }
@@ -208,8 +209,9 @@ pub const OPTIONS: &[Opt] = &[
     Opt {
         name: "ITERMEM_BANDWIDTH",
         forms: "pcie3, pcie4, pcie5, nvlink or GB/s (e.g. 12.5)",
-        doc: "swap mode: the host link the planner assumes (default pcie3)",
-        apply: |c, v| CopyModel::parse(v).map(|m| c.bandwidth = m).is_some(),
+        doc: "swap mode: the host link the planner assumes (default: measured before the \
+              first plan, pcie3 where it cannot be)",
+        apply: |c, v| CopyModel::parse(v).map(|m| c.bandwidth = Some(m)).is_some(),
     },
     Opt {
         name: "ITERMEM_SWAP_MIN_BYTES",
@@ -576,14 +578,14 @@ mod tests {
         assert_eq!(c.swap_min_bytes, 256 << 10);
         assert!(c.swap_verify);
         assert_eq!(c.plan_out, Some(PathBuf::from("plan.json")));
-        assert_eq!(c.bandwidth, CopyModel::pcie4());
+        assert_eq!(c.bandwidth, Some(CopyModel::pcie4()));
         let (c, problems) = config(&[
             ("ITERMEM_SWAP_VERIFY", "yes"),
             ("ITERMEM_BANDWIDTH", "x"),
             ("ITERMEM_SWAP_MIN_BYTES", "big"),
         ]);
         assert!(!c.swap_verify);
-        assert_eq!(c.bandwidth, CopyModel::pcie3());
+        assert_eq!(c.bandwidth, None);
         assert_eq!(c.swap_min_bytes, 1 << 20);
         assert_eq!(problems.len(), 3, "{problems:?}");
     }

@@ -347,3 +347,81 @@ fn allocations_a_device_smaller_than_the_limit_refuses_come_from_mapped_host_mem
         "{summary:#}"
     );
 }
+
+/// The planner times the host link itself: a machine's link ranges from PCIe 3 to NVLink, and
+/// `ITERMEM_BANDWIDTH` overrides the measurement.
+#[test]
+fn the_planner_plans_with_the_host_link_it_measured_unless_told() {
+    let args = ["--iters", "10"];
+    let link = [("CUDA_SHIM_H2D_GBPS", "6"), ("CUDA_SHIM_D2H_GBPS", "9")];
+    let (_, summary, _) = swapped(&args, &link, "measured-link");
+    let swap = &summary["swap"];
+    assert_eq!(swap["copy_model"], "measured", "{summary:#}");
+    for (key, gb_s) in [("copy_in_gb_s", 6.0), ("copy_out_gb_s", 9.0)] {
+        let measured = swap[key].as_f64().unwrap();
+        assert!(
+            (measured / gb_s - 1.0).abs() < 0.15,
+            "{key} {measured} for a link of {gb_s} GB/s: {summary:#}"
+        );
+    }
+    let mut told = link.to_vec();
+    told.push(("ITERMEM_BANDWIDTH", "nvlink"));
+    let (_, summary, _) = swapped(&args, &told, "told-link");
+    assert_eq!(
+        summary["swap"]["copy_model"], "ITERMEM_BANDWIDTH",
+        "{summary:#}"
+    );
+    assert_eq!(summary["swap"]["copy_out_gb_s"], 75.0, "{summary:#}");
+}
+
+/// A limit the device alone cannot keep is said once, with the smallest one that can; the
+/// program still computes exactly.
+#[test]
+fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
+    let mlp = program("mlp_train");
+    let args = ["--iters", "40"];
+    let on_big_device = run_ok(&mlp, &args, &[]);
+    let limit = "2500000";
+    let output = run_under_itermem(
+        &["--mode", "swap", "--limit", limit],
+        &[mlp.to_str().unwrap(), "--iters", "40"],
+        &[("CUDA_SHIM_DEVICE_MEMORY", limit)],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&on_big_device));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("cannot be kept with the device alone"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let smallest: u64 = lines[0]
+        .split("the smallest limit that can is ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|bytes| bytes.parse().ok())
+        .unwrap_or_else(|| panic!("no smallest limit in: {}", lines[0]));
+    assert!(smallest > 2_500_000, "{}", lines[0]);
+    // And it can: at that limit a plan serves.
+    let smallest = smallest.to_string();
+    let stats = scratch("smallest-stats.json");
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            &smallest,
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &[mlp.to_str().unwrap(), "--iters", "40"],
+        &[("CUDA_SHIM_DEVICE_MEMORY", &smallest)],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&on_big_device));
+    let summary = read_json(&stats);
+    std::fs::remove_file(stats).unwrap();
+    assert_eq!(summary["swap"]["plans"], 1, "{summary:#}");
+    assert_eq!(
+        summary["swap"]["mapped_host_bytes_after_plan"], 0,
+        "{summary:#}"
+    );
+}

@@ -68,10 +68,10 @@ pub struct ReplayArgs {
     /// plus 64 MiB; an explicit CUDA_SHIM_DEVICE_MEMORY wins) or bytes (K, M, G suffix).
     #[arg(long, default_value = "auto", value_name = "auto|BYTES")]
     device_memory: String,
-    /// The host link of cuda-shim's copy model and of the swap planner: pcie3, pcie4, pcie5,
-    /// nvlink or GB/s, multiplied by --scale and divided by --time-scale so copies overlap
-    /// kernels as on the recording's GPU (CUDA_SHIM_*_GBPS and ITERMEM_BANDWIDTH, when set,
-    /// win).
+    /// The host link of cuda-shim's copy model: pcie3, pcie4, pcie5, nvlink or GB/s,
+    /// multiplied by --scale and divided by --time-scale so copies overlap kernels as on the
+    /// recording's GPU (CUDA_SHIM_*_GBPS, when set, win). Swap mode's planner measures the
+    /// link, as on a GPU (ITERMEM_BANDWIDTH, when set, wins).
     #[arg(long, default_value = "pcie3", value_name = "LINK")]
     bandwidth: String,
     /// How itermem runs the replay; `--limit P%` is P % of the replay's peak live bytes.
@@ -230,7 +230,6 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
         ),
         ("CUDA_SHIM_H2D_GBPS", format!("{h2d:.6}"), false),
         ("CUDA_SHIM_D2H_GBPS", format!("{d2h:.6}"), false),
-        ("ITERMEM_BANDWIDTH", format!("{:.6}", h2d.min(d2h)), false),
         ("ITERMEM_SWAP_MIN_BYTES", min_swap_bytes.to_string(), false),
     ] {
         if always || std::env::var_os(name).is_none() {

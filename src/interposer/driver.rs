@@ -19,6 +19,7 @@ type EventSynchronize = unsafe extern "C" fn(usize) -> u32;
 type EventElapsed = unsafe extern "C" fn(*mut f32, usize, usize) -> u32;
 type EventDestroy = unsafe extern "C" fn(usize) -> u32;
 type StreamCreate = unsafe extern "C" fn(*mut usize, u32) -> u32;
+type StreamDestroy = unsafe extern "C" fn(usize) -> u32;
 type StreamWaitEvent = unsafe extern "C" fn(usize, usize, u32) -> u32;
 type CopyAsync = unsafe extern "C" fn(u64, u64, usize, usize) -> u32;
 type MemsetD8Async = unsafe extern "C" fn(u64, u8, usize, usize) -> u32;
@@ -44,6 +45,7 @@ struct Driver {
     event_elapsed: Option<EventElapsed>,
     event_destroy: Option<EventDestroy>,
     stream_create: Option<StreamCreate>,
+    stream_destroy: Option<StreamDestroy>,
     stream_wait_event: Option<StreamWaitEvent>,
     copy_async: Option<CopyAsync>,
     memset_async: Option<MemsetD8Async>,
@@ -62,9 +64,9 @@ fn driver() -> &'static Driver {
     // SAFETY: each name is looked up with the function pointer type of its CUDA 12 prototype
     // (cuMemAlloc_v2, cuMemFree_v2, cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer_v2,
     // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
-    // cuEventDestroy_v2, cuStreamCreate, cuStreamWaitEvent, cuMemcpyAsync, cuMemsetD8Async,
-    // cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent, cuDevicePrimaryCtxRetain,
-    // cuCtxSetCurrent, cuCtxGetDevice, cuDeviceGetCount).
+    // cuEventDestroy_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamWaitEvent, cuMemcpyAsync,
+    // cuMemsetD8Async, cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent,
+    // cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuCtxGetDevice, cuDeviceGetCount).
     DRIVER.get_or_init(|| unsafe {
         Driver {
             mem_alloc: driver_function(c"cuMemAlloc_v2"),
@@ -79,6 +81,7 @@ fn driver() -> &'static Driver {
             event_elapsed: driver_function(c"cuEventElapsedTime"),
             event_destroy: driver_function(c"cuEventDestroy_v2"),
             stream_create: driver_function(c"cuStreamCreate"),
+            stream_destroy: driver_function(c"cuStreamDestroy_v2"),
             stream_wait_event: driver_function(c"cuStreamWaitEvent"),
             copy_async: driver_function(c"cuMemcpyAsync"),
             memset_async: driver_function(c"cuMemsetD8Async"),
@@ -291,6 +294,14 @@ pub fn stream() -> Option<u64> {
     let mut stream = 0usize;
     // SAFETY: valid out-parameter and flags.
     (unsafe { create(&mut stream, STREAM_NON_BLOCKING) } == SUCCESS).then_some(stream as u64)
+}
+
+/// Destroys a stream of itermem's (its queued work still completes, as CUDA specifies).
+pub fn destroy_stream(stream: u64) {
+    if let Some(destroy) = driver().stream_destroy {
+        // SAFETY: a stream made by `stream` above, not used afterwards.
+        unsafe { destroy(stream as usize) };
+    }
 }
 
 /// A copy of `bytes` bytes queued on `stream` (`cuMemcpyAsync`: with unified addressing the

@@ -663,10 +663,12 @@ impl PoolState {
         // plan) must not stand beside the new one.
         self.release_idle_retired_pools();
         if !self.fits_limit(plan.footprint) {
-            super::report(format_args!(
-                "a pool of {} bytes would exceed ITERMEM_LIMIT; the plan is not used",
-                plan.footprint
-            ));
+            if !schedule.as_ref().is_some_and(|s| s.reported_unfit) {
+                super::report(format_args!(
+                    "a pool of {} bytes would exceed ITERMEM_LIMIT; the plan is not used",
+                    plan.footprint
+                ));
+            }
             return;
         }
         let Some(base) = cuda::malloc(plan.footprint.max(1)) else {

@@ -47,7 +47,8 @@ use std::time::Instant;
 pub struct SwapConfig {
     /// Device bytes the process may hold (None: no limit, nothing is swapped).
     pub limit: Option<crate::config::Limit>,
-    pub copy: CopyModel,
+    /// `ITERMEM_BANDWIDTH`; None: measured before the first plan ([`super::bandwidth`]).
+    pub copy: Option<CopyModel>,
     /// `ITERMEM_SWAP_MIN_BYTES`: the smallest tensor swapped on its own (smaller ones move in
     /// swap units of at least that many bytes).
     pub min_bytes: u64,
@@ -95,6 +96,8 @@ pub struct Schedule {
     host_bytes: u64,
     predicted_ns: f64,
     predicted_base_ns: f64,
+    /// The plan's pool does not fit the budget, and the planner said so.
+    pub reported_unfit: bool,
 }
 
 /// A tensor whose bytes are on the host.
@@ -174,12 +177,21 @@ pub struct SwapStats {
     pub measured_iteration_ns: f64,
     /// Host time of the timing iteration (no swaps).
     pub timing_iteration_ns: f64,
+    /// The copy model the planner uses: `measured` (timed copies before planning),
+    /// `ITERMEM_BANDWIDTH`, or `pcie3 (not measured)` where the measurement failed; and its
+    /// bandwidth each way, GB/s.
+    pub copy_model: &'static str,
+    pub copy_out_gb_s: f64,
+    pub copy_in_gb_s: f64,
     /// Page-locked host memory of the swap slots.
     pub pinned_host_bytes: u64,
     /// Device mallocs served from mapped host memory because the device was at the limit, and
     /// the most such bytes live at once.
     pub warmup_host_allocations: u64,
     pub warmup_host_bytes: u64,
+    /// The most mapped host memory of the program's live at once after the first plan
+    /// serves (blocks left there from the warm-up, and mallocs past the limit since).
+    pub mapped_host_bytes_after_plan: u64,
     pub iterations: Vec<IterationStats>,
 }
 
@@ -210,6 +222,8 @@ pub struct Executor {
     config: SwapConfig,
     /// The limit in bytes, once resolved ([`Executor::limit`]).
     limit: Option<Option<u64>>,
+    /// The copy model, once resolved ([`Executor::copy_model`]).
+    copy: Option<(CopyModel, &'static str)>,
     schedule: Option<Arc<Schedule>>,
     /// Whether planned swaps are issued (false once the plan is abandoned).
     following: bool,
@@ -251,6 +265,7 @@ impl Executor {
         Executor {
             config,
             limit: None,
+            copy: None,
             schedule: None,
             following: false,
             out_stream: 0,
@@ -301,6 +316,34 @@ impl Executor {
         resolved
     }
 
+    /// The copy model to plan with: `ITERMEM_BANDWIDTH`, else the link measured the first time
+    /// it is needed (at the first malloc under a limit, while device memory is still free for
+    /// the measurement's buffer), else PCIe 3.
+    fn copy_model(&mut self) -> (CopyModel, &'static str) {
+        if let Some(resolved) = self.copy {
+            return resolved;
+        }
+        let (copy, source) = match self.config.copy {
+            Some(copy) => (copy, "ITERMEM_BANDWIDTH"),
+            None => match super::bandwidth::measure() {
+                Some(measured) => (measured, "measured"),
+                None => (CopyModel::default(), "pcie3 (not measured)"),
+            },
+        };
+        self.stats.copy_model = source;
+        self.stats.copy_out_gb_s = 1.0 / copy.out_ns_per_byte;
+        self.stats.copy_in_gb_s = 1.0 / copy.in_ns_per_byte;
+        self.copy = Some((copy, source));
+        (copy, source)
+    }
+
+    fn note_mapped_after_plan(&mut self) {
+        if self.stats.plans > 0 {
+            let after = &mut self.stats.mapped_host_bytes_after_plan;
+            *after = (*after).max(self.host_backed_bytes);
+        }
+    }
+
     fn timing_event(&mut self) -> Option<usize> {
         self.spare_timing.pop().or_else(cuda::timing_event)
     }
@@ -349,7 +392,9 @@ impl PoolState {
     /// limit, else None (the real allocator serves it).
     pub(super) fn overflow(&mut self, size: u64) -> Option<u64> {
         let in_use = self.device_bytes();
-        let limit = self.executor.as_mut()?.limit()?;
+        let exec = self.executor.as_mut()?;
+        let limit = exec.limit()?;
+        exec.copy_model();
         if in_use + granules(size) <= limit {
             return None;
         }
@@ -381,6 +426,7 @@ impl PoolState {
         exec.host_backed_bytes += size;
         exec.stats.warmup_host_allocations += 1;
         exec.stats.warmup_host_bytes = exec.stats.warmup_host_bytes.max(exec.host_backed_bytes);
+        exec.note_mapped_after_plan();
         Some(device)
     }
 
@@ -505,12 +551,13 @@ impl PoolState {
         let outside = timing.resident_bytes + GRANULE;
         exec.stats.budget_bytes = limit.saturating_sub(outside);
         let config = exec.config.clone();
+        let (copy, _) = exec.copy_model();
         let ready = self.swap_ready.clone();
         let spawned = std::thread::Builder::new()
             .name("itermem-planner".into())
             .spawn(move || {
                 let planned = std::panic::catch_unwind(move || {
-                    make_schedule(&config, capture, timing.ops, limit, outside)
+                    make_schedule(&config, copy, capture, timing.ops, limit, outside)
                 });
                 match planned {
                     Ok(Ok(made)) => *ready.lock() = Some(made),
@@ -560,6 +607,7 @@ impl PoolState {
             exec.stats.pinned_host_bytes += schedule.host_bytes;
         }
         exec.stats.plans += 1;
+        exec.note_mapped_after_plan();
         exec.stats.swaps_planned = schedule.swaps.len() as u64;
         exec.stats.predicted_iteration_ns = schedule.predicted_ns;
         exec.stats.predicted_base_iteration_ns = schedule.predicted_base_ns;
@@ -1031,6 +1079,7 @@ impl Pool {
 /// iteration, the plan, and its schedule in the terms of the running program.
 fn make_schedule(
     config: &SwapConfig,
+    copy: CopyModel,
     capture: Capture,
     timed: Vec<(u64, usize, usize)>,
     limit: u64,
@@ -1088,7 +1137,7 @@ fn make_schedule(
     let mut inputs = ExecutorInputs {
         window: [capture.start, capture.length],
         op_time_ns,
-        copy: config.copy,
+        copy,
         budget_bytes: 0,
         outside_pool_bytes,
         evaluations: EVALUATIONS,
@@ -1096,7 +1145,6 @@ fn make_schedule(
         allow_swaps,
     };
     inputs.budget_bytes = inputs.budget_for(limit);
-    let budget = inputs.budget_bytes;
     let (reduced, kept, planned) = inputs.plan(&loaded.trace)?;
     let position_of = |tensor: usize| -> Option<u64> {
         let birth = births.get(kept[tensor] as usize).copied().flatten()?;
@@ -1122,6 +1170,7 @@ fn make_schedule(
         host_bytes: 0,
         predicted_ns: planned.result.time_ns,
         predicted_base_ns: planned.result.base_time_ns,
+        reported_unfit: false,
     };
     for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
         let tensor = swap.tensor as usize;
@@ -1167,11 +1216,16 @@ fn make_schedule(
         }
     }
     if !planned.fits {
+        let smallest = outside_pool_bytes + granules(planned.pool.footprint);
         super::report(format_args!(
-            "the iteration's pool needs {} bytes but {budget} are left under the limit; \
-             allocations beyond it go to mapped host memory",
+            "ITERMEM_LIMIT of {limit} bytes cannot be kept with the device alone: the program \
+             holds {outside_pool_bytes} bytes outside the iteration's pool, whose smallest plan \
+             takes {} more; the smallest limit that can is {smallest} bytes. No plan is used: \
+             mallocs past the limit run from mapped host memory, which a GPU reads over its \
+             host link",
             planned.pool.footprint
         ));
+        schedule.reported_unfit = true;
     }
     Ok((
         plan,
