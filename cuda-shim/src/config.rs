@@ -26,6 +26,9 @@ pub struct Config {
     /// `CUDA_SHIM_COMPUTE_CAPABILITY`: the devices' compute capability as `10 × major + minor`
     /// (written `9.0`; default 9.0, Hopper). It decides which PTX of a fatbinary runs.
     pub compute_capability: u32,
+    /// `CUDA_SHIM_VMM_GRANULARITY`: the granularity of the virtual memory API (default 2 MiB,
+    /// NVIDIA's; a power of two from 4 KiB, the host's page, to 1 GiB).
+    pub vmm_granularity: usize,
 }
 
 /// Compute capability of the simulated devices unless `CUDA_SHIM_COMPUTE_CAPABILITY` says
@@ -116,6 +119,16 @@ impl Config {
                 &capability,
             )
             .map_or(DEFAULT_COMPUTE_CAPABILITY, |s| s.int() as u32),
+            vmm_granularity: read(
+                "CUDA_SHIM_VMM_GRANULARITY",
+                "a power of two from 4K to 1G (bytes, optional K, M, G suffix)",
+                &|s: &str| {
+                    parse_bytes(s)
+                        .filter(|&b| b.is_power_of_two() && (4096..=1 << 30).contains(&b))
+                        .map(Setting::Int)
+                },
+            )
+            .map_or(crate::vmm::GRANULARITY, |s| s.int() as usize),
         }
     }
 }

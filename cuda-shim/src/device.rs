@@ -861,12 +861,13 @@ impl Driver {
                 destroyed: AtomicBool::new(false),
             });
         }
+        let vmm = VirtualMemory::new(config.vmm_granularity);
         Ok(Driver {
             config,
             contexts,
             created: Mutex::new(Vec::new()),
             pinned: PinnedMemory::default(),
-            vmm: VirtualMemory::default(),
+            vmm,
             functions: Functions::default(),
             events: Mutex::new(HashMap::new()),
             peers: Mutex::new([0; MAX_DEVICES]),

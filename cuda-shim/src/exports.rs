@@ -15,7 +15,6 @@ use crate::module::{Library, Module};
 use crate::result::*;
 use crate::stats::StatsSnapshot;
 use crate::stream::PER_THREAD;
-use crate::vmm;
 use std::ffi::{CStr, c_char, c_void};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -829,7 +828,7 @@ driver_api! {
         current()?.memset_2d(dst as usize, pitch, value, 4, width, height, stream)
     }
 
-    /// 2 MiB, minimum and recommended.
+    /// 2 MiB (`CUDA_SHIM_VMM_GRANULARITY`), minimum and recommended.
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const AllocationProp, option: u32) {
         let driver = initialized()?;
         // SAFETY: `prop` is null (rejected) or points to a CUmemAllocationProp.
@@ -838,7 +837,7 @@ driver_api! {
             return Err(INVALID_VALUE);
         }
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(granularity, vmm::GRANULARITY) }
+        unsafe { put(granularity, driver.vmm.granularity()) }
     }
 
     fn cuMemAddressReserve(ptr: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64) {

@@ -27,8 +27,9 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// Minimum and recommended granularity of physical allocations and mappings (2 MiB, as on
-/// NVIDIA's GPUs).
+/// Minimum and recommended granularity of physical allocations and mappings by default (2 MiB,
+/// as on NVIDIA's GPUs; `CUDA_SHIM_VMM_GRANULARITY` sets another, so that a replay scaled down
+/// keeps its tensors' sizes in granules).
 pub const GRANULARITY: usize = 2 << 20;
 
 /// `CU_MEM_ACCESS_FLAGS_PROT_*`.
@@ -102,13 +103,15 @@ pub trait Capacity {
     fn refund(&self, device: usize, bytes: usize);
 }
 
-#[derive(Default)]
 pub struct VirtualMemory {
     state: Mutex<State>,
+    granularity: usize,
 }
 
-fn aligned(value: usize) -> bool {
-    value % GRANULARITY == 0
+impl Default for VirtualMemory {
+    fn default() -> VirtualMemory {
+        VirtualMemory::new(GRANULARITY)
+    }
 }
 
 /// Maps `[start, start + size)` back to inaccessible anonymous memory (a reservation's state).
@@ -134,15 +137,36 @@ unsafe fn reset(start: usize, size: usize) -> CuResult<()> {
 }
 
 impl VirtualMemory {
+    /// `granularity`: a power of two, at least the host's page size.
+    pub fn new(granularity: usize) -> VirtualMemory {
+        VirtualMemory {
+            state: Mutex::default(),
+            granularity,
+        }
+    }
+
+    /// What `cuMemGetAllocationGranularity` reports, minimum and recommended alike.
+    pub fn granularity(&self) -> usize {
+        self.granularity
+    }
+
+    fn aligned(&self, value: usize) -> bool {
+        value % self.granularity == 0
+    }
+
     /// `cuMemAddressReserve`: `size` and a non-zero `alignment` are multiples of the
     /// granularity (the alignment a power of two); `hint` is honoured when that range is free.
     pub fn reserve(&self, size: usize, alignment: usize, hint: usize) -> CuResult<usize> {
         let alignment = if alignment == 0 {
-            GRANULARITY
+            self.granularity
         } else {
             alignment
         };
-        if size == 0 || !aligned(size) || !alignment.is_power_of_two() || !aligned(alignment) {
+        if size == 0
+            || !self.aligned(size)
+            || !alignment.is_power_of_two()
+            || !self.aligned(alignment)
+        {
             return Err(INVALID_VALUE);
         }
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
@@ -208,7 +232,7 @@ impl VirtualMemory {
 
     /// `cuMemCreate`: `size` bytes of physical memory on `device`, charged to its capacity.
     pub fn create(&self, size: usize, device: usize, capacity: &impl Capacity) -> CuResult<u64> {
-        if size == 0 || !aligned(size) {
+        if size == 0 || !self.aligned(size) {
             return Err(INVALID_VALUE);
         }
         // SAFETY: memfd_create with a NUL-terminated name and valid flags.
@@ -257,7 +281,7 @@ impl VirtualMemory {
     /// `cuMemMap`: the first `size` bytes of `handle` at `ptr`, inaccessible until
     /// `set_access`. The range lies in one reservation and overlaps no mapping.
     pub fn map(&self, ptr: usize, size: usize, offset: usize, handle: u64) -> CuResult<()> {
-        if size == 0 || !aligned(ptr) || !aligned(size) || offset != 0 {
+        if size == 0 || !self.aligned(ptr) || !self.aligned(size) || offset != 0 {
             return Err(INVALID_VALUE);
         }
         let mut state = self.state.lock();

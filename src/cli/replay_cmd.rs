@@ -230,6 +230,11 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
         ),
         ("CUDA_SHIM_H2D_GBPS", format!("{h2d:.6}"), false),
         ("CUDA_SHIM_D2H_GBPS", format!("{d2h:.6}"), false),
+        (
+            "CUDA_SHIM_VMM_GRANULARITY",
+            scaled_granularity(args.program.scale).to_string(),
+            false,
+        ),
         ("ITERMEM_SWAP_MIN_BYTES", min_swap_bytes.to_string(), false),
     ] {
         if always || std::env::var_os(name).is_none() {
@@ -238,6 +243,15 @@ pub fn run(mut args: ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     let status = command.status().context("cannot run the replay")?;
     Ok(exit_code_of(status))
+}
+
+/// The virtual memory API's 2 MiB granularity scaled like the tensors: the nearest power of two,
+/// 4 KiB (a host page) at least. Swap mode backs the blocks it may move with it, so unscaled a
+/// replay at `--scale 0.02` would round every weight up to a granule.
+fn scaled_granularity(scale: f64) -> u64 {
+    let scaled = (2u64 << 20) as f64 * scale;
+    let exponent = scaled.max(4096.0).log2().round().clamp(12.0, 30.0);
+    1u64 << exponent as u32
 }
 
 /// `itermem replay-program`: the replay itself, in this process.

@@ -8,19 +8,20 @@ use crate::swap::CopyModel;
 
 /// The short copy: mostly the latency of a copy.
 const SMALL: u64 = 64 << 10;
-/// Sizes of the long copy tried in turn: the device may be at its limit, where even a few MiB
-/// are not free (the measurement then uses a smaller one, or none).
-const LARGE: [u64; 3] = [8 << 20, 2 << 20, 512 << 10];
+/// Sizes of the long copy tried in turn: the largest that keeps the device under the limit
+/// and that the device has room for.
+const LARGE: [u64; 4] = [8 << 20, 2 << 20, 512 << 10, 256 << 10];
 /// Timed copies of each size and direction; the fastest counts (a copy of the program's on the
 /// same link only slows one down).
 const RUNS: usize = 2;
 
-/// The copy model of this machine's link, or None when it cannot be measured (no device memory
-/// free, or a driver call failed).
-pub fn measure() -> Option<CopyModel> {
+/// The copy model of this machine's link, with a device buffer of at most `room` bytes; None
+/// when it cannot be measured (no room, or a driver call failed).
+pub fn measure(room: u64) -> Option<CopyModel> {
     cuda::ensure_context();
     let (large, device) = LARGE
         .iter()
+        .filter(|&&bytes| bytes <= room)
         .find_map(|&bytes| cuda::malloc(bytes).map(|device| (bytes, device)))?;
     let measured = cuda::pinned_host(large).and_then(|host| {
         let model = cuda::stream().and_then(|stream| {

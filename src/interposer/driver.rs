@@ -31,6 +31,48 @@ type PrimaryCtxRetain = unsafe extern "C" fn(*mut usize, i32) -> u32;
 type CtxSetCurrent = unsafe extern "C" fn(usize) -> u32;
 type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
 type DeviceGetCount = unsafe extern "C" fn(*mut i32) -> u32;
+type MemAddressReserve = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32;
+type MemAddressFree = unsafe extern "C" fn(u64, usize) -> u32;
+type MemCreate = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp, u64) -> u32;
+type MemRelease = unsafe extern "C" fn(u64) -> u32;
+type MemMap = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32;
+type MemUnmap = unsafe extern "C" fn(u64, usize) -> u32;
+type MemSetAccess = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> u32;
+type MemGetGranularity = unsafe extern "C" fn(*mut usize, *const AllocationProp, u32) -> u32;
+
+/// `CUmemAllocationProp` (CUDA 12 and 13: 32 bytes).
+#[repr(C)]
+struct AllocationProp {
+    kind: u32,
+    requested_handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    win32_handle_meta_data: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+struct AccessDesc {
+    location_type: u32,
+    location_id: i32,
+    flags: u32,
+}
+
+const _: () = assert!(size_of::<AllocationProp>() == 32 && size_of::<AccessDesc>() == 12);
+
+/// The virtual memory API (CUDA 10.2+), all or nothing.
+#[derive(Clone, Copy)]
+struct Vmm {
+    reserve: MemAddressReserve,
+    free_reservation: MemAddressFree,
+    create: MemCreate,
+    release: MemRelease,
+    map: MemMap,
+    unmap: MemUnmap,
+    set_access: MemSetAccess,
+    granularity: MemGetGranularity,
+}
 
 struct Driver {
     mem_alloc: Option<MemAlloc>,
@@ -57,6 +99,7 @@ struct Driver {
     ctx_set_current: Option<CtxSetCurrent>,
     ctx_get_device: Option<CtxGetDevice>,
     device_get_count: Option<DeviceGetCount>,
+    vmm: Option<Vmm>,
 }
 
 fn driver() -> &'static Driver {
@@ -66,7 +109,9 @@ fn driver() -> &'static Driver {
     // cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventElapsedTime,
     // cuEventDestroy_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamWaitEvent, cuMemcpyAsync,
     // cuMemsetD8Async, cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent,
-    // cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuCtxGetDevice, cuDeviceGetCount).
+    // cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuCtxGetDevice, cuDeviceGetCount,
+    // cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap,
+    // cuMemSetAccess, cuMemGetAllocationGranularity).
     DRIVER.get_or_init(|| unsafe {
         Driver {
             mem_alloc: driver_function(c"cuMemAlloc_v2"),
@@ -93,6 +138,18 @@ fn driver() -> &'static Driver {
             ctx_set_current: driver_function(c"cuCtxSetCurrent"),
             ctx_get_device: driver_function(c"cuCtxGetDevice"),
             device_get_count: driver_function(c"cuDeviceGetCount"),
+            vmm: (|| {
+                Some(Vmm {
+                    reserve: driver_function(c"cuMemAddressReserve")?,
+                    free_reservation: driver_function(c"cuMemAddressFree")?,
+                    create: driver_function(c"cuMemCreate")?,
+                    release: driver_function(c"cuMemRelease")?,
+                    map: driver_function(c"cuMemMap")?,
+                    unmap: driver_function(c"cuMemUnmap")?,
+                    set_access: driver_function(c"cuMemSetAccess")?,
+                    granularity: driver_function(c"cuMemGetAllocationGranularity")?,
+                })
+            })(),
         }
     })
 }
@@ -328,4 +385,101 @@ pub fn synchronize() -> bool {
     driver()
         .ctx_synchronize
         .is_some_and(|sync| unsafe { sync() } == SUCCESS)
+}
+
+/// `CU_MEM_ALLOCATION_TYPE_PINNED` on `CU_MEM_LOCATION_TYPE_DEVICE` `device`.
+fn device_memory(device: i32) -> AllocationProp {
+    AllocationProp {
+        kind: 1,
+        requested_handle_types: 0,
+        location_type: 1,
+        location_id: device,
+        win32_handle_meta_data: std::ptr::null_mut(),
+        alloc_flags: [0; 8],
+    }
+}
+
+/// The device of the calling thread's context.
+fn context_device() -> Option<i32> {
+    ensure_context();
+    let get = driver().ctx_get_device?;
+    let mut device = 0i32;
+    // SAFETY: valid out-parameter.
+    (unsafe { get(&mut device) } == SUCCESS).then_some(device)
+}
+
+/// The virtual memory API's minimum granularity for the current device's memory, None where
+/// the driver lacks the API.
+pub fn vmm_granularity() -> Option<u64> {
+    let vmm = driver().vmm?;
+    let prop = device_memory(context_device()?);
+    let mut granularity = 0usize;
+    // SAFETY: valid out-parameter and property; option 0 is CU_MEM_ALLOC_GRANULARITY_MINIMUM.
+    let ok = unsafe { (vmm.granularity)(&mut granularity, &prop, 0) } == SUCCESS;
+    (ok && granularity > 0).then_some(granularity as u64)
+}
+
+/// A range of `bytes` addresses (a multiple of the granularity), nothing mapped.
+pub fn reserve(bytes: u64) -> Option<u64> {
+    let vmm = driver().vmm?;
+    let mut va = 0u64;
+    // SAFETY: valid out-parameter; alignment 0 is the granularity, no address hint, no flags.
+    (unsafe { (vmm.reserve)(&mut va, bytes as usize, 0, 0, 0) } == SUCCESS).then_some(va)
+}
+
+pub fn free_reservation(va: u64, bytes: u64) {
+    if let Some(vmm) = driver().vmm {
+        // SAFETY: a whole reservation of `reserve`, with nothing mapped in it any more.
+        unsafe { (vmm.free_reservation)(va, bytes as usize) };
+    }
+}
+
+/// `bytes` (a multiple of the granularity) of the current device's memory: the handle.
+pub fn create(bytes: u64) -> Option<u64> {
+    let vmm = driver().vmm?;
+    let prop = device_memory(context_device()?);
+    let mut handle = 0u64;
+    // SAFETY: valid out-parameter and property, no flags.
+    (unsafe { (vmm.create)(&mut handle, bytes as usize, &prop, 0) } == SUCCESS).then_some(handle)
+}
+
+pub fn release(handle: u64) {
+    if let Some(vmm) = driver().vmm {
+        // SAFETY: a handle of `create`; its mappings keep the memory until they are unmapped.
+        unsafe { (vmm.release)(handle) };
+    }
+}
+
+/// Maps all of `handle` (`bytes`) at `va` and gives the current device read and write access.
+pub fn map(va: u64, bytes: u64, handle: u64) -> bool {
+    let Some(vmm) = driver().vmm else {
+        return false;
+    };
+    let Some(device) = context_device() else {
+        return false;
+    };
+    // SAFETY: `va` lies in a reservation of ours with nothing mapped there; offset 0 and no
+    // flags, as CUDA requires.
+    if unsafe { (vmm.map)(va, bytes as usize, 0, handle, 0) } != SUCCESS {
+        return false;
+    }
+    let access = AccessDesc {
+        location_type: 1,
+        location_id: device,
+        flags: 3, // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    };
+    // SAFETY: the range just mapped, one descriptor.
+    if unsafe { (vmm.set_access)(va, bytes as usize, &access, 1) } == SUCCESS {
+        return true;
+    }
+    unmap(va, bytes);
+    false
+}
+
+/// Unmaps `[va, va + bytes)`: whole mappings of ours whose users have finished.
+pub fn unmap(va: u64, bytes: u64) -> bool {
+    // SAFETY: whole mappings made by `map`, used by no pending work (the callers' contract).
+    driver()
+        .vmm
+        .is_some_and(|vmm| unsafe { (vmm.unmap)(va, bytes as usize) } == SUCCESS)
 }

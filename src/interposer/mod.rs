@@ -11,6 +11,7 @@
 //! The state is created at the first hooked call from the `ITERMEM_*` environment. However the
 //! process ends, the trace is flushed and the statistics written (`ending.rs`).
 
+mod backing;
 mod bandwidth;
 mod clock;
 mod cnmem;

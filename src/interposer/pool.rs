@@ -662,7 +662,7 @@ impl PoolState {
         // A pool left with no block live (its last one freed before the program left its
         // plan) must not stand beside the new one.
         self.release_idle_retired_pools();
-        if !self.fits_limit(plan.footprint) {
+        if !self.fits_limit(plan.footprint, schedule.as_deref()) {
             if !schedule.as_ref().is_some_and(|s| s.reported_unfit) {
                 super::report(format_args!(
                     "a pool of {} bytes would exceed ITERMEM_LIMIT; the plan is not used",
@@ -671,12 +671,25 @@ impl PoolState {
             }
             return;
         }
-        let Some(base) = cuda::malloc(plan.footprint.max(1)) else {
-            super::report(format_args!(
-                "cannot allocate a pool of {} bytes; pool mode records only",
-                plan.footprint
-            ));
-            return;
+        let takes_blocks = schedule.as_ref().filter(|s| !s.takes_no_blocks());
+        let (base, staged) = match takes_blocks {
+            Some(schedule) => {
+                let schedule = schedule.clone();
+                match self.take_residents(plan.footprint, &schedule) {
+                    Some((base, staged)) => (base, Some(staged)),
+                    None => return,
+                }
+            }
+            None => match cuda::malloc(plan.footprint.max(1)) {
+                Some(base) => (base, None),
+                None => {
+                    super::report(format_args!(
+                        "cannot allocate a pool of {} bytes; pool mode records only",
+                        plan.footprint
+                    ));
+                    return;
+                }
+            },
         };
         self.stats.pool_bytes = plan.footprint;
         self.stats.planned_peak_live_bytes = plan.peak_live;
@@ -684,6 +697,9 @@ impl PoolState {
         self.pools.push(Pool::new(base, plan));
         if let Some(schedule) = schedule {
             self.start_schedule(schedule, index);
+        }
+        if let Some(staged) = staged {
+            self.place_residents(staged);
         }
     }
 
@@ -712,7 +728,7 @@ impl PoolState {
                 }
                 _ => self.stats.fallback_before_plan += 1,
             }
-            return self.overflow(size);
+            return self.overflow(size, id);
         };
         if let Some(position) = position.filter(|_| planned.is_some()) {
             self.served_slot(position, id);
@@ -754,7 +770,7 @@ impl PoolState {
 
     /// Whether `addr` lies in a pool (its blocks never reach the real `cudaFree`).
     pub fn owns(&self, addr: u64) -> bool {
-        self.pools.iter().any(|p| p.contains(addr)) || self.host_backed(addr)
+        self.pools.iter().any(|p| p.contains(addr)) || self.host_backed(addr) || self.in_block(addr)
     }
 
     /// Frees the pool block at `addr`: fences its range on every stream that used it. False if
@@ -878,7 +894,7 @@ impl PoolState {
             .map(|pool| pool.base)
             .collect();
         for &base in &unused {
-            cuda::free(base);
+            self.free_pool_memory(base);
         }
         self.pools.retain(|pool| !unused.contains(&pool.base));
     }

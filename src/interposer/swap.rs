@@ -27,11 +27,12 @@
 //! - when the detector loses the period, planned swaps stop (`plans_abandoned`), tensors away
 //!   come back as their ranges free, and the next period is timed and planned again.
 
+use super::backing::{Backing, Block, ChunkedPool};
 use super::driver as cuda;
 use super::pool::{Pool, PoolPlan, PoolState, Waits};
 use super::real::allocation_gone;
 use crate::event::{AllocId, Event, EventKind, StreamHandle};
-use crate::ops::{self, LoadOptions};
+use crate::ops::{self, Birth, LoadOptions, TensorId};
 use crate::swap::CopyModel;
 use crate::swap::combined::{ExecutorInputs, PlanJson};
 use rustc_hash::FxHashMap;
@@ -70,6 +71,16 @@ const GRANULE: u64 = 256;
 const ITERATIONS_KEPT: usize = 1000;
 /// Marks a position of the iteration that is not an op.
 const NOT_AN_OP: u32 = u32::MAX;
+/// The slot position of a resident tensor's swap (it has no malloc in the iteration).
+const NOT_A_SLOT: u64 = u64::MAX;
+
+/// The blocks at addresses of their own, with their own memory, when a plan is made: by
+/// allocation, (address, rounded bytes); and the granularity they are rounded to.
+#[derive(Default)]
+struct Blocks {
+    by_id: FxHashMap<AllocId, (u64, u64)>,
+    granularity: u64,
+}
 
 fn granules(bytes: u64) -> u64 {
     bytes.div_ceil(GRANULE) * GRANULE
@@ -80,7 +91,22 @@ fn granules(bytes: u64) -> u64 {
 struct Planned {
     /// Position in the iteration of the malloc of the tensor (its pool slot).
     position: u64,
+    /// The block and its address, for a resident tensor (it has no malloc in the iteration).
+    resident: Option<(AllocId, u64)>,
     host_offset: u64,
+}
+
+/// A block of the program's the pool takes at activation (its memory becomes the pool's
+/// granules at `offset`, mapped at the block's own addresses).
+#[derive(Clone, Copy, Debug)]
+struct Resident {
+    id: AllocId,
+    va: u64,
+    offset: u64,
+    rounded: u64,
+    /// Host offset of its slot when the plan has it away at the iteration's start (a swap that
+    /// wraps the boundary): it then starts on the host.
+    away_at_start: Option<u64>,
 }
 
 /// The swaps of a plan, indexed by the ops at which they are issued.
@@ -93,11 +119,19 @@ pub struct Schedule {
     /// Per op: swaps queued before it is launched.
     ins_before: Vec<Vec<u32>>,
     swaps: Vec<Planned>,
+    residents: Vec<Resident>,
     host_bytes: u64,
     predicted_ns: f64,
     predicted_base_ns: f64,
     /// The plan's pool does not fit the budget, and the planner said so.
     pub reported_unfit: bool,
+}
+
+impl Schedule {
+    /// Whether the pool takes no block of the program's (it is then one allocation).
+    pub fn takes_no_blocks(&self) -> bool {
+        self.residents.is_empty()
+    }
 }
 
 /// A tensor whose bytes are on the host.
@@ -107,6 +141,26 @@ struct Away {
     offset: u64,
     end: u64,
     host: u64,
+    /// A resident block's own address (its range of the pool is mapped there too); None for a
+    /// tensor the pool served, whose address is `pool + offset`.
+    alias: Option<u64>,
+}
+
+/// Blocks' content between [`PoolState::take_residents`] and [`PoolState::place_residents`]:
+/// page-locked staging memory, and each block with its copy there.
+pub struct Staged {
+    staging: u64,
+    places: Vec<(Resident, u64)>,
+}
+
+/// A block whose memory was released and could not be given again: its content cannot be kept
+/// exact, so the program stops, saying so (never computes on with wrong values).
+fn lost_block(va: u64, bytes: u64) -> ! {
+    super::report(format_args!(
+        "fatal: the device refused {bytes} bytes for the block at {va:#x} just after releasing \
+         them; its content cannot be restored, and the program stops here"
+    ));
+    std::process::exit(1)
 }
 
 /// A call that runs with a tensor brought back over its borrowers, who wait on the host.
@@ -244,6 +298,14 @@ pub struct Executor {
     /// Real device allocations of the program: address → bytes (granules).
     real_blocks: FxHashMap<u64, u64>,
     real_bytes: u64,
+    /// The virtual memory API, once looked for (None inside: the driver has none).
+    backing: Option<Option<Backing>>,
+    /// Blocks of the program's at addresses of their own (`backing.rs`): address → block.
+    blocks: std::collections::BTreeMap<u64, (Block, AllocId)>,
+    /// Device bytes of the blocks' own memory.
+    own_block_bytes: u64,
+    /// Pools made of granules (those that took residents): base → pool.
+    chunked_pools: FxHashMap<u64, ChunkedPool>,
     timing: Option<Timing>,
     /// Stall measurements not yet read: (start, end) timing events.
     stalls: Vec<(usize, usize)>,
@@ -279,6 +341,10 @@ impl Executor {
             host_backed_freed: Vec::new(),
             real_blocks: FxHashMap::default(),
             real_bytes: 0,
+            backing: None,
+            blocks: Default::default(),
+            own_block_bytes: 0,
+            chunked_pools: FxHashMap::default(),
             timing: None,
             stalls: Vec::new(),
             spare_timing: Vec::new(),
@@ -318,14 +384,14 @@ impl Executor {
 
     /// The copy model to plan with: `ITERMEM_BANDWIDTH`, else the link measured the first time
     /// it is needed (at the first malloc under a limit, while device memory is still free for
-    /// the measurement's buffer), else PCIe 3.
-    fn copy_model(&mut self) -> (CopyModel, &'static str) {
+    /// the measurement's buffer: at most `room` bytes, what the limit leaves), else PCIe 3.
+    fn copy_model(&mut self, room: u64) -> (CopyModel, &'static str) {
         if let Some(resolved) = self.copy {
             return resolved;
         }
         let (copy, source) = match self.config.copy {
             Some(copy) => (copy, "ITERMEM_BANDWIDTH"),
-            None => match super::bandwidth::measure() {
+            None => match super::bandwidth::measure(room) {
                 Some(measured) => (measured, "measured"),
                 None => (CopyModel::default(), "pcie3 (not measured)"),
             },
@@ -335,6 +401,25 @@ impl Executor {
         self.stats.copy_in_gb_s = 1.0 / copy.in_ns_per_byte;
         self.copy = Some((copy, source));
         (copy, source)
+    }
+
+    /// The virtual memory API, looked for once.
+    fn backing(&mut self) -> Option<Backing> {
+        *self.backing.get_or_insert_with(|| {
+            let backing = Backing::detect();
+            if backing.is_none() {
+                log::info!("the driver has no virtual memory API: blocks allocated before a plan stay where they are");
+            }
+            backing
+        })
+    }
+
+    /// The swap's tensor this iteration: the resident block, or what its slot served.
+    fn swapped_id(&self, planned: &Planned) -> Option<AllocId> {
+        planned
+            .resident
+            .map(|(id, _)| id)
+            .or_else(|| self.slot_ids.get(&planned.position).copied())
     }
 
     fn note_mapped_after_plan(&mut self) {
@@ -375,30 +460,62 @@ impl PoolState {
     /// Device bytes in use: the program's real allocations and every pool.
     fn device_bytes(&self) -> u64 {
         let pools: u64 = self.pools.iter().map(|p| granules(p.plan.footprint)).sum();
-        self.executor.as_ref().map_or(0, |e| e.real_bytes) + pools
+        self.executor
+            .as_ref()
+            .map_or(0, |e| e.real_bytes + e.own_block_bytes)
+            + pools
     }
 
     /// Whether a new pool of `footprint` bytes keeps the device under the limit (always
-    /// outside swap mode).
-    pub(super) fn fits_limit(&mut self, footprint: u64) -> bool {
-        let in_use = self.device_bytes();
-        let Some(limit) = self.executor.as_mut().and_then(Executor::limit) else {
+    /// outside swap mode), once the blocks it takes have given their own memory back.
+    pub(super) fn fits_limit(&mut self, footprint: u64, taken: Option<&Schedule>) -> bool {
+        let releasing: u64 = taken.map_or(0, |s| s.residents.iter().map(|r| r.rounded).sum());
+        let in_use = self.device_bytes().saturating_sub(releasing);
+        let Some(exec) = self.executor.as_mut() else {
             return true;
         };
-        in_use + granules(footprint) <= limit
+        // A pool that takes blocks is made of granules.
+        let footprint = match exec.backing().filter(|_| releasing > 0) {
+            Some(backing) => backing.rounded(footprint),
+            None => granules(footprint),
+        };
+        exec.limit().is_none_or(|limit| in_use + footprint <= limit)
     }
 
     /// Swap mode, a malloc no pool serves: mapped host memory if the device would exceed the
     /// limit, else None (the real allocator serves it).
-    pub(super) fn overflow(&mut self, size: u64) -> Option<u64> {
+    pub(super) fn overflow(&mut self, size: u64, id: AllocId) -> Option<u64> {
         let in_use = self.device_bytes();
         let exec = self.executor.as_mut()?;
         let limit = exec.limit()?;
-        exec.copy_model();
+        exec.copy_model(limit.saturating_sub(in_use));
+        if size >= exec.config.min_bytes
+            && let Some(backing) = exec.backing().filter(|b| b.worth(size))
+            && in_use + backing.rounded(size) <= limit
+            && let Some(block) = backing.allocate(size)
+        {
+            let va = block.va;
+            log::debug!(
+                "malloc of {size} bytes at {va:#x}, an address of its own ({in_use} bytes in use)"
+            );
+            exec.own_block_bytes += block.rounded;
+            exec.blocks.insert(va, (block, id));
+            return Some(va);
+        }
         if in_use + granules(size) <= limit {
             return None;
         }
         self.host_backed_malloc(size)
+    }
+
+    /// Whether `addr` lies in a block of the program's at an address of its own.
+    pub(super) fn in_block(&self, addr: u64) -> bool {
+        self.executor.as_ref().is_some_and(|exec| {
+            exec.blocks
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(&va, (block, _))| addr < va + block.rounded)
+        })
     }
 
     /// Swap mode: a device malloc served from mapped host memory (the device is at the limit,
@@ -450,11 +567,65 @@ impl PoolState {
             self.release_host_backed(host, id);
             return Some(true);
         }
+        if self.in_block(addr) {
+            return Some(self.free_block(addr, id));
+        }
+        let exec = self.executor.as_mut()?;
         exec.away.remove(&id)?;
         self.used_on.remove(&id);
         self.waits.remove(&id);
         // The swap-out's fence already covers the range for its next tenant.
         Some(true)
+    }
+
+    /// Frees a block at an address of its own: its range of a pool (if the pool took it) is
+    /// fenced for the next tenant, and its addresses are released once the work of every
+    /// stream that used it is done. False for an interior pointer.
+    fn free_block(&mut self, addr: u64, id: AllocId) -> bool {
+        let Some(exec) = self.executor.as_mut() else {
+            return false;
+        };
+        let Some((block, _)) = exec.blocks.remove(&addr) else {
+            return false;
+        };
+        let was_away = exec.away.remove(&id).is_some();
+        let users = self.used_on.remove(&id).unwrap_or_default();
+        if !was_away
+            && let Some((base, start, end)) = self.pools.iter_mut().find_map(|pool| {
+                let (start, end) = pool.offset_of(id)?;
+                pool.take_out(start);
+                Some((pool.base, start, end))
+            })
+        {
+            for &stream in &users {
+                self.fence(base + start, base + end, stream);
+            }
+        }
+        if let Some(owned) = self.waits.remove(&id).and_then(|w| w.owned) {
+            self.spare_events.push(owned);
+        }
+        // As `cudaFree` does, the host waits for the work that used the block (on its users'
+        // streams only, not behind queued swaps): memory held after its free would count
+        // against the limit and send the next mallocs to host memory.
+        for stream in users {
+            match self.record_event(stream) {
+                Some(event) => {
+                    cuda::synchronize_event(event);
+                    self.spare_events.push(event);
+                }
+                None => {
+                    cuda::synchronize();
+                    break;
+                }
+            }
+        }
+        if let Some(exec) = self.executor.as_mut() {
+            if block.has_own_memory() {
+                exec.own_block_bytes -= block.rounded;
+            }
+            block.release();
+        }
+        true
     }
 
     /// Releases the mapped host memory of freed block `id` once the work of every stream that
@@ -490,6 +661,7 @@ impl PoolState {
             }
             !done
         });
+
         self.spare_events.extend(spare);
     }
 
@@ -551,13 +723,20 @@ impl PoolState {
         let outside = timing.resident_bytes + GRANULE;
         exec.stats.budget_bytes = limit.saturating_sub(outside);
         let config = exec.config.clone();
-        let (copy, _) = exec.copy_model();
+        let (copy, _) = exec.copy_model(0);
+        let blocks = Blocks {
+            by_id: (exec.blocks.iter())
+                .filter(|(_, (block, _))| block.has_own_memory())
+                .map(|(&va, (block, id))| (*id, (va, block.rounded)))
+                .collect(),
+            granularity: exec.backing.flatten().map_or(0, |b| b.granularity),
+        };
         let ready = self.swap_ready.clone();
         let spawned = std::thread::Builder::new()
             .name("itermem-planner".into())
             .spawn(move || {
                 let planned = std::panic::catch_unwind(move || {
-                    make_schedule(&config, copy, capture, timing.ops, limit, outside)
+                    make_schedule(&config, copy, capture, timing.ops, limit, outside, blocks)
                 });
                 match planned {
                     Ok(Ok(made)) => *ready.lock() = Some(made),
@@ -618,6 +797,152 @@ impl PoolState {
         self.roll(index);
     }
 
+    /// Activation of a plan whose pool takes blocks of the program's (`schedule.residents`):
+    /// their content goes to page-locked staging memory, their own memory is released, the
+    /// pool is allocated in granules, and each block's range of it is mapped at the block's
+    /// addresses. Returns the pool's base and the staging, which [`PoolState::place_residents`]
+    /// empties once the pool is installed; None (with everything as before) if it cannot be.
+    /// The host waits for the device here, once per plan.
+    pub(super) fn take_residents(
+        &mut self,
+        footprint: u64,
+        schedule: &Schedule,
+    ) -> Option<(u64, Staged)> {
+        let exec = self.executor.as_mut()?;
+        let backing = exec.backing()?;
+        let still_there = schedule.residents.iter().all(|r| {
+            exec.blocks
+                .get(&r.va)
+                .is_some_and(|(block, id)| *id == r.id && block.has_own_memory())
+        });
+        if !still_there {
+            super::report(format_args!(
+                "a block the plan takes into its pool was freed before the plan began; the plan \
+                 is not used"
+            ));
+            return None;
+        }
+        let total: u64 = schedule.residents.iter().map(|r| r.rounded).sum();
+        let staging = cuda::pinned_host(total)?;
+        cuda::synchronize();
+        let mut at = 0;
+        let mut places = Vec::with_capacity(schedule.residents.len());
+        for r in &schedule.residents {
+            cuda::copy(staging + at, r.va, r.rounded, 0);
+            places.push((*r, staging + at));
+            at += r.rounded;
+        }
+        if !cuda::synchronize() {
+            cuda::free_host(staging);
+            return None;
+        }
+        for r in &schedule.residents {
+            if let Some((block, _)) = exec.blocks.get_mut(&r.va) {
+                block.release_own();
+                exec.own_block_bytes -= r.rounded;
+            }
+        }
+        let pool = backing.allocate_pool(footprint);
+        let aliased = pool.as_ref().is_some_and(|pool| {
+            schedule.residents.iter().all(|r| {
+                exec.blocks
+                    .get_mut(&r.va)
+                    .is_some_and(|(block, _)| block.alias(pool, r.offset))
+            })
+        });
+        let pool = match pool {
+            Some(pool) if aliased => {
+                let base = pool.va;
+                exec.chunked_pools.insert(base, pool);
+                return Some((base, Staged { staging, places }));
+            }
+            pool => pool,
+        };
+        // Undone: every block gets memory of its own again, with its content.
+        for r in &schedule.residents {
+            let Some((block, _)) = exec.blocks.get_mut(&r.va) else {
+                continue;
+            };
+            block.release_own();
+            if !block.remap_own() {
+                lost_block(r.va, r.rounded);
+            }
+            exec.own_block_bytes += r.rounded;
+        }
+        if let Some(pool) = pool {
+            pool.release();
+        }
+        for &(r, host) in &places {
+            cuda::copy(r.va, host, r.rounded, 0);
+        }
+        cuda::synchronize();
+        cuda::free_host(staging);
+        super::report(format_args!(
+            "cannot allocate a pool of {footprint} bytes in granules for the blocks it takes; \
+             the plan is not used"
+        ));
+        None
+    }
+
+    /// After [`PoolState::take_residents`] and the plan's installation: each block's content
+    /// goes to its range of the pool, or to its host slot where the plan has it away at the
+    /// iteration's start (a swap that wraps the boundary).
+    pub(super) fn place_residents(&mut self, staged: Staged) {
+        let Staged { staging, places } = staged;
+        let Some(pool_index) = self.pools.len().checked_sub(1) else {
+            return;
+        };
+        let base = self.pools[pool_index].base;
+        let host_base = self.executor.as_ref().map_or(0, |e| e.host_base);
+        let mut away = Vec::new();
+        for &(r, host) in &places {
+            let end = r.offset + r.rounded;
+            match r.away_at_start.filter(|_| host_base != 0) {
+                Some(slot) => {
+                    // SAFETY: both are page-locked host allocations of ours, of at least
+                    // `rounded` bytes from these addresses, and no copy uses them now.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            host as *const u8,
+                            (host_base + slot) as *mut u8,
+                            r.rounded as usize,
+                        )
+                    };
+                    away.push((
+                        r.id,
+                        Away {
+                            pool: base,
+                            offset: r.offset,
+                            end,
+                            host: host_base + slot,
+                            alias: Some(r.va),
+                        },
+                    ));
+                }
+                None => {
+                    cuda::copy(r.va, host, r.rounded, 0);
+                    self.pools[pool_index].put_back(r.offset, end, r.id);
+                }
+            }
+            self.used_on.insert(r.id, Default::default());
+            self.waits.remove(&r.id);
+        }
+        cuda::synchronize();
+        cuda::free_host(staging);
+        if let Some(exec) = self.executor.as_mut() {
+            exec.away.extend(away);
+        }
+    }
+
+    /// Gives back the memory of a pool of itermem's: in granules (it took blocks), or one
+    /// allocation.
+    pub(super) fn free_pool_memory(&mut self, base: u64) {
+        match self.exec().and_then(|e| e.chunked_pools.remove(&base)) {
+            Some(pool) => pool.release(),
+            None => cuda::free(base),
+        }
+    }
+
     /// The op that event `index` is under the followed plan, with its swap-ins (before it) and
     /// whether swap-outs follow it. None when no plan is followed or the event is no op.
     fn op_of(&self, index: u64) -> Option<(usize, Vec<u32>, bool)> {
@@ -660,7 +985,7 @@ impl PoolState {
             && timing.host_start.is_none()
         {
             timing.host_start = Some(Instant::now());
-            timing.resident_bytes = exec.real_bytes;
+            timing.resident_bytes = exec.real_bytes + exec.own_block_bytes;
         }
         let mut pending = Vec::new();
         for (a, b) in std::mem::take(&mut exec.stalls) {
@@ -732,7 +1057,7 @@ impl PoolState {
                         .schedule
                         .as_ref()
                         .and_then(|schedule| schedule.swaps.get(swap as usize));
-                    if let Some(&id) = planned.and_then(|p| exec.slot_ids.get(&p.position)) {
+                    if let Some(id) = planned.and_then(|p| exec.swapped_id(p)) {
                         exec.coming_back.push(id);
                     }
                 }
@@ -810,7 +1135,7 @@ impl PoolState {
         let Some(exec) = self.executor.as_ref() else {
             return;
         };
-        let Some(&id) = exec.slot_ids.get(&planned.position) else {
+        let Some(id) = exec.swapped_id(planned) else {
             return;
         };
         let (out_stream, host, verify) = (
@@ -866,6 +1191,7 @@ impl PoolState {
                 offset,
                 end,
                 host,
+                alias: planned.resident.map(|(_, va)| va),
             },
         );
         exec.stats.swapped_out += 1;
@@ -1037,9 +1363,9 @@ impl PoolState {
 
     /// Whether a tensor that is away starts at `addr`.
     pub(super) fn is_away_start(&self, addr: u64) -> bool {
-        self.executor
-            .as_ref()
-            .is_some_and(|e| e.away.values().any(|a| a.pool + a.offset == addr))
+        self.executor.as_ref().is_some_and(|e| {
+            (e.away.values()).any(|a| a.alias.is_none() && a.pool + a.offset == addr)
+        })
     }
 
     /// Whether a tensor of the pool at `base` is away (its range must stay for its return).
@@ -1063,7 +1389,7 @@ impl PoolState {
         let exec = self.executor.as_ref()?;
         exec.away
             .values()
-            .find(|a| addr >= a.pool + a.offset && addr < a.pool + a.end)
+            .find(|a| a.alias.is_none() && addr >= a.pool + a.offset && addr < a.pool + a.end)
             .map(|a| a.pool + a.offset)
     }
 }
@@ -1084,6 +1410,7 @@ fn make_schedule(
     timed: Vec<(u64, usize, usize)>,
     limit: u64,
     outside_pool_bytes: u64,
+    blocks: Blocks,
 ) -> anyhow::Result<(PoolPlan, Arc<Schedule>, f64)> {
     let started = Instant::now();
     cuda::ensure_context();
@@ -1134,22 +1461,51 @@ fn make_schedule(
         ..Default::default()
     };
     let (loaded, births) = ops::from_events_with_births(&name, &capture.events, &options)?;
+    // The blocks at addresses of their own that are live at the iteration's start: the pool
+    // takes them (their own memory then leaves the bytes outside the pool), with a granule
+    // more than their size, so that a granule-aligned range of theirs fits wherever it goes.
+    let taken: Vec<(TensorId, AllocId, u64, u64)> = births
+        .iter()
+        .enumerate()
+        .filter_map(|(tensor, birth)| match birth {
+            Birth::Resident(id) if allow_swaps => {
+                let &(va, rounded) = blocks.by_id.get(id)?;
+                Some((tensor as TensorId, *id, va, rounded))
+            }
+            _ => None,
+        })
+        .collect();
+    let taken_bytes: u64 = taken.iter().map(|t| t.3).sum();
+    // A pool that takes blocks is made of granules: its last one may reach past the plan's
+    // footprint, and counts as outside.
+    let rounding = if taken.is_empty() {
+        0
+    } else {
+        blocks.granularity
+    };
     let mut inputs = ExecutorInputs {
         window: [capture.start, capture.length],
         op_time_ns,
         copy,
         budget_bytes: 0,
-        outside_pool_bytes,
+        outside_pool_bytes: outside_pool_bytes.saturating_sub(taken_bytes) + rounding,
         evaluations: EVALUATIONS,
         min_swap_bytes: config.min_bytes,
         allow_swaps,
+        residents: (taken.iter())
+            .map(|&(tensor, _, _, rounded)| (tensor, rounded + blocks.granularity))
+            .collect(),
     };
     inputs.budget_bytes = inputs.budget_for(limit);
+    let outside_pool_bytes = inputs.outside_pool_bytes;
     let (reduced, kept, planned) = inputs.plan(&loaded.trace)?;
     let position_of = |tensor: usize| -> Option<u64> {
-        let birth = births.get(kept[tensor] as usize).copied().flatten()?;
-        birth.checked_sub(capture.synthetic)
+        match births.get(kept[tensor] as usize)? {
+            Birth::Malloc(index) => index.checked_sub(capture.synthetic),
+            Birth::Resident(_) => None,
+        }
     };
+    let block_of = |tensor: usize| taken.iter().find(|t| t.0 == kept[tensor]);
     let mut slots = FxHashMap::default();
     for (tensor, t) in reduced.tensors.iter().enumerate() {
         if let (Some(position), Some(offset)) = (position_of(tensor), planned.pool.offsets[tensor])
@@ -1167,16 +1523,34 @@ fn make_schedule(
         outs_after: vec![Vec::new(); n_ops],
         ins_before: vec![Vec::new(); n_ops],
         swaps: Vec::new(),
+        residents: Vec::new(),
         host_bytes: 0,
         predicted_ns: planned.result.time_ns,
         predicted_base_ns: planned.result.base_time_ns,
         reported_unfit: false,
     };
+    for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
+        if let (Some(&(_, id, va, rounded)), Some(offset)) = (block_of(tensor), offset) {
+            schedule.residents.push(Resident {
+                id,
+                va,
+                offset: offset.next_multiple_of(blocks.granularity),
+                rounded,
+                away_at_start: None,
+            });
+        }
+    }
     for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
         let tensor = swap.tensor as usize;
-        let Some(position) = position_of(tensor) else {
+        let resident = block_of(tensor).map(|&(_, id, va, _)| (id, va));
+        let Some(position) = position_of(tensor).or(resident.map(|_| NOT_A_SLOT)) else {
             continue;
         };
+        if let Some((id, _)) = resident.filter(|_| swap.wraps())
+            && let Some(r) = schedule.residents.iter_mut().find(|r| r.id == id)
+        {
+            r.away_at_start = Some(schedule.host_bytes);
+        }
         let bytes = reduced.tensors[tensor].bytes;
         let index = schedule.swaps.len() as u32;
         schedule.outs_after[swap.out_at].push(index);
@@ -1186,6 +1560,7 @@ fn make_schedule(
         }
         schedule.swaps.push(Planned {
             position,
+            resident,
             host_offset: schedule.host_bytes,
         });
         schedule.host_bytes += bytes.div_ceil(HOST_ALIGN) * HOST_ALIGN;

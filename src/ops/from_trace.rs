@@ -114,14 +114,22 @@ pub fn from_events(
     from_events_with_births(name, events, options).map(|(loaded, _)| loaded)
 }
 
-/// [`from_events`], and for each tensor of the result the access-event index of the malloc
-/// that created it (None for a resident tensor): what the swap executor needs to find the
-/// tensor again at run time, in every iteration.
+/// Where a tensor of [`from_events_with_births`] came from: what the swap executor needs to
+/// find it again at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Birth {
+    /// Allocated by the access event of this index (in every iteration).
+    Malloc(u64),
+    /// Live at the window's start: this allocation.
+    Resident(AllocId),
+}
+
+/// [`from_events`], and the [`Birth`] of each tensor of the result.
 pub fn from_events_with_births(
     name: &Path,
     events: &[Event],
     options: &LoadOptions,
-) -> Result<(Loaded, Vec<Option<u64>>), OpsError> {
+) -> Result<(Loaded, Vec<Birth>), OpsError> {
     // Pass 1: tokens and live device bytes per access event, for the iteration choice.
     let mut tokens = Vec::new();
     let mut live_series = Vec::new();
@@ -194,15 +202,15 @@ pub fn from_events_with_births(
     let mut names: HashMap<KernelId, String> = HashMap::new();
     let mut pre_live: HashMap<AllocId, u64> = HashMap::new();
     let mut tensors: Vec<Option<Tensor>> = Vec::new();
-    // Parallel to `tensors`: the access-event index of each tensor's malloc.
-    let mut births: Vec<Option<u64>> = Vec::new();
+    // Parallel to `tensors`.
+    let mut births: Vec<Birth> = Vec::new();
     let mut by_alloc: HashMap<AllocId, TensorId> = HashMap::new(); // live device allocations
     let mut ops: Vec<Op> = Vec::new();
     let mut numbering = Numbering::default();
     let mut in_window = false;
     let make_resident = |pre_live: &mut HashMap<AllocId, u64>,
                          tensors: &mut Vec<Option<Tensor>>,
-                         births: &mut Vec<Option<u64>>,
+                         births: &mut Vec<Birth>,
                          by_alloc: &mut HashMap<AllocId, TensorId>| {
         let mut ids: Vec<(AllocId, u64)> = pre_live.drain().collect();
         ids.sort_unstable();
@@ -215,7 +223,7 @@ pub fn from_events_with_births(
                 dies_after: None,
                 born_at: None,
             }));
-            births.push(None);
+            births.push(Birth::Resident(id));
             by_alloc.insert(id, t);
         }
     };
@@ -262,7 +270,7 @@ pub fn from_events_with_births(
                     // The next op; left out at the end if no op follows.
                     born_at: Some(op_count),
                 }));
-                births.push(Some(index));
+                births.push(Birth::Malloc(index));
                 by_alloc.insert(*id, t);
             }
             EventKind::Free { id, .. } => match by_alloc.remove(id) {

@@ -71,7 +71,7 @@ use std::path::Path;
 pub use cost::{CostError, CostModel};
 pub use dtr::to_dtr_log;
 pub use error::{InvariantError, Location, OpsError, Problem};
-pub use from_trace::{from_events, from_events_with_births};
+pub use from_trace::{Birth, from_events, from_events_with_births};
 
 /// Index of a tensor in [`OpTrace::tensors`].
 pub type TensorId = u32;

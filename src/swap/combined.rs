@@ -286,23 +286,29 @@ pub fn combined_pool(
     })
 }
 
-/// What the executor can serve from its pool: the tensors born and freed within the iteration.
-/// Resident tensors (weights, optimizer state) keep the blocks the program allocated before the
-/// plan, and a tensor that outlives the iteration cannot take the same offset every iteration;
-/// both are left out (their accesses too: the ops keep their time). Returns the reduced trace
-/// and, for each of its tensors, its id in `trace`.
-pub fn poolable(trace: &OpTrace) -> (OpTrace, Vec<TensorId>) {
+/// What the executor can serve from its pool: the tensors born and freed within the iteration,
+/// and the resident tensors (weights, optimizer state) of `residents`, with the bytes they take
+/// in the pool: blocks whose memory the executor can replace at their own addresses (the
+/// virtual memory API, `interposer/backing.rs`). Other residents keep the blocks the program
+/// allocated before the plan, and a tensor that outlives the iteration cannot take the same
+/// offset every iteration; both are left out (their accesses too: the ops keep their time).
+/// Returns the reduced trace and, for each of its tensors, its id in `trace`.
+pub fn poolable(trace: &OpTrace, residents: &[(TensorId, u64)]) -> (OpTrace, Vec<TensorId>) {
     let mut new_id = vec![None; trace.tensors.len()];
     let mut kept = Vec::new();
     let mut tensors = Vec::new();
+    let resident_bytes: HashMap<TensorId, u64> = residents.iter().copied().collect();
     for t in &trace.tensors {
-        if t.resident || t.dies_after.is_none() {
-            continue;
-        }
+        let bytes = match resident_bytes.get(&t.id) {
+            Some(&bytes) if t.resident => bytes,
+            _ if t.resident || t.dies_after.is_none() => continue,
+            _ => t.bytes,
+        };
         new_id[t.id as usize] = Some(tensors.len() as TensorId);
         kept.push(t.id);
         tensors.push(Tensor {
             id: tensors.len() as TensorId,
+            bytes,
             ..t.clone()
         });
     }
@@ -580,6 +586,10 @@ pub struct ExecutorInputs {
     pub min_swap_bytes: u64,
     /// False when a launch's accesses could not be seen: the pool is planned without swaps.
     pub allow_swaps: bool,
+    /// Resident tensors (ids in the timed trace) the pool takes, with the bytes each takes
+    /// there (see [`poolable`]); plans written before they could be were made without.
+    #[serde(default)]
+    pub residents: Vec<(TensorId, u64)>,
 }
 
 fn default_min_swap_bytes() -> u64 {
@@ -597,7 +607,7 @@ impl ExecutorInputs {
     /// the reduced trace, the ids its tensors have in `trace`, the plan.
     pub fn plan(&self, trace: &OpTrace) -> anyhow::Result<(OpTrace, Vec<TensorId>, Executable)> {
         let timed = self.timed(trace)?;
-        let (reduced, kept) = poolable(&timed);
+        let (reduced, kept) = poolable(&timed, &self.residents);
         let options = self.options_without_units();
         let within_budget = |options: &AutoSwapOptions| {
             plan_within(
@@ -795,6 +805,7 @@ mod tests {
             evaluations: 8,
             min_swap_bytes: 1024 * KIB,
             allow_swaps: true,
+            residents: Vec::new(),
         };
         let without_units = inputs.options_without_units();
         let alone = plan_within(
@@ -881,7 +892,7 @@ mod tests {
             ],
             ops: vec![op(&[0], &[1]), op(&[1], &[2]), op(&[1, 2], &[0])],
         };
-        let (reduced, kept) = poolable(&trace);
+        let (reduced, kept) = poolable(&trace, &[]);
         assert_eq!(kept, [1]);
         assert_eq!(reduced.tensors.len(), 1);
         assert_eq!(reduced.tensors[0].id, 0);
@@ -984,7 +995,7 @@ mod tests {
         let copy = CopyModel::pcie3();
         let mut swapped = 0;
         for _ in 0..40 {
-            let (trace, _) = poolable(&random_iteration(&mut rng, 60, 40, 1 << 20));
+            let (trace, _) = poolable(&random_iteration(&mut rng, 60, 40, 1 << 20), &[]);
             let Some(peak) = trace.peak() else { continue };
             let budget = peak.bytes * 3 / 4;
             let planned =
