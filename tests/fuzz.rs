@@ -988,6 +988,7 @@ fn fuzz_command_line() {
     let mut failures = Vec::new();
     let mut peak = (0u64, String::new());
     let mut floor = u64::MAX;
+    let mut slowest = (std::time::Duration::ZERO, String::new());
     let (mut errors, mut panics, mut aborts, mut hangs, mut failed_cases) = (0, 0, 0, 0, 0);
     let cases = (seeds.len() + bombs.len()) as u64 + mutations;
     for case in 0..cases {
@@ -1036,6 +1037,9 @@ fn fuzz_command_line() {
             peak = (run.max_rss, format!("{args:?} on {what}"));
         }
         floor = floor.min(run.max_rss);
+        if run.cpu > slowest.0 {
+            slowest = (run.cpu, format!("{args:?} on {what}"));
+        }
         if !failed.is_empty() {
             failed_cases += 1;
         }
@@ -1054,11 +1058,14 @@ fn fuzz_command_line() {
         "command line: {cases} runs ({mutations} mutations, {} seeds of which {} gzip bombs) \
          over trace info, compare, plan, replay: {errors} refused, {panics} panics, {aborts} \
          aborts, {hangs} hangs, peak resident {} bytes ({}), the least {floor} bytes (this \
-         test process's own, which every run's figure includes)",
+         test process's own, which every run's figure includes), the most processor time \
+         {:?} ({})",
         seeds.len() + bombs.len(),
         bombs.len(),
         peak.0,
-        peak.1
+        peak.1,
+        slowest.0,
+        slowest.1
     );
     assert!(
         failures.is_empty(),
