@@ -197,3 +197,65 @@ fn replay_refuses_impossible_sizes_and_far_times_and_replays_times_in_memory_of_
         std::fs::remove_file(file).unwrap();
     }
 }
+
+#[test]
+fn gzip_bombs_of_varied_content_are_refused_by_their_expansion_in_memory_of_the_file() {
+    // 18 members of 64 MiB (1.1 GiB, past the 1 GiB limit) after a recognised head: numbered
+    // lines of spaces, and a pattern of 5,000 letters, longer than the filler check's 4 KiB:
+    // no short pattern fills them and both are text, so only their expansion (over 250:1)
+    // tells a bomb. The files are 2 to 3 MB; the limit alone would let each take 1 GiB.
+    const MAX_RSS: u64 = 100 << 20;
+    let counted = support::scratch("bomb-member-counted");
+    samples::bomb_member(&counted, samples::counted_piece);
+    let pattern = support::scratch("bomb-member-pattern");
+    let period: String = (0..5000u32)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    samples::bomb_member(&pattern, |_, text| text.push_str(&period));
+    let heads: [(&str, &[&str], &[u8]); 3] = [
+        (
+            "csv",
+            &["compare", "trace info", "replay"],
+            b"id,lower,upper,size\n0,0,1,8\n",
+        ),
+        ("json", &["compare"], b"{\"traceEvents\": [\n"),
+        (
+            "dtr",
+            &["plan"],
+            b"{\"INSTRUCTION\": \"ANNOTATE\", \"ANNOTATION\": \"START\"}\n",
+        ),
+    ];
+    let mut bombs = Vec::new();
+    for (member, body) in [(&counted, "counted"), (&pattern, "pattern")] {
+        for (format, commands, head) in heads {
+            let bomb = support::scratch(&format!("bomb-{body}.{format}.gz"));
+            samples::write_bomb(&bomb, head, member, 18);
+            let size = std::fs::metadata(&bomb).unwrap().len();
+            assert!(size < 4 << 20, "{size}");
+            for command in commands {
+                let mut run = Command::new(support::itermem());
+                match *command {
+                    "trace info" => run.args(["trace", "info"]),
+                    "replay" => run.args(["replay", "--shim", "--iters", "1"]),
+                    "plan" => run.args(["plan", "--limit", "50%"]),
+                    other => run.arg(other),
+                };
+                let run = measured::run_measured(run.arg(&bomb), Duration::from_secs(60));
+                eprintln!("{command} {}: {run:?}", bomb.display());
+                assert_eq!(run.code, Some(2), "{command}: {run:?}");
+                assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+                assert!(run.stderr.contains(&bomb.display().to_string()), "{run:?}");
+                assert!(
+                    run.stderr
+                        .contains(":1), past 16777216 bytes more than the 100:1"),
+                    "{command}: {run:?}"
+                );
+                assert!(run.max_rss < MAX_RSS, "{command}: {run:?}");
+            }
+            bombs.push(bomb);
+        }
+    }
+    for file in bombs.into_iter().chain([counted, pattern]) {
+        std::fs::remove_file(file).unwrap();
+    }
+}
