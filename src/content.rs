@@ -6,7 +6,7 @@
 //! # Gzip bombs
 //!
 //! A few megabytes of gzip can expand to gigabytes, so decompression is streamed and guarded
-//! twice ([`read_content`]):
+//! ([`read_content`]):
 //!
 //! - **The format is recognised from the first [`HEAD_BYTES`] decompressed bytes**, by the
 //!   caller's own recogniser, before anything more is decompressed: content of no known format
@@ -20,12 +20,18 @@
 //!   one of filler that the format would accept (spaces after JSON, the same valid event or
 //!   line a million times, records of an unknown kind in a trace): any content stops after
 //!   [`MAX_FILLER`] bytes that repeat a pattern of at most [`MAX_PERIOD`] bytes, text after as
-//!   many blanks. Content that stays well-formed and varied (what a real recording is: its
-//!   times, ids and addresses change) is held up to the limit.
+//!   many blanks.
+//! - **Past [`RATIO_AFTER`] bytes (16 MiB), the content costs memory in proportion to the
+//!   file**: a stream whose decompressed bytes exceed [`MAX_RATIO`] (100) times the compressed
+//!   bytes consumed so far is stopped there, with the ratio and the offset. Content that stays
+//!   well-formed and varied, yet compresses hundreds of times (numbered lines padded with
+//!   spaces, a pattern longer than [`MAX_PERIOD`]), is thus refused after 16 MiB; a real
+//!   recording expands less than 50:1. What is held is at most the larger of 16 MiB and 100
+//!   times the file's size.
 //! - **At most `limit` decompressed bytes are accepted** ([`DEFAULT_MAX_DECOMPRESSED`], 1 GiB,
 //!   unless raised: `--max-decompressed` on the command line, `max_decompressed` in the load
-//!   options). The output buffer never grows past the limit, so a bomb costs at most the limit
-//!   in memory, plus one 64 KiB chunk and the decoder's window.
+//!   options). The output buffer never grows past the limit, so no content costs more than the
+//!   limit in memory, plus one 64 KiB chunk and the decoder's window.
 //!
 //! Plain (uncompressed) files are not limited: their size on disk is their size in memory, and
 //! the user chose to read them.
@@ -183,6 +189,8 @@ fn gunzip(
         }
         let mut start = out.len();
         out.extend_from_slice(&chunk[..n]);
+        expansion(out.len(), decoder.get_ref().consumed)
+            .map_err(|(offset, message)| ReadError::Malformed { offset, message })?;
         if out.len() > HEAD_BYTES
             && let Some(recognise) = recognise.take()
         {
@@ -198,6 +206,39 @@ fn gunzip(
             .advance(&out, start)
             .map_err(|(offset, message)| ReadError::Malformed { offset, message })?;
     }
+}
+
+/// The most a gzip stream may expand, decompressed bytes per compressed byte, once it has given
+/// [`RATIO_AFTER`] bytes: so that content past that costs memory in proportion to the file, at
+/// most this many times its size. The project's real traces, each recompressed with `gzip -9`,
+/// expand at most 41:1 (the ViT snapshot, 1.2 MB; 35:1 the largest above 16 MiB, the ResNet-50
+/// profiler trace); twice that, rounded up, leaves room for recordings that repeat more. A bomb
+/// expands hundreds of times (deflate's most is 1032:1), so one of a few megabytes is refused
+/// after [`RATIO_AFTER`] bytes; one kept below the cap can give at most 100 times its size,
+/// 256 MiB for a 2.6 MB file.
+const MAX_RATIO: u64 = 100;
+
+/// How many decompressed bytes any gzip stream may give whatever its ratio ([`MAX_RATIO`]):
+/// small recordings compress best (the ViT snapshot above), and as much as this costs nothing.
+const RATIO_AFTER: usize = 16 << 20;
+
+/// Whether `decompressed` bytes from `consumed` compressed ones stay within [`MAX_RATIO`]: if
+/// not, the offset and why, as for content that stops being its format. `consumed` counts what
+/// the decoder has read ahead too (up to its 32 KiB buffer), so the ratio is never overstated.
+fn expansion(decompressed: usize, consumed: u64) -> Result<(), (u64, String)> {
+    let decompressed = decompressed as u64;
+    if decompressed <= RATIO_AFTER as u64 || decompressed <= MAX_RATIO.saturating_mul(consumed) {
+        return Ok(());
+    }
+    Err((
+        decompressed,
+        format!(
+            "{consumed} bytes of gzip data gave {decompressed} ({}:1), past {RATIO_AFTER} bytes \
+             more than the {MAX_RATIO}:1 that guards against gzip bombs (real recordings \
+             expand less than 50:1)",
+            decompressed / consumed.max(1)
+        ),
+    ))
 }
 
 /// The most decompressed bytes in a row that are filler: a pattern of at most [`MAX_PERIOD`]
@@ -496,6 +537,26 @@ mod tests {
         let counted: String = (0..5000).map(|i| format!("{{\"ts\": {i}}},")).collect();
         assert!(!repeats(counted.as_bytes()));
         assert!(!repeats(b"aaaa"));
+    }
+
+    #[test]
+    fn past_16_mib_content_expands_at_most_100_to_1() {
+        assert!(expansion(RATIO_AFTER, 1).is_ok());
+        let past = RATIO_AFTER as u64 + 84; // 100 × 167,773
+        assert!(expansion(past as usize, past / 100).is_ok());
+        let (offset, message) = expansion(past as usize, past / 100 - 1).unwrap_err();
+        assert_eq!(offset, past);
+        assert!(
+            message.contains(" (100:1), past 16777216 bytes"),
+            "{message}"
+        );
+        // Varied content past 16 MiB that expands less is read whole: lines of a DSA CSV.
+        let mut csv = b"id,lower,upper,size\n".to_vec();
+        for id in 0..1_200_000u64 {
+            csv.extend(format!("{id},{},{},{}\n", id % 977, id % 977 + 5, id * 13 % 4099).bytes());
+        }
+        assert!(csv.len() > RATIO_AFTER);
+        assert_eq!(read(gzip(&csv), 1 << 30).unwrap().0, csv);
     }
 
     #[test]

@@ -924,34 +924,32 @@ fn extreme_seeds() -> Vec<Seed> {
 }
 
 /// Gzip bombs whose first bytes are a recognised format: `head` then 1.1 GiB of zeros, of
-/// spaces or of one valid event repeated (over the 1 GiB limit), as gzip members of 64 MiB
-/// compressed once: a few MB of file. Refused within a few megabytes.
+/// spaces, of one valid event repeated or of numbered lines of spaces
+/// ([`samples::counted_piece`]: no short pattern, only the expansion ratio stops them), over
+/// the 1 GiB limit, as gzip members of 64 MiB compressed once: a few MB of file. Refused within
+/// a few tens of megabytes.
 ///
 /// Each is written straight to a file, never held whole: a command's peak resident memory, as
 /// `wait4` gives it, starts from the test process's own (a spawned child reports the highest
 /// of its parent's at its `exec`), so the test process stays small.
 fn bomb_files(heads: &[Seed]) -> Vec<(String, TempFile)> {
     let mut bombs = Vec::new();
-    let event = r#",{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 1}"#;
-    for (index, filler) in ["\0", " ", event].into_iter().enumerate() {
+    const EVENT: &str = r#",{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 1}"#;
+    /// Appends the next piece of a filler to its text ([`samples::bomb_member`]).
+    type Piece = fn(u64, &mut String);
+    let fillers: [(&str, Piece); 4] = [
+        ("zeros", |_, text| text.push('\0')),
+        ("spaces", |_, text| text.push(' ')),
+        ("one valid event", |_, text| text.push_str(EVENT)),
+        ("numbered lines of spaces", samples::counted_piece),
+    ];
+    for (index, (filler, piece)) in fillers.into_iter().enumerate() {
         let member = TempFile(scratch(&format!("bomb-member-{index}")));
-        let piece = filler.repeat((1 << 20) / filler.len());
-        let mut encoder = flate2::write::GzEncoder::new(
-            std::fs::File::create(&member.0).unwrap(),
-            flate2::Compression::fast(),
-        );
-        for _ in 0..64 {
-            encoder.write_all(piece.as_bytes()).unwrap();
-        }
-        encoder.finish().unwrap();
+        samples::bomb_member(&member.0, piece);
         for head in heads {
             let bomb = TempFile(scratch(&format!("bomb-{index}-{}", bombs.len())));
-            let mut out = std::fs::File::create(&bomb.0).unwrap();
-            out.write_all(&gzip(&head.bytes)).unwrap();
-            for _ in 0..18 {
-                std::io::copy(&mut std::fs::File::open(&member.0).unwrap(), &mut out).unwrap();
-            }
-            let name = format!("gzip bomb of {filler:?} after {:?}", head.name);
+            samples::write_bomb(&bomb.0, &head.bytes, &member.0, 18);
+            let name = format!("gzip bomb of {filler} after {:?}", head.name);
             bombs.push((name, bomb));
         }
     }
@@ -988,6 +986,7 @@ fn fuzz_command_line() {
     let mut failures = Vec::new();
     let mut peak = (0u64, String::new());
     let mut floor = u64::MAX;
+    let mut slowest = (std::time::Duration::ZERO, String::new());
     let (mut errors, mut panics, mut aborts, mut hangs, mut failed_cases) = (0, 0, 0, 0, 0);
     let cases = (seeds.len() + bombs.len()) as u64 + mutations;
     for case in 0..cases {
@@ -1036,6 +1035,9 @@ fn fuzz_command_line() {
             peak = (run.max_rss, format!("{args:?} on {what}"));
         }
         floor = floor.min(run.max_rss);
+        if run.cpu > slowest.0 {
+            slowest = (run.cpu, format!("{args:?} on {what}"));
+        }
         if !failed.is_empty() {
             failed_cases += 1;
         }
@@ -1054,11 +1056,14 @@ fn fuzz_command_line() {
         "command line: {cases} runs ({mutations} mutations, {} seeds of which {} gzip bombs) \
          over trace info, compare, plan, replay: {errors} refused, {panics} panics, {aborts} \
          aborts, {hangs} hangs, peak resident {} bytes ({}), the least {floor} bytes (this \
-         test process's own, which every run's figure includes)",
+         test process's own, which every run's figure includes), the most processor time \
+         {:?} ({})",
         seeds.len() + bombs.len(),
         bombs.len(),
         peak.0,
-        peak.1
+        peak.1,
+        slowest.0,
+        slowest.1
     );
     assert!(
         failures.is_empty(),

@@ -5,8 +5,9 @@
 //! The file already is an allocation problem, so it becomes an [`Instance`] directly. Accepted:
 //! an optional header line `id,lower,upper,size` (every file of the project's benchmarks has
 //! one), blank lines, spaces around fields, CRLF line ends, a UTF-8 BOM. Anything else — a
-//! missing or extra field, a non-integer, `lower ≥ upper`, a 0-byte buffer, an id seen before —
-//! is an error naming the line (1-based) and the byte offset at which it starts.
+//! missing or extra field, a non-integer, `lower ≥ upper`, an `upper` of [`TIME_END`] (2^32 − 1)
+//! or more, a 0-byte buffer, an id seen before — is an error naming the line (1-based) and the
+//! byte offset at which it starts.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,6 +18,15 @@ use crate::content::Excerpt;
 use crate::plan::{Buffer, Instance};
 
 const HEADER: [&str; 4] = ["id", "lower", "upper", "size"];
+
+/// The first time this reader refuses: `lower` and `upper` are event indices below 2^32 − 1,
+/// so that every exclusive end `upper + 1` fits 32 bits. The planners and `replay` store times
+/// as `u64` and sort a buffer's events rather than lay out every time up to the last (an
+/// instance costs in proportion to its buffers whatever its times), so this bound is the
+/// format's, not their storage's: a far time is refused as what it almost always is, a
+/// mistake in the file, instead of being planned or replayed. The largest real instance the
+/// project has ends at 1,048,576.
+const TIME_END: u64 = u32::MAX as u64;
 
 /// Reads a DSA CSV file (gzip-compressed or not, within
 /// [`DEFAULT_MAX_DECOMPRESSED`](super::DEFAULT_MAX_DECOMPRESSED) bytes) into an [`Instance`].
@@ -111,6 +121,16 @@ pub fn parse_dsa_csv(name: impl AsRef<Path>, text: &[u8]) -> Result<Instance, Im
                 format!(
                     "buffer {id} has lower {lower} ≥ upper {upper}; lifetimes are half-open \
                      [lower, upper) and must not be empty"
+                ),
+            ));
+        }
+        if upper >= TIME_END {
+            return Err(error(
+                number,
+                byte,
+                format!(
+                    "buffer {id} has upper {upper}; times are event indices, read below \
+                     {TIME_END} (2^32 − 1) so that `upper + 1` fits 32 bits"
                 ),
             ));
         }

@@ -29,8 +29,8 @@
 //! the first 64 KiB decompressed: content of no format above is refused as
 //! [`Problem::UnknownFormat`] (with the bytes it starts with) before the rest is decompressed;
 //! content that stops being the format it began as (a NUL byte in text, a byte that is no
-//! pickle opcode, 16 MiB of filler; `crate::content`) is refused at that byte as
-//! [`Problem::Malformed`]. All guard against gzip bombs (a 10 MB file that expands to 10 GB); the limit is 20 times
+//! pickle opcode, 16 MiB of filler, past 16 MiB an expansion above 100:1; `crate::content`)
+//! is refused at that byte as [`Problem::Malformed`]. All guard against gzip bombs (a 10 MB file that expands to 10 GB); the limit is 20 times
 //! the largest real recording the project has (51 MiB decompressed). Plain files are not
 //! limited: their size on disk is what they take in memory.
 //!

@@ -191,10 +191,10 @@ fn peak_rss() -> u64 {
 }
 
 #[test]
-fn a_gzip_bomb_of_blanks_stops_at_its_filler_long_before_the_limit() {
+fn a_gzip_bomb_of_blanks_stops_after_16_mib_long_before_the_limit() {
     // Issue 14's bomb: 10 MB of gzip expanding to 10 GiB, here a valid start of a profiler
-    // trace ("[", then blanks, which JSON allows): issue 36 stops it after 16 MiB of filler
-    // (the 1 GiB limit stopped it before, having held 1 GiB).
+    // trace ("[", then blanks, which JSON allows): issue 36 stops it after 16 MiB, expanding
+    // 500 times (the 1 GiB limit stopped it before, having held 1 GiB).
     let bomb = TempPath::with("bomb.json.gz", &gzip_bomb(b"[", b' ', 10 << 10));
     let err = load(&bomb.0).unwrap_err();
     assert!(
@@ -208,7 +208,7 @@ fn a_gzip_bomb_of_blanks_stops_at_its_filler_long_before_the_limit() {
         "{message}"
     );
     assert!(
-        message.contains("of the decompressed data: more than 16777216 bytes repeating"),
+        message.contains(":1), past 16777216 bytes more than the 100:1"),
         "{message}"
     );
     // Neither the 10 GiB nor the limit's 1 GiB were held (the test harness included).
@@ -298,6 +298,9 @@ fn csv_header_is_optional_and_whitespace_tolerated() {
     // Half-open lifetimes are taken as they are: [0, 3) and [3, 5) never overlap.
     let touching = parse_dsa_csv("t.csv", b"0,0,3,10\n1,3,5,10\n").unwrap();
     assert_eq!(touching.peak_live(), 10);
+    // The last time read: an `upper` of 2^32 - 2.
+    let far = parse_dsa_csv("far.csv", b"0,4294967293,4294967294,8\n").unwrap();
+    assert_eq!(far.buffers()[0].upper, u64::from(u32::MAX) - 1);
     assert!(
         parse_dsa_csv("e.csv", b"id,lower,upper,size\n")
             .unwrap()
@@ -307,7 +310,7 @@ fn csv_header_is_optional_and_whitespace_tolerated() {
 
 #[test]
 fn csv_errors_name_the_line_and_byte() {
-    let cases: [(&str, u64, u64, &str); 7] = [
+    let cases: [(&str, u64, u64, &str); 9] = [
         (
             "id,lower,upper,size\n0,0,3,10\n1,2,x,4\n",
             3,
@@ -320,6 +323,14 @@ fn csv_errors_name_the_line_and_byte() {
         ("0,0,3,10\n1,0,1,0\n", 2, 9, "size 0"),
         ("0,0,3,10\n0,1,2,8\n", 2, 9, "already appears on line 1"),
         ("0,0,3,-1\n", 1, 0, "size is `-1`"),
+        // Times end below 2^32 - 1: `upper + 1` fits 32 bits.
+        ("0,0,3,10\n1,0,4294967295,8\n", 2, 9, "upper 4294967295;"),
+        (
+            "0,0,18446744073709551615,8\n",
+            1,
+            0,
+            "upper 18446744073709551615;",
+        ),
     ];
     for (text, line, byte, fragment) in cases {
         let err = parse_dsa_csv("bad.csv", text.as_bytes()).unwrap_err();

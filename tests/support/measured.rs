@@ -15,6 +15,9 @@ pub struct Measured {
     pub stderr: String,
     /// The peak resident memory of the command and of the children it waited for, bytes.
     pub max_rss: u64,
+    /// The processor time (user and system) of the command and of those children: unlike its
+    /// wall time, hardly longer on a loaded machine.
+    pub cpu: Duration,
     /// Killed at the deadline.
     pub hung: bool,
 }
@@ -60,6 +63,11 @@ pub fn run_measured(command: &mut Command, deadline: Duration) -> Measured {
         signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
         stderr,
         max_rss: usage.ru_maxrss as u64 * 1024,
+        cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime),
         hung,
     }
+}
+
+fn seconds(time: libc::timeval) -> Duration {
+    Duration::new(time.tv_sec as u64, time.tv_usec as u32 * 1000)
 }

@@ -104,3 +104,45 @@ pub fn snapshot_of_size(size: u64) -> Vec<u8> {
     patched.extend_from_slice(rest);
     patched
 }
+
+// ---------------------------------------------------------------------------------------------
+// Gzip bombs
+
+/// Writes to `member` one gzip member of 64 MiB of text made of `piece(0)`, `piece(1)`, …
+/// (each call appends one piece to the string it is given). Gzip bombs are a recognised head
+/// followed by copies of such a member ([`write_bomb`]): compressed once, never held whole.
+pub fn bomb_member(member: &std::path::Path, mut piece: impl FnMut(u64, &mut String)) {
+    use std::io::Write;
+    let file = std::fs::File::create(member).unwrap();
+    let mut encoder = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let (mut n, mut written, mut text) = (0, 0, String::new());
+    while written < 64 << 20 {
+        text.clear();
+        while text.len() < 1 << 20 {
+            piece(n, &mut text);
+            n += 1;
+        }
+        encoder.write_all(text.as_bytes()).unwrap();
+        written += text.len();
+    }
+    encoder.finish().unwrap();
+}
+
+/// A piece of [`bomb_member`] that no short pattern fills but that compresses about 500:1: its
+/// number, then 5,000 spaces. Only the cap on the expansion ratio stops it.
+pub fn counted_piece(n: u64, text: &mut String) {
+    use std::fmt::Write;
+    writeln!(text, "{n}{:5000}", "").unwrap();
+}
+
+/// Writes a gzip bomb to `path`: `head` gzipped, then `copies` copies of `member`.
+pub fn write_bomb(path: &std::path::Path, head: &[u8], member: &std::path::Path, copies: usize) {
+    use std::io::Write;
+    let mut out = std::fs::File::create(path).unwrap();
+    let mut encoder = flate2::write::GzEncoder::new(&mut out, flate2::Compression::fast());
+    encoder.write_all(head).unwrap();
+    encoder.finish().unwrap();
+    for _ in 0..copies {
+        std::io::copy(&mut std::fs::File::open(member).unwrap(), &mut out).unwrap();
+    }
+}
