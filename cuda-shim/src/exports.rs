@@ -225,7 +225,8 @@ driver_api! {
         code_result(unsafe { cuDevicePrimaryCtxRelease_v2(device) })
     }
 
-    /// The flags of `cuDevicePrimaryCtxSetFlags` (0, `CU_CTX_SCHED_AUTO`, until set); active
+    /// The flags of `cuDevicePrimaryCtxSetFlags` (`CU_CTX_SCHED_AUTO` until set) with the
+    /// implicit `CU_CTX_MAP_HOST` (see `Context::flags`); active
     /// while retained (the runtime retains the primary context of a device when it first makes
     /// it current).
     fn cuDevicePrimaryCtxGetState(device: i32, flags: *mut u32, active: *mut i32) {
@@ -907,6 +908,39 @@ driver_api! {
         let context = current()?;
         // SAFETY: `data` points to storage of the type the attribute documents.
         unsafe { pointer_attribute(context, data, attr, ptr as usize) }
+    }
+
+    /// Each attribute as `cuPointerGetAttribute` answers it, except that memory CUDA does not
+    /// know, and an attribute that does not apply (the host address of device memory, another
+    /// device's memory without peer access), get the attribute's null value instead of an
+    /// error, as the driver API documents; an attribute the shim does not know is
+    /// `CUDA_ERROR_INVALID_VALUE`. NVIDIA's runtime builds `cudaPointerGetAttributes` on it.
+    fn cuPointerGetAttributes(count: u32, attributes: *const i32, data: *const *mut c_void, ptr: u64) {
+        let context = current()?;
+        if count == 0 {
+            return Ok(());
+        }
+        if attributes.is_null() || data.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; the caller passes `count` attributes and as many pointers.
+        let (attributes, data) = unsafe {
+            (
+                std::slice::from_raw_parts(attributes, count as usize),
+                std::slice::from_raw_parts(data, count as usize),
+            )
+        };
+        for (&attr, &out) in attributes.iter().zip(data) {
+            if out.is_null() {
+                return Err(INVALID_VALUE);
+            }
+            // SAFETY (both): `out` points to storage of the type `attr` documents (the
+            // caller's contract).
+            if unsafe { pointer_attribute(context, out, attr, ptr as usize) }.is_err() {
+                unsafe { null_pointer_attribute(out, attr) }?;
+            }
+        }
+        Ok(())
     }
 
     fn cuStreamCreate(stream: *mut usize, flags: u32) {
@@ -2053,6 +2087,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemsetD8", 3020, "cuMemsetD8_v2"),
     ("cuMemsetD8Async", 3020, "cuMemsetD8Async"),
     ("cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
+    ("cuPointerGetAttributes", 7000, "cuPointerGetAttributes"),
     ("cuStreamCreate", 2000, "cuStreamCreate"),
     ("cuStreamDestroy", 4000, "cuStreamDestroy_v2"),
     ("cuStreamSynchronize", 2000, "cuStreamSynchronize"),
@@ -2638,6 +2673,40 @@ unsafe fn packed_arguments<'a>(extra: *mut *mut c_void) -> CuResult<&'a [u8]> {
     }
 }
 
+/// The `CUpointer_attribute`s the shim answers.
+mod pointer_attributes {
+    pub const CONTEXT: i32 = 1;
+    pub const MEMORY_TYPE: i32 = 2;
+    pub const DEVICE_POINTER: i32 = 3;
+    pub const HOST_POINTER: i32 = 4;
+    pub const IS_MANAGED: i32 = 8;
+    pub const DEVICE_ORDINAL: i32 = 9;
+    pub const RANGE_START: i32 = 11;
+    pub const RANGE_SIZE: i32 = 12;
+    pub const MAPPED: i32 = 13;
+}
+
+/// The value `cuPointerGetAttributes` gives an attribute of memory CUDA does not know: null,
+/// zero, and for the device ordinal `cudaInvalidDeviceId` (-2), what `cudaPointerGetAttributes`
+/// reports for such memory.
+///
+/// # Safety
+/// `data` is valid for a write of the attribute's documented type.
+unsafe fn null_pointer_attribute(data: *mut c_void, attr: i32) -> CuResult<()> {
+    use pointer_attributes::*;
+    // SAFETY (all arms): `data` is valid for the type the attribute documents (caller contract).
+    unsafe {
+        match attr {
+            CONTEXT | HOST_POINTER => put(data as *mut usize, 0),
+            MEMORY_TYPE | IS_MANAGED | MAPPED => put(data as *mut u32, 0),
+            DEVICE_POINTER | RANGE_START => put(data as *mut u64, 0),
+            RANGE_SIZE => put(data as *mut usize, 0),
+            DEVICE_ORDINAL => put(data as *mut i32, -2),
+            _ => Err(INVALID_VALUE),
+        }
+    }
+}
+
 /// # Safety
 /// `data` is valid for a write of the attribute's documented type.
 unsafe fn pointer_attribute(
@@ -2646,15 +2715,7 @@ unsafe fn pointer_attribute(
     attr: i32,
     ptr: usize,
 ) -> CuResult<()> {
-    const CONTEXT: i32 = 1;
-    const MEMORY_TYPE: i32 = 2;
-    const DEVICE_POINTER: i32 = 3;
-    const HOST_POINTER: i32 = 4;
-    const IS_MANAGED: i32 = 8;
-    const DEVICE_ORDINAL: i32 = 9;
-    const RANGE_START: i32 = 11;
-    const RANGE_SIZE: i32 = 12;
-    const MAPPED: i32 = 13;
+    use pointer_attributes::*;
     const MEMORYTYPE_HOST: u32 = 1;
     const MEMORYTYPE_DEVICE: u32 = 2;
     let driver = initialized()?;
