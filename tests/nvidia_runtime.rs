@@ -6,6 +6,9 @@
 //! launch exactly once (the same event counts as with the shim's runtime), in every mode.
 //! `tests/programs/cu/runtime_api.cu` adds what NVIDIA's runtime turns into calls of its own:
 //! `__device__` variables, kernel attributes, a `cudaDeviceReset` between two rounds.
+//! C programs built by gcc against NVIDIA's CUDA 12.9 and 13.5 headers (the runtime-API samples
+//! of `tests/programs/samples/`) run with NVIDIA's `libcudart_static.a` linked in, and with
+//! NVIDIA's `libcudart.so.12`/`.so.13` first on the path, on the shim's driver as well.
 //!
 //! Without PyPI the toolchain cannot be installed: each test then says it is SKIPPED and passes.
 
@@ -14,8 +17,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use support::{
-    number, read_json, root, run_under_itermem, run_under_itermem_unpreloaded, scratch,
-    shim_lib_dir, stdout_ok, trace_info,
+    number, nvidia_dirs, passed, read_json, root, run_under_itermem, run_under_itermem_unpreloaded,
+    scratch, shim_lib_dir, stdout_ok, trace_info,
 };
 
 /// The programs and their arguments.
@@ -398,4 +401,127 @@ fn issue_32_a_driver_call_is_recorded_once_whoever_makes_it() {
         assert_eq!(info["kernel_names"], 1, "{what}: {info:#}");
         std::fs::remove_file(&trace).unwrap();
     }
+}
+
+/// The samples of `tests/programs/samples/` that use the runtime API only, and whether they call
+/// a function itermem hooks (so that itermem starts and writes its statistics).
+const SAMPLES: [(&str, bool); 4] = [
+    ("device_query", true),
+    ("topology_query", false),
+    ("bandwidth_test", true),
+    ("p2p_bandwidth", true),
+];
+
+/// A sample's output without its measurements: the numbers of every line giving a bandwidth.
+fn without_timings(output: &str) -> String {
+    output
+        .lines()
+        .map(|line| match line.contains("GB/s") {
+            true => line
+                .split_whitespace()
+                .filter(|word| word.parse::<f64>().is_err())
+                .collect::<Vec<_>>()
+                .join(" "),
+            false => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// C programs built by gcc against NVIDIA's headers of CUDA 12.9 and 13.5, linked with NVIDIA's
+/// `libcudart_static.a` (`-ldl -lpthread -lrt`, as the toolkit documents) or with its shared
+/// runtime (then first on the library path), run on the shim's driver alone, on two devices:
+/// each passes its own checks, with NVIDIA's runtime (it asked for the integrity table), and
+/// prints what it prints on the shim's runtime; under itermem in record and pool mode, the same,
+/// with the same allocations and frees seen as on the shim's runtime.
+#[test]
+fn c_programs_on_nvidias_static_and_shared_runtimes_12_9_and_13_5() {
+    let Some(_) = built() else { return };
+    let dir = scratch("nvidia-runtime-samples");
+    std::fs::create_dir_all(&dir).unwrap();
+    for major in [12, 13] {
+        let Some(nvidia) = nvidia_dirs(major) else {
+            return;
+        };
+        let shared_lib = format!("-l:libcudart.so.{major}");
+        let static_lib = format!("{}/libcudart_static.a", nvidia.lib);
+        let nvidia_path = format!("{}:{}", nvidia.lib, shim_lib_dir().display());
+        let shim_path = shim_lib_dir().display().to_string();
+        for (name, hooked) in SAMPLES {
+            let source = root().join(format!("tests/programs/samples/{name}.c"));
+            let shared = dir.join(format!("{name}-{major}"));
+            let linked_static = dir.join(format!("{name}-{major}-static"));
+            nvidia.build(
+                &source,
+                &shared,
+                &[&format!("-L{}", nvidia.lib), &shared_lib],
+            );
+            nvidia.build(
+                &source,
+                &linked_static,
+                &[&static_lib, "-ldl", "-lpthread", "-lrt"],
+            );
+            // (binary, library path, NVIDIA's runtime or the shim's)
+            let runs = [
+                (&shared, &shim_path, false),
+                (&linked_static, &shim_path, true),
+                (&shared, &nvidia_path, true),
+            ];
+            let mut expected = None;
+            for mode in ["off", "record", "pool"] {
+                let mut reference = None;
+                for &(binary, path, nvidias) in &runs {
+                    let what = format!(
+                        "{} ({}) in mode {mode}",
+                        binary.file_name().unwrap().to_string_lossy(),
+                        if nvidias {
+                            "NVIDIA's runtime"
+                        } else {
+                            "the shim's runtime"
+                        }
+                    );
+                    let env = [
+                        ("CUDA_SHIM_DEVICES", "2"),
+                        ("LD_BIND_NOW", "1"),
+                        ("LD_LIBRARY_PATH", path.as_str()),
+                        ("CUDA_SHIM_LOG_EXPORT_TABLES", "1"),
+                    ];
+                    let stats = scratch(&format!("nvidia-runtime-{name}-{major}-{mode}.json"));
+                    let output = if mode == "off" {
+                        Command::new(binary)
+                            .envs(env)
+                            .env_remove("LD_PRELOAD")
+                            .env_remove("CUDA_SHIM_DEVICE_MEMORY")
+                            .output()
+                            .unwrap()
+                    } else {
+                        let flags = ["--mode", mode, "--stats", stats.to_str().unwrap()];
+                        run_under_itermem_unpreloaded(&flags, &[binary.to_str().unwrap()], &env)
+                    };
+                    let stdout = without_timings(&passed(name, &what, &output));
+                    if nvidias {
+                        assert_nvidia_runtime_ran(&output, &what);
+                    }
+                    match &expected {
+                        None => expected = Some(stdout),
+                        Some(expected) => assert_eq!(&stdout, expected, "{what}"),
+                    }
+                    if mode == "off" || !hooked {
+                        continue;
+                    }
+                    let stats = read_json(&stats);
+                    assert_eq!(stats["internal_error"], false, "{what}: {stats:#}");
+                    let seen = [
+                        stats["events"]["malloc"].clone(),
+                        stats["events"]["free"].clone(),
+                    ];
+                    match &reference {
+                        None => reference = Some(seen),
+                        Some(reference) => assert_eq!(&seen, reference, "{what}: {stats:#}"),
+                    }
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
