@@ -980,6 +980,15 @@ driver_api! {
         unsafe { put(flags, u32::from(non_blocking)) }
     }
 
+    /// `CU_STREAM_CAPTURE_STATUS_NONE` for every valid stream: the shim has no stream capture
+    /// (the functions that begin one stay unresolved). NVIDIA's runtime answers
+    /// `cudaStreamIsCapturing` with it, which PyTorch's allocator asks before each `cudaMalloc`.
+    fn cuStreamIsCapturing(stream: usize, status: *mut u32) {
+        stream_properties(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, 0) }
+    }
+
     /// `fn(userData)` runs on the stream's thread once the work before it has completed; work
     /// after it waits for it to return.
     fn cuLaunchHostFunc(stream: usize, func: Option<unsafe extern "C" fn(*mut c_void)>, data: *mut c_void) {
@@ -1755,6 +1764,11 @@ driver_api! {
         code_result(unsafe { cuStreamGetFlags(per_thread(stream), flags) })
     }
 
+    fn cuStreamIsCapturing_ptsz(stream: usize, status: *mut u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamIsCapturing(per_thread(stream), status) })
+    }
+
     fn cuStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) {
         // SAFETY: the caller's arguments, forwarded with the stream resolved.
         code_result(unsafe { cuStreamWaitEvent(per_thread(stream), event, flags) })
@@ -2180,6 +2194,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ),
     ("cuStreamGetPriority", 5050, "cuStreamGetPriority"),
     ("cuStreamGetFlags", 5050, "cuStreamGetFlags"),
+    ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
     ("cuLaunchHostFunc", 13010, "cuLaunchHostFunc_v2"),
     ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
@@ -2248,6 +2263,7 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
     ("cuMemFreeAsync", 11020, "cuMemFreeAsync_ptsz"),
     ("cuStreamGetPriority", 7000, "cuStreamGetPriority_ptsz"),
     ("cuStreamGetFlags", 7000, "cuStreamGetFlags_ptsz"),
+    ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing_ptsz"),
     ("cuStreamWaitEvent", 7000, "cuStreamWaitEvent_ptsz"),
     ("cuStreamAddCallback", 7000, "cuStreamAddCallback_ptsz"),
     ("cuStreamQuery", 7000, "cuStreamQuery_ptsz"),

@@ -1764,6 +1764,15 @@ static void pytorch_streams(void) {
     EXPECT(status == cudaStreamCaptureStatusNone);
     EXPECT_CODE(cudaStreamIsCapturing(s, NULL), cudaErrorInvalidValue);
     EXPECT_CODE(cudaStreamIsCapturing((cudaStream_t)0x1234, &status), cudaErrorInvalidResourceHandle);
+    /* the driver's answer, which NVIDIA's runtime relays */
+    CUstreamCaptureStatus driver_status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    OK(cuStreamIsCapturing((CUstream)s, &driver_status));
+    EXPECT(driver_status == CU_STREAM_CAPTURE_STATUS_NONE);
+    driver_status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    OK(cuStreamIsCapturing(CU_STREAM_PER_THREAD, &driver_status));
+    EXPECT(driver_status == CU_STREAM_CAPTURE_STATUS_NONE);
+    EXPECT_CODE(cuStreamIsCapturing((CUstream)s, NULL), CUDA_ERROR_INVALID_VALUE);
+    EXPECT_CODE(cuStreamIsCapturing((CUstream)0x1234, &driver_status), CUDA_ERROR_INVALID_HANDLE);
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     OK(cudaThreadExchangeStreamCaptureMode(&mode));
     EXPECT(mode == cudaStreamCaptureModeGlobal);
