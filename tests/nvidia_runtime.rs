@@ -416,13 +416,14 @@ const SAMPLES: [(&str, bool); 4] = [
 fn without_timings(output: &str) -> String {
     output
         .lines()
-        .map(|line| match line.contains("GB/s") {
-            true => line
-                .split_whitespace()
-                .filter(|word| word.parse::<f64>().is_err())
-                .collect::<Vec<_>>()
-                .join(" "),
-            false => line.to_string(),
+        .map(|line| {
+            if line.contains("GB/s") {
+                let words = line.split_whitespace();
+                let labels: Vec<_> = words.filter(|w| w.parse::<f64>().is_err()).collect();
+                labels.join(" ")
+            } else {
+                line.to_string()
+            }
         })
         .collect::<Vec<_>>()
         .join("\n")
