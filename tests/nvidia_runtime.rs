@@ -3,9 +3,12 @@
 //! `NAME-static`) and with NVIDIA's `libcudart.so.13` (the `-cudart shared` builds, with the
 //! wheel's library first on the path), on `libcuda.so.1` of the shim alone. Each prints what it
 //! prints on the shim's own runtime, alone and under itermem, which sees each allocation and
-//! launch exactly once (the same event counts as with the shim's runtime).
+//! launch exactly once (the same event counts as with the shim's runtime), in every mode.
 //! `tests/programs/cu/runtime_api.cu` adds what NVIDIA's runtime turns into calls of its own:
 //! `__device__` variables, kernel attributes, a `cudaDeviceReset` between two rounds.
+//! C programs built by gcc against NVIDIA's CUDA 12.9 and 13.5 headers (the runtime-API samples
+//! of `tests/programs/samples/`) run with NVIDIA's `libcudart_static.a` linked in, and with
+//! NVIDIA's `libcudart.so.12`/`.so.13` first on the path, on the shim's driver as well.
 //!
 //! Without PyPI the toolchain cannot be installed: each test then says it is SKIPPED and passes.
 
@@ -14,17 +17,19 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use support::{
-    read_json, root, run_under_itermem, run_under_itermem_unpreloaded, scratch, shim_lib_dir,
-    stdout_ok,
+    number, nvidia_dirs, passed, read_json, root, run_under_itermem, run_under_itermem_unpreloaded,
+    scratch, shim_lib_dir, stdout_ok, trace_info,
 };
 
 /// The programs and their arguments.
-const PROGRAMS: [(&str, &[&str]); 5] = [
+const PROGRAMS: [(&str, &[&str]); 7] = [
     ("vector_add", &[]),
     ("kernels_check", &[]),
     ("mlp_train", &[]),
     ("mlp_train", &["--adam"]),
     ("runtime_api", &[]),
+    ("driver_calls", &[]),
+    ("idle_tensor", &[]),
 ];
 
 /// The folder of the built programs, with the shim built too (NVIDIA's runtime is run on its
@@ -83,8 +88,8 @@ impl Runtime {
 }
 
 /// `program args…` with `runtime`, every symbol bound at load time, the driver logging the
-/// export tables it is asked for.
-fn run(runtime: Runtime, program: &Path, args: &[&str]) -> Output {
+/// export tables it is asked for, `env` added.
+fn run(runtime: Runtime, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = match runtime {
         Runtime::Shim => {
             let mut command = Command::new(root().join("tools/with-shim"));
@@ -109,6 +114,7 @@ fn run(runtime: Runtime, program: &Path, args: &[&str]) -> Output {
     ] {
         command.env_remove(var);
     }
+    command.envs(env.iter().copied());
     command.output().expect("cannot run the program")
 }
 
@@ -131,13 +137,18 @@ fn assert_nvidia_runtime_ran(output: &Output, what: &str) {
 fn nvidia_runtimes_run_nvcc_programs_on_the_shims_driver() {
     let Some(dir) = built() else { return };
     for (name, args) in PROGRAMS {
-        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        let expected = stdout_ok(&run(
+            Runtime::Shim,
+            &Runtime::Shim.binary(&dir, name),
+            args,
+            &[],
+        ));
         assert!(
             expected.lines().any(|l| l == "PASSED"),
             "{name}:\n{expected}"
         );
         for runtime in [Runtime::NvidiaStatic, Runtime::NvidiaShared] {
-            let output = run(runtime, &runtime.binary(&dir, name), args);
+            let output = run(runtime, &runtime.binary(&dir, name), args, &[]);
             let what = format!("{name} {args:?} with {runtime:?}");
             assert_eq!(stdout_ok(&output), expected, "{what}");
             assert_nvidia_runtime_ran(&output, &what);
@@ -154,7 +165,12 @@ fn the_cuda_13_5_runtime_runs_them_too() {
         return;
     };
     for (name, args) in PROGRAMS {
-        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        let expected = stdout_ok(&run(
+            Runtime::Shim,
+            &Runtime::Shim.binary(&dir, name),
+            args,
+            &[],
+        ));
         let output = Command::new(dir.join(name))
             .args(args)
             .env(
@@ -182,7 +198,7 @@ fn the_cuda_13_5_runtime_runs_them_too() {
 fn eager_module_loading_runs_the_same_kernels() {
     let Some(dir) = built() else { return };
     let program = Runtime::NvidiaStatic.binary(&dir, "kernels_check");
-    let lazy = stdout_ok(&run(Runtime::NvidiaStatic, &program, &[]));
+    let lazy = stdout_ok(&run(Runtime::NvidiaStatic, &program, &[], &[]));
     let output = Command::new(&program)
         .env("LD_LIBRARY_PATH", shim_lib_dir())
         .env("CUDA_MODULE_LOADING", "EAGER")
@@ -191,6 +207,35 @@ fn eager_module_loading_runs_the_same_kernels() {
     assert_eq!(stdout_ok(&output), lazy);
 }
 
+/// `itermem run FLAGS -- program args…` with `runtime` on the shim's driver, every symbol bound
+/// at load time, `env` added.
+fn under_itermem(
+    runtime: Runtime,
+    flags: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut program_args = vec![program.to_str().unwrap()];
+    program_args.extend_from_slice(args);
+    let mut env = env.to_vec();
+    env.push(("LD_BIND_NOW", "1"));
+    match runtime {
+        Runtime::Shim => run_under_itermem(
+            &[&["--cuda", "13"][..], flags].concat(),
+            &program_args,
+            &env,
+        ),
+        Runtime::NvidiaStatic | Runtime::NvidiaShared => {
+            let library_path = runtime.library_path();
+            env.push(("LD_LIBRARY_PATH", &library_path));
+            run_under_itermem_unpreloaded(flags, &program_args, &env)
+        }
+    }
+}
+
+const RUNTIMES: [Runtime; 3] = [Runtime::Shim, Runtime::NvidiaStatic, Runtime::NvidiaShared];
+
 /// `itermem run --mode record|pool` with each runtime: the same output as alone, and the same
 /// events as with the shim's runtime: every allocation, free and launch seen once, every
 /// launch's parameters known.
@@ -198,32 +243,20 @@ fn eager_module_loading_runs_the_same_kernels() {
 fn itermem_sees_nvidias_runtime_once() {
     let Some(dir) = built() else { return };
     for (name, args) in [("mlp_train", &["--adam"][..]), ("runtime_api", &[][..])] {
-        let expected = stdout_ok(&run(Runtime::Shim, &Runtime::Shim.binary(&dir, name), args));
+        let expected = stdout_ok(&run(
+            Runtime::Shim,
+            &Runtime::Shim.binary(&dir, name),
+            args,
+            &[],
+        ));
         for mode in ["record", "pool"] {
             let mut reference = None;
             let mut nvidia_events = None;
-            for runtime in [Runtime::Shim, Runtime::NvidiaStatic, Runtime::NvidiaShared] {
+            for runtime in RUNTIMES {
                 let what = format!("{name} under itermem {mode} with {runtime:?}");
                 let stats = scratch(&format!("nvidia-runtime-{name}-{mode}-{runtime:?}.json"));
-                let binary = runtime.binary(&dir, name);
-                let mut program_args = vec![binary.to_str().unwrap()];
-                program_args.extend_from_slice(args);
                 let flags = ["--mode", mode, "--stats", stats.to_str().unwrap()];
-                let output = match runtime {
-                    Runtime::Shim => run_under_itermem(
-                        &[&["--cuda", "13"][..], &flags].concat(),
-                        &program_args,
-                        &[("LD_BIND_NOW", "1")],
-                    ),
-                    Runtime::NvidiaStatic | Runtime::NvidiaShared => {
-                        let library_path = runtime.library_path();
-                        run_under_itermem_unpreloaded(
-                            &flags,
-                            &program_args,
-                            &[("LD_BIND_NOW", "1"), ("LD_LIBRARY_PATH", &library_path)],
-                        )
-                    }
-                };
+                let output = under_itermem(runtime, &flags, &runtime.binary(&dir, name), args, &[]);
                 assert_eq!(stdout_ok(&output), expected, "{what}");
                 let stats = read_json(&stats);
                 assert_eq!(stats["launches_without_layout"], 0, "{what}: {stats:#}");
@@ -255,4 +288,241 @@ fn itermem_sees_nvidias_runtime_once() {
             }
         }
     }
+}
+
+/// cnmem mode serves every allocation with each runtime; swap mode, on a device smaller than the
+/// program's peak and with the same limit, plans, swaps the idle tensor out and back every
+/// iteration (its host copy poisoned on the device meanwhile) and keeps the device's peak under
+/// the limit: with NVIDIA's runtimes exactly as with the shim's, and outputs unchanged.
+#[test]
+fn cnmem_and_swap_modes_run_on_nvidias_runtime_unchanged() {
+    let Some(dir) = built() else { return };
+    let args = ["--adam"];
+    let expected = stdout_ok(&run(Runtime::Shim, &dir.join("mlp_train"), &args, &[]));
+    for runtime in RUNTIMES {
+        let what = format!("mlp_train under itermem cnmem with {runtime:?}");
+        let stats = scratch(&format!("nvidia-runtime-cnmem-{runtime:?}.json"));
+        let flags = ["--mode", "cnmem", "--stats", stats.to_str().unwrap()];
+        let binary = runtime.binary(&dir, "mlp_train");
+        let output = under_itermem(runtime, &flags, &binary, &args, &[]);
+        assert_eq!(stdout_ok(&output), expected, "{what}");
+        let stats = read_json(&stats);
+        assert_eq!(
+            stats["cnmem"]["served"], stats["events"]["malloc"],
+            "{what}: {stats:#}"
+        );
+    }
+
+    // idle_tensor's peak is 3 MiB; its first tensor waits idle through it.
+    const LIMIT: &str = "2500K";
+    let args = ["24"];
+    let expected = stdout_ok(&run(Runtime::Shim, &dir.join("idle_tensor"), &args, &[]));
+    let small = [("CUDA_SHIM_DEVICE_MEMORY", LIMIT)];
+    let plain_small = run(
+        Runtime::NvidiaStatic,
+        &dir.join("idle_tensor-static"),
+        &args,
+        &small,
+    );
+    assert!(
+        !plain_small.status.success(),
+        "idle_tensor alone fits {LIMIT}"
+    );
+    let mut reference = None;
+    for runtime in RUNTIMES {
+        let what = format!("idle_tensor under itermem swap with {runtime:?}");
+        let stats = scratch(&format!("nvidia-runtime-swap-{runtime:?}.json"));
+        let shim_stats = scratch(&format!("nvidia-runtime-swap-{runtime:?}-shim.json"));
+        let flags = [
+            "--mode",
+            "swap",
+            "--limit",
+            LIMIT,
+            "--stats",
+            stats.to_str().unwrap(),
+        ];
+        let mut env = small.to_vec();
+        env.push(("ITERMEM_SWAP_VERIFY", "1"));
+        env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
+        let binary = runtime.binary(&dir, "idle_tensor");
+        let output = under_itermem(runtime, &flags, &binary, &args, &env);
+        assert_eq!(stdout_ok(&output), expected, "{what}");
+        let (stats, shim) = (read_json(&stats), read_json(&shim_stats));
+        let peak = shim["peak_device_bytes"].as_u64().unwrap();
+        assert!(
+            peak <= 2500 << 10,
+            "{what}: device peak {peak} above {LIMIT}"
+        );
+        let swap = &stats["swap"];
+        assert_eq!(swap["plans"], 1, "{what}: {stats:#}");
+        assert_eq!(swap["swaps_planned"], 1, "{what}: {stats:#}");
+        assert_eq!(swap["on_demand_swap_ins"], 0, "{what}: {stats:#}");
+        let iterations = swap["iterations"].as_array().unwrap();
+        assert!(iterations.len() >= 2, "{what}: {stats:#}");
+        for iteration in iterations {
+            assert_eq!(iteration["swapped_out"], 1, "{what}: {stats:#}");
+        }
+        // The same events; not the swaps' count, which depends on when the planner's thread
+        // publishes the plan.
+        match &reference {
+            None => reference = Some(stats["events"].clone()),
+            Some(reference) => assert_eq!(&stats["events"], reference, "{what}: {stats:#}"),
+        }
+    }
+}
+
+/// The acceptance of issue 32: a driver call NVIDIA's runtime makes for the program (the
+/// runtime path of `driver_calls`) and one the program makes itself (found by
+/// `cudaGetDriverEntryPointByVersion` or by `dlsym` in `libcuda.so.1`) are each recorded once,
+/// with either of NVIDIA's runtimes as with the shim's.
+#[test]
+fn issue_32_a_driver_call_is_recorded_once_whoever_makes_it() {
+    let Some(dir) = built() else { return };
+    let expected = stdout_ok(&run(Runtime::Shim, &dir.join("driver_calls"), &[], &[]));
+    for runtime in RUNTIMES {
+        let what = format!("driver_calls recorded with {runtime:?}");
+        let trace = scratch(&format!("nvidia-runtime-driver-calls-{runtime:?}.itrace"));
+        let flags = ["--trace", trace.to_str().unwrap()];
+        let binary = runtime.binary(&dir, "driver_calls");
+        let output = stdout_ok(&under_itermem(runtime, &flags, &binary, &[], &[]));
+        assert_eq!(output, expected, "{what}");
+        let info = trace_info(&trace);
+        // Three iterations of one call of each kind on each of the three paths.
+        for (event, key) in [
+            ("malloc", "mallocs"),
+            ("free", "frees"),
+            ("memset", "memsets"),
+            ("launch", "launches"),
+            ("memcpy", "memcpys"),
+        ] {
+            assert_eq!(number(&output, key), 9, "{what}: {output}");
+            assert_eq!(info["events"][event], 9, "{what}: {event}: {info:#}");
+        }
+        assert_eq!(info["kernel_names"], 1, "{what}: {info:#}");
+        std::fs::remove_file(&trace).unwrap();
+    }
+}
+
+/// The samples of `tests/programs/samples/` that use the runtime API only, and whether they call
+/// a function itermem hooks (so that itermem starts and writes its statistics).
+const SAMPLES: [(&str, bool); 4] = [
+    ("device_query", true),
+    ("topology_query", false),
+    ("bandwidth_test", true),
+    ("p2p_bandwidth", true),
+];
+
+/// A sample's output without its measurements: the numbers of every line giving a bandwidth.
+fn without_timings(output: &str) -> String {
+    output
+        .lines()
+        .map(|line| {
+            if line.contains("GB/s") {
+                let words = line.split_whitespace();
+                let labels: Vec<_> = words.filter(|w| w.parse::<f64>().is_err()).collect();
+                labels.join(" ")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// C programs built by gcc against NVIDIA's headers of CUDA 12.9 and 13.5, linked with NVIDIA's
+/// `libcudart_static.a` (`-ldl -lpthread -lrt`, as the toolkit documents) or with its shared
+/// runtime (then first on the library path), run on the shim's driver alone, on two devices:
+/// each passes its own checks, with NVIDIA's runtime (it asked for the integrity table), and
+/// prints what it prints on the shim's runtime; under itermem in record and pool mode, the same,
+/// with the same allocations and frees seen as on the shim's runtime.
+#[test]
+fn c_programs_on_nvidias_static_and_shared_runtimes_12_9_and_13_5() {
+    let Some(_) = built() else { return };
+    let dir = scratch("nvidia-runtime-samples");
+    std::fs::create_dir_all(&dir).unwrap();
+    for major in [12, 13] {
+        let Some(nvidia) = nvidia_dirs(major) else {
+            return;
+        };
+        let shared_lib = format!("-l:libcudart.so.{major}");
+        let static_lib = format!("{}/libcudart_static.a", nvidia.lib);
+        let nvidia_path = format!("{}:{}", nvidia.lib, shim_lib_dir().display());
+        let shim_path = shim_lib_dir().display().to_string();
+        for (name, hooked) in SAMPLES {
+            let source = root().join(format!("tests/programs/samples/{name}.c"));
+            let shared = dir.join(format!("{name}-{major}"));
+            let linked_static = dir.join(format!("{name}-{major}-static"));
+            nvidia.build(
+                &source,
+                &shared,
+                &[&format!("-L{}", nvidia.lib), &shared_lib],
+            );
+            nvidia.build(
+                &source,
+                &linked_static,
+                &[&static_lib, "-ldl", "-lpthread", "-lrt"],
+            );
+            // (binary, library path, NVIDIA's runtime or the shim's)
+            let runs = [
+                (&shared, &shim_path, false),
+                (&linked_static, &shim_path, true),
+                (&shared, &nvidia_path, true),
+            ];
+            let mut expected = None;
+            for mode in ["off", "record", "pool"] {
+                let mut reference = None;
+                for &(binary, path, nvidias) in &runs {
+                    let what = format!(
+                        "{} ({}) in mode {mode}",
+                        binary.file_name().unwrap().to_string_lossy(),
+                        if nvidias {
+                            "NVIDIA's runtime"
+                        } else {
+                            "the shim's runtime"
+                        }
+                    );
+                    let env = [
+                        ("CUDA_SHIM_DEVICES", "2"),
+                        ("LD_BIND_NOW", "1"),
+                        ("LD_LIBRARY_PATH", path.as_str()),
+                        ("CUDA_SHIM_LOG_EXPORT_TABLES", "1"),
+                    ];
+                    let stats = scratch(&format!("nvidia-runtime-{name}-{major}-{mode}.json"));
+                    let output = if mode == "off" {
+                        Command::new(binary)
+                            .envs(env)
+                            .env_remove("LD_PRELOAD")
+                            .env_remove("CUDA_SHIM_DEVICE_MEMORY")
+                            .output()
+                            .unwrap()
+                    } else {
+                        let flags = ["--mode", mode, "--stats", stats.to_str().unwrap()];
+                        run_under_itermem_unpreloaded(&flags, &[binary.to_str().unwrap()], &env)
+                    };
+                    let stdout = without_timings(&passed(name, &what, &output));
+                    if nvidias {
+                        assert_nvidia_runtime_ran(&output, &what);
+                    }
+                    match &expected {
+                        None => expected = Some(stdout),
+                        Some(expected) => assert_eq!(&stdout, expected, "{what}"),
+                    }
+                    if mode == "off" || !hooked {
+                        continue;
+                    }
+                    let stats = read_json(&stats);
+                    assert_eq!(stats["internal_error"], false, "{what}: {stats:#}");
+                    let seen = [
+                        stats["events"]["malloc"].clone(),
+                        stats["events"]["free"].clone(),
+                    ];
+                    match &reference {
+                        None => reference = Some(seen),
+                        Some(reference) => assert_eq!(&seen, reference, "{what}: {stats:#}"),
+                    }
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1421,9 +1421,15 @@ impl Context {
         self.driver().stream_owner(Some(self.this()?), stream)
     }
 
-    /// `CU_CTX_*` flags (`cuCtxGetFlags`).
+    /// `CU_CTX_*` flags (`cuCtxGetFlags`, `cuDevicePrimaryCtxGetState`): those set, and always
+    /// `CU_CTX_MAP_HOST`, as NVIDIA's driver reports them. Every context since CUDA 3.2 maps
+    /// pinned memory (cuda.h: the flag "no longer has any effect"), and NVIDIA's runtime counts
+    /// on the driver to say so: `cudaGetDeviceFlags` answers whatever the driver reports (13.5:
+    /// `cudaDeviceMapHost` for a device not yet initialised), and `cudaSetDeviceFlags` drops the
+    /// flag before it reaches `cuDevicePrimaryCtxSetFlags` (NVIDIA's runtimes 12.9 to 13.5).
     pub fn flags(&self) -> u32 {
-        self.flags.load(Ordering::Acquire)
+        const CU_CTX_MAP_HOST: u32 = 0x08;
+        self.flags.load(Ordering::Acquire) | CU_CTX_MAP_HOST
     }
 
     /// `cuDevicePrimaryCtxSetFlags`/`cuCtxSetFlags`.

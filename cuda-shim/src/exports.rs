@@ -224,7 +224,8 @@ driver_api! {
         code_result(unsafe { cuDevicePrimaryCtxRelease_v2(device) })
     }
 
-    /// The flags of `cuDevicePrimaryCtxSetFlags` (0, `CU_CTX_SCHED_AUTO`, until set); active
+    /// The flags of `cuDevicePrimaryCtxSetFlags` (`CU_CTX_SCHED_AUTO` until set) with the
+    /// implicit `CU_CTX_MAP_HOST` (see `Context::flags`); active
     /// while retained (the runtime retains the primary context of a device when it first makes
     /// it current).
     fn cuDevicePrimaryCtxGetState(device: i32, flags: *mut u32, active: *mut i32) {
@@ -908,6 +909,39 @@ driver_api! {
         unsafe { pointer_attribute(context, data, attr, ptr as usize) }
     }
 
+    /// Each attribute as `cuPointerGetAttribute` answers it, except that memory CUDA does not
+    /// know, and an attribute that does not apply (the host address of device memory, another
+    /// device's memory without peer access), get the attribute's null value instead of an
+    /// error, as the driver API documents; an attribute the shim does not know is
+    /// `CUDA_ERROR_INVALID_VALUE`. NVIDIA's runtime builds `cudaPointerGetAttributes` on it.
+    fn cuPointerGetAttributes(count: u32, attributes: *const i32, data: *const *mut c_void, ptr: u64) {
+        let context = current()?;
+        if count == 0 {
+            return Ok(());
+        }
+        if attributes.is_null() || data.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; the caller passes `count` attributes and as many pointers.
+        let (attributes, data) = unsafe {
+            (
+                std::slice::from_raw_parts(attributes, count as usize),
+                std::slice::from_raw_parts(data, count as usize),
+            )
+        };
+        for (&attr, &out) in attributes.iter().zip(data) {
+            if out.is_null() {
+                return Err(INVALID_VALUE);
+            }
+            // SAFETY (both): `out` points to storage of the type `attr` documents (the
+            // caller's contract).
+            if unsafe { pointer_attribute(context, out, attr, ptr as usize) }.is_err() {
+                unsafe { null_pointer_attribute(out, attr) }?;
+            }
+        }
+        Ok(())
+    }
+
     fn cuStreamCreate(stream: *mut usize, flags: u32) {
         let context = current()?;
         if stream.is_null() || flags & !0x1 != 0 {
@@ -943,6 +977,15 @@ driver_api! {
         let (non_blocking, _) = stream_properties(stream)?;
         // SAFETY: out-parameter contract of `put`.
         unsafe { put(flags, u32::from(non_blocking)) }
+    }
+
+    /// `CU_STREAM_CAPTURE_STATUS_NONE` for every valid stream: the shim has no stream capture
+    /// (the functions that begin one stay unresolved). NVIDIA's runtime answers
+    /// `cudaStreamIsCapturing` with it, which PyTorch's allocator asks before each `cudaMalloc`.
+    fn cuStreamIsCapturing(stream: usize, status: *mut u32) {
+        stream_properties(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, 0) }
     }
 
     /// `fn(userData)` runs on the stream's thread once the work before it has completed; work
@@ -1720,6 +1763,11 @@ driver_api! {
         code_result(unsafe { cuStreamGetFlags(per_thread(stream), flags) })
     }
 
+    fn cuStreamIsCapturing_ptsz(stream: usize, status: *mut u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamIsCapturing(per_thread(stream), status) })
+    }
+
     fn cuStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) {
         // SAFETY: the caller's arguments, forwarded with the stream resolved.
         code_result(unsafe { cuStreamWaitEvent(per_thread(stream), event, flags) })
@@ -2052,6 +2100,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemsetD8", 3020, "cuMemsetD8_v2"),
     ("cuMemsetD8Async", 3020, "cuMemsetD8Async"),
     ("cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
+    ("cuPointerGetAttributes", 7000, "cuPointerGetAttributes"),
     ("cuStreamCreate", 2000, "cuStreamCreate"),
     ("cuStreamDestroy", 4000, "cuStreamDestroy_v2"),
     ("cuStreamSynchronize", 2000, "cuStreamSynchronize"),
@@ -2144,6 +2193,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ),
     ("cuStreamGetPriority", 5050, "cuStreamGetPriority"),
     ("cuStreamGetFlags", 5050, "cuStreamGetFlags"),
+    ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
     ("cuLaunchHostFunc", 13010, "cuLaunchHostFunc_v2"),
     ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
@@ -2212,6 +2262,7 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
     ("cuMemFreeAsync", 11020, "cuMemFreeAsync_ptsz"),
     ("cuStreamGetPriority", 7000, "cuStreamGetPriority_ptsz"),
     ("cuStreamGetFlags", 7000, "cuStreamGetFlags_ptsz"),
+    ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing_ptsz"),
     ("cuStreamWaitEvent", 7000, "cuStreamWaitEvent_ptsz"),
     ("cuStreamAddCallback", 7000, "cuStreamAddCallback_ptsz"),
     ("cuStreamQuery", 7000, "cuStreamQuery_ptsz"),
@@ -2637,6 +2688,40 @@ unsafe fn packed_arguments<'a>(extra: *mut *mut c_void) -> CuResult<&'a [u8]> {
     }
 }
 
+/// The `CUpointer_attribute`s the shim answers.
+mod pointer_attributes {
+    pub const CONTEXT: i32 = 1;
+    pub const MEMORY_TYPE: i32 = 2;
+    pub const DEVICE_POINTER: i32 = 3;
+    pub const HOST_POINTER: i32 = 4;
+    pub const IS_MANAGED: i32 = 8;
+    pub const DEVICE_ORDINAL: i32 = 9;
+    pub const RANGE_START: i32 = 11;
+    pub const RANGE_SIZE: i32 = 12;
+    pub const MAPPED: i32 = 13;
+}
+
+/// The value `cuPointerGetAttributes` gives an attribute of memory CUDA does not know: null,
+/// zero, and for the device ordinal `cudaInvalidDeviceId` (-2), what `cudaPointerGetAttributes`
+/// reports for such memory.
+///
+/// # Safety
+/// `data` is valid for a write of the attribute's documented type.
+unsafe fn null_pointer_attribute(data: *mut c_void, attr: i32) -> CuResult<()> {
+    use pointer_attributes::*;
+    // SAFETY (all arms): `data` is valid for the type the attribute documents (caller contract).
+    unsafe {
+        match attr {
+            CONTEXT | HOST_POINTER => put(data as *mut usize, 0),
+            MEMORY_TYPE | IS_MANAGED | MAPPED => put(data as *mut u32, 0),
+            DEVICE_POINTER | RANGE_START => put(data as *mut u64, 0),
+            RANGE_SIZE => put(data as *mut usize, 0),
+            DEVICE_ORDINAL => put(data as *mut i32, -2),
+            _ => Err(INVALID_VALUE),
+        }
+    }
+}
+
 /// # Safety
 /// `data` is valid for a write of the attribute's documented type.
 unsafe fn pointer_attribute(
@@ -2645,15 +2730,7 @@ unsafe fn pointer_attribute(
     attr: i32,
     ptr: usize,
 ) -> CuResult<()> {
-    const CONTEXT: i32 = 1;
-    const MEMORY_TYPE: i32 = 2;
-    const DEVICE_POINTER: i32 = 3;
-    const HOST_POINTER: i32 = 4;
-    const IS_MANAGED: i32 = 8;
-    const DEVICE_ORDINAL: i32 = 9;
-    const RANGE_START: i32 = 11;
-    const RANGE_SIZE: i32 = 12;
-    const MAPPED: i32 = 13;
+    use pointer_attributes::*;
     const MEMORYTYPE_HOST: u32 = 1;
     const MEMORYTYPE_DEVICE: u32 = 2;
     let driver = initialized()?;

@@ -64,8 +64,8 @@ static void reset(void) {
     OK(cudaEventCreate(&event));
     OK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     OK(cudaDeviceEnablePeerAccess(1, 0));
-    state(0, &flags, &active);
-    EXPECT(flags == cudaDeviceScheduleBlockingSync && active == 1);
+    state(0, &flags, &active); /* CU_CTX_MAP_HOST: implicit in every context */
+    EXPECT(flags == (CU_CTX_SCHED_BLOCKING_SYNC | CU_CTX_MAP_HOST) && active == 1);
     CUcontext primary;
     OK(cuCtxGetCurrent(&primary));
 
@@ -78,7 +78,7 @@ static void reset(void) {
 
     OK(cudaDeviceReset());
     state(0, &flags, &active);
-    EXPECT(flags == 0 && active == 0);
+    EXPECT(flags == CU_CTX_MAP_HOST && active == 0);
     CUcontext current;
     OK(cuCtxGetCurrent(&current));
     EXPECT(current == primary);

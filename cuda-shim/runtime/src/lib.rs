@@ -541,7 +541,9 @@ runtime_api! {
     /// Memory the runtime does not know is reported as `cudaMemoryTypeUnregistered` on
     /// `cudaInvalidDeviceId` (-2). `device` is the device the memory belongs to (for page-locked
     /// memory, the device current at its allocation); `devicePointer` is NULL for another
-    /// device's memory the current device has no peer access to.
+    /// device's memory the current device has no peer access to. CUDA 13.5's
+    /// `localityDomainOrdinal` is -1 (no memory is localized to a locality domain here), as
+    /// NVIDIA's runtime writes it: the low half of its union with a `long`, the rest zeroed.
     fn cudaPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) {
         context()?;
         const DEVICE_POINTER: i32 = 3;
@@ -577,7 +579,7 @@ runtime_api! {
                     device_pointer: value.1,
                     host_pointer: value.2,
                     #[cfg(feature = "cuda13")]
-                    locality_and_reserved: [0; 8],
+                    locality_and_reserved: [i64::from(u32::MAX), 0, 0, 0, 0, 0, 0, 0],
                 },
             )
         }
@@ -700,11 +702,11 @@ runtime_api! {
         check(unsafe { cuDevicePrimaryCtxSetFlags_v2(device, flags) })
     }
 
-    /// The flags of the current device's primary context with `cudaDeviceMapHost` (implicit in
-    /// the runtime), or the thread's device's when no context is current (nothing is
-    /// initialised); the flags of a context made with `cuCtxCreate` when it is current.
+    /// The flags of the current device's primary context, or the thread's device's when no
+    /// context is current (nothing is initialised); the flags of a context made with
+    /// `cuCtxCreate` when it is current. The driver includes `cudaDeviceMapHost`, implicit in
+    /// every context.
     fn cudaGetDeviceFlags(flags: *mut u32) {
-        const MAP_HOST: u32 = 0x8;
         let primaries = primaries()?;
         if flags.is_null() {
             return Err(INVALID_VALUE);
@@ -724,7 +726,7 @@ runtime_api! {
         // SAFETY: valid out-parameters.
         check(unsafe { cuDevicePrimaryCtxGetState(device, &mut value, &mut active) })?;
         // SAFETY: checked non-null; the caller's out-parameter.
-        unsafe { put(flags, value | MAP_HOST) }
+        unsafe { put(flags, value) }
     }
 
     /// Destroys everything the current device's primary context holds (`cuDevicePrimaryCtxReset`:

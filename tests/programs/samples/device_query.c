@@ -148,7 +148,8 @@ static void check_reset(int dev) {
     CHECK(cudaMemcpy(block, host, sizeof host, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(back, block, sizeof back, cudaMemcpyDeviceToHost));
     EXPECT(memcmp(host, back, sizeof host) == 0, "device %d: data differs after reset", dev);
-    /* The runtime writes its whole struct cudaPointerAttributes: 24 bytes in CUDA 12, 88 in 13. */
+    /* The runtime writes its whole struct cudaPointerAttributes: 24 bytes in CUDA 12, 88 in 13
+     * (whose reserved words NVIDIA's runtime leaves undefined: only the fields are checked). */
     struct cudaPointerAttributes attributes;
     memset(&attributes, 0xAB, sizeof attributes);
     CHECK(cudaPointerGetAttributes(&attributes, block));
@@ -156,11 +157,9 @@ static void check_reset(int dev) {
                attributes.devicePointer == block && attributes.hostPointer == NULL,
            "device %d: wrong attributes of a device block", dev);
 #if CUDART_VERSION >= 13000
-    EXPECT(attributes.localityDomainOrdinal == 0, "device %d: localityDomainOrdinal not written",
+    /* -1: not localized to a locality domain (what NVIDIA's 13.5 runtime writes). */
+    EXPECT(attributes.localityDomainOrdinal == -1, "device %d: localityDomainOrdinal not written",
            dev);
-    for (size_t i = 0; i < sizeof attributes.reserved / sizeof attributes.reserved[0]; i++) {
-        EXPECT(attributes.reserved[i] == 0, "device %d: reserved[%zu] not zeroed", dev, i);
-    }
 #endif
     CHECK(cudaFree(block));
     CHECK(cudaDeviceReset());
