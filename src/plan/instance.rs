@@ -1,7 +1,7 @@
 //! [`Instance`]: a validated allocation problem, the gatekeeper every planner and policy takes.
 //!
 //! A buffer may have *absence windows* (AutoSwap, design §2.1): half-open intervals
-//! `[from, to)` strictly inside its lifetime during which it is swapped out to host memory and
+//! `[from, to)` inside its lifetime (not all of it) during which it is swapped out to host memory and
 //! does not need its range. It keeps one offset for its whole life; other buffers may use its
 //! range while it is absent ("a rectangle with a hole"). Its *resident intervals* are its
 //! lifetime minus its absence windows, and they are all that planners, bounds and the
@@ -27,7 +27,8 @@ impl Buffer {
 }
 
 /// Buffer `id` is not resident (swapped out) during the half-open window `[from, to)`, which
-/// must lie strictly inside its lifetime: `lower < from < to < upper`.
+/// must lie inside its lifetime and not cover all of it: `lower ≤ from < to ≤ upper`. (A
+/// tensor kept across the iteration boundary may be away at its first or last instant.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Absence {
     pub id: u64,
@@ -48,8 +49,8 @@ pub enum InstanceError {
     UnknownAbsence { id: u64 },
     /// An absence window with `from >= to`.
     EmptyAbsence { id: u64, from: u64, to: u64 },
-    /// An absence window not strictly inside the lifetime (`lower < from` and `to < upper`
-    /// both required: a buffer is resident at its birth and at its last instant).
+    /// An absence window outside the lifetime, or all of it (`lower ≤ from`, `to ≤ upper`, not
+    /// both equal: a buffer is resident at some instant of its life).
     AbsenceOutsideLifetime {
         id: u64,
         from: u64,
@@ -107,8 +108,8 @@ impl fmt::Display for InstanceError {
                 upper,
             } => write!(
                 f,
-                "buffer {id} has an absence window [{from}, {to}) not strictly inside its \
-                 lifetime [{lower}, {upper}): expected {lower} < from and to < {upper}"
+                "buffer {id} has an absence window [{from}, {to}) outside its lifetime \
+                 [{lower}, {upper}), or all of it"
             ),
             InstanceError::OverlappingAbsences { id, first, second } => write!(
                 f,
@@ -122,8 +123,8 @@ impl fmt::Display for InstanceError {
 impl std::error::Error for InstanceError {}
 
 /// A set of buffers that satisfies every assumption of the planners: non-empty lifetimes,
-/// non-zero sizes, unique ids, and absence windows that are non-empty, strictly inside their
-/// buffer's lifetime and pairwise disjoint per buffer. [`Instance::new`] and
+/// non-zero sizes, unique ids, and absence windows that are non-empty, inside their buffer's
+/// lifetime (not all of it) and pairwise disjoint per buffer. [`Instance::new`] and
 /// [`Instance::with_absences`] are the only ways to build one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Instance {
@@ -163,7 +164,7 @@ impl Instance {
     }
 
     /// [`Instance::new`], plus absence windows (any order). Each window is checked on its own
-    /// (known buffer, non-empty, strictly inside the lifetime), then the windows of each buffer
+    /// (known buffer, non-empty, inside the lifetime and not all of it), then the windows of each buffer
     /// must be pairwise disjoint; windows that merely touch (`[a, b)`, `[b, c)`) are joined.
     pub fn with_absences(
         buffers: Vec<Buffer>,
@@ -192,7 +193,7 @@ impl Instance {
                     to: a.to,
                 });
             }
-            if a.from <= b.lower || a.to >= b.upper {
+            if a.from < b.lower || a.to > b.upper || (a.from == b.lower && a.to == b.upper) {
                 return Err(InstanceError::AbsenceOutsideLifetime {
                     id: a.id,
                     from: a.from,
@@ -249,7 +250,7 @@ impl Instance {
     }
 
     /// The absence windows of the buffer at `index` (instance order, not id): sorted, disjoint,
-    /// non-touching, strictly inside its lifetime.
+    /// non-touching, inside its lifetime.
     pub fn absences(&self, index: usize) -> &[(u64, u64)] {
         if self.window_start.is_empty() {
             &[]
@@ -327,21 +328,25 @@ pub struct Resident<'a> {
 impl Iterator for Resident<'_> {
     type Item = (u64, u64);
 
+    /// Non-empty pieces only: a window may start at the lifetime's start or end at its end.
     fn next(&mut self) -> Option<(u64, u64)> {
-        if self.done {
-            return None;
-        }
-        match self.windows.next() {
-            Some(&(from, to)) => {
-                let piece = (self.cursor, from);
-                self.cursor = to;
-                Some(piece)
+        while !self.done {
+            let piece = match self.windows.next() {
+                Some(&(from, to)) => {
+                    let piece = (self.cursor, from);
+                    self.cursor = to;
+                    piece
+                }
+                None => {
+                    self.done = true;
+                    (self.cursor, self.upper)
+                }
+            };
+            if piece.0 < piece.1 {
+                return Some(piece);
             }
-            None => {
-                self.done = true;
-                Some((self.cursor, self.upper))
-            }
         }
+        None
     }
 }
 
@@ -402,8 +407,14 @@ mod tests {
                 Err(InstanceError::EmptyAbsence { id: 4, from, to })
             );
         }
-        // Strictly inside: resident at `lower` and at `upper - 1`.
-        for (from, to) in [(0, 3), (3, 10), (0, 10), (7, 12)] {
+        // A tensor kept across the iteration boundary: away at the lifetime's first and last
+        // instants, resident in between only.
+        let ends = with(vec![out(4, 0, 3), out(4, 7, 10)]).unwrap();
+        let index = ends.buffers().iter().position(|b| b.id == 4).unwrap();
+        assert_eq!(ends.resident(index).collect::<Vec<_>>(), vec![(3, 7)]);
+        assert_eq!(ends.resident_length(index), 4);
+        // Inside, and not all of it: resident at some instant.
+        for (from, to) in [(0, 10), (7, 12), (0, 11)] {
             assert_eq!(
                 with(vec![out(4, from, to)]),
                 Err(InstanceError::AbsenceOutsideLifetime {
@@ -423,7 +434,7 @@ mod tests {
                 second: (6, 8)
             })
         );
-        let err = with(vec![out(5, 2, 4)]).unwrap_err();
+        let err = with(vec![out(5, 1, 4)]).unwrap_err();
         assert_eq!(err.id(), 5);
         assert!(err.to_string().contains("buffer 5"), "{err}");
     }

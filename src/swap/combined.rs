@@ -259,9 +259,20 @@ pub fn combined_pool(
         let Some(&(lower, upper)) = live.get(&id) else {
             continue;
         };
-        // Strictly inside the lifetime: the tensor is needed at both ends.
-        let from = (lent.from as u64).max(lower + 1);
-        let to = (lent.to as u64).min(upper.saturating_sub(1));
+        // Strictly inside the lifetime, where the tensor is needed at both ends; but a lend
+        // that runs to the iteration's end (a swap that wraps, or never returns) runs to the
+        // lifetime's end, and a resident's from the iteration's start: no op of the iteration
+        // uses the tensor there (at op 0 and op n − 1 every resident of an Adam step would
+        // otherwise be on the device at once).
+        let from = match lent.from {
+            0 => lower,
+            from => (from as u64).max(lower + 1),
+        };
+        let to = if lent.to as u64 >= n {
+            upper
+        } else {
+            (lent.to as u64).min(upper.saturating_sub(1))
+        };
         if from < to {
             absences.push(Absence { id, from, to });
             used.push((lent.swap, [from as usize, to as usize]));
