@@ -25,7 +25,7 @@ use crate::ptx;
 use crate::result::*;
 use crate::stats::{Stats, StatsSnapshot, write_json};
 use crate::stream::{Executor, Marker, Streams};
-use crate::vmm::{Capacity, VirtualMemory};
+use crate::vmm::{self, Capacity, VirtualMemory};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -253,7 +253,7 @@ impl Executor for Device {
                         }
                     }
                 }
-                let in_host = DRIVER.get().is_some_and(|d| d.pinned.find(dst).is_some());
+                let in_host = DRIVER.get().is_some_and(|d| d.host_range(dst).is_some());
                 if in_host {
                     self.sleep_for_zero_copy((width * element * height) as u64, started.elapsed());
                 }
@@ -304,7 +304,7 @@ impl ptx::Memory for Driver {
                     .find(at)
                     .map(|(start, size)| (start, size, true))
             })
-            .or_else(|| self.vmm.mapping(at).map(|m| (m.start, m.size, false)))?;
+            .or_else(|| (self.vmm.mapping(at)).map(|m| (m.start, m.size, m.device == vmm::HOST)))?;
         Some(ptx::Region {
             start: start as u64,
             end: (start + size) as u64,
@@ -454,7 +454,7 @@ impl Device {
         for param in layout.params.iter().filter(|p| p.size == 8) {
             let word = &bytes[param.offset..param.offset + 8];
             let value = u64::from_le_bytes(word.try_into().unwrap_or([0; 8])) as usize;
-            if let Some((start, size)) = driver.pinned.find(value)
+            if let Some((start, size)) = driver.host_range(value)
                 && !seen.contains(&start)
             {
                 seen.push(start);
@@ -957,6 +957,15 @@ impl Driver {
             .find(|d| d.memory.in_span(addr))
     }
 
+    /// The page-locked host allocation devices reach `addr` in: mapped page-locked memory, or
+    /// host memory of the virtual memory API mapped there: (start, size).
+    pub fn host_range(&self, addr: usize) -> Option<(usize, usize)> {
+        self.pinned.find(addr).or_else(|| {
+            let mapping = self.vmm.mapping(addr)?;
+            (mapping.device == vmm::HOST).then_some((mapping.start, mapping.size))
+        })
+    }
+
     pub fn place(&self, addr: usize) -> Place {
         if let Some(device) = self.heap_owner(addr) {
             if let Some(block) = device.memory.find(addr) {
@@ -969,7 +978,15 @@ impl Driver {
             }
         }
         if let Some(mapping) = self.vmm.mapping(addr) {
-            // Each cuMemMap is an allocation range of its own, as on CUDA.
+            // Each cuMemMap is an allocation range of its own, as on CUDA; host memory mapped
+            // there is page-locked host memory every device reaches.
+            if mapping.device == vmm::HOST {
+                return Place::Pinned {
+                    start: mapping.start,
+                    size: mapping.size,
+                    device: 0,
+                };
+            }
             return Place::Device {
                 start: mapping.start,
                 size: mapping.size,
@@ -1003,6 +1020,9 @@ impl Driver {
             // several adjacent mappings.
             self.vmm.check_range(addr, len, access == Access::Write)?;
             let device = self.vmm.mapping(addr).ok_or(INVALID_VALUE)?.device;
+            if device == vmm::HOST {
+                return Ok(None);
+            }
             return Ok(Some(self.contexts[device].device));
         }
         Ok(None)
@@ -1700,7 +1720,7 @@ impl Context {
             None => {
                 // Mapped page-locked memory, written through its device address (unified
                 // addressing): the range must lie in one allocation.
-                let (start, size) = driver.pinned.find(dst).ok_or(INVALID_VALUE)?;
+                let (start, size) = driver.host_range(dst).ok_or(INVALID_VALUE)?;
                 if dst.checked_add(len).is_none_or(|end| end > start + size) {
                     return Err(INVALID_VALUE);
                 }

@@ -15,6 +15,7 @@ use crate::module::{Library, Module};
 use crate::result::*;
 use crate::stats::StatsSnapshot;
 use crate::stream::PER_THREAD;
+use crate::vmm;
 use std::ffi::{CStr, c_char, c_void};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -2624,22 +2625,36 @@ fn check_location(driver: &Driver, location_type: u32, id: i32) -> CuResult<usiz
     driver.device(id).map(|d| d.ordinal)
 }
 
-/// Pinned memory on a device of the shim, exportable by no handle type: the device's ordinal.
+/// Pinned memory on a device of the shim or on the host (`CU_MEM_LOCATION_TYPE_HOST`, its id
+/// ignored; `HOST_NUMA` node 0 and `HOST_NUMA_CURRENT`: the shim's host is one node),
+/// exportable by no handle type: the device's ordinal, or [`vmm::HOST`].
 ///
 /// # Safety
 /// `prop` is null or points to a `CUmemAllocationProp`.
 unsafe fn check_prop(driver: &Driver, prop: *const AllocationProp) -> CuResult<usize> {
     const ALLOCATION_PINNED: u32 = 1;
+    const LOCATION_HOST: u32 = 2;
+    const LOCATION_HOST_NUMA: u32 = 3;
+    const LOCATION_HOST_NUMA_CURRENT: u32 = 4;
     // SAFETY: null (rejected) or a CUmemAllocationProp (the caller's contract).
     let prop = unsafe { prop.as_ref() }.ok_or(INVALID_VALUE)?;
     if prop.kind != ALLOCATION_PINNED {
         return Err(INVALID_VALUE);
     }
-    let device = check_location(driver, prop.location_type, prop.location_id)?;
+    let location = match (prop.location_type, prop.location_id) {
+        (LOCATION_HOST, _) | (LOCATION_HOST_NUMA, 0) | (LOCATION_HOST_NUMA_CURRENT, _) => {
+            // Host allocations are not IPC capable: any handle type is an invalid value.
+            if prop.requested_handle_types != 0 {
+                return Err(INVALID_VALUE);
+            }
+            return Ok(vmm::HOST);
+        }
+        (kind, id) => check_location(driver, kind, id)?,
+    };
     if prop.requested_handle_types != 0 {
         return Err(NOT_SUPPORTED);
     }
-    Ok(device)
+    Ok(location)
 }
 
 /// # Safety

@@ -32,6 +32,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// keeps its tensors' sizes in granules).
 pub const GRANULARITY: usize = 2 << 20;
 
+/// The location of physical memory on the host (`CU_MEM_LOCATION_TYPE_HOST`, CUDA 12.2+): not
+/// charged to any device; devices reach it over the host link, like mapped page-locked memory.
+pub const HOST: usize = usize::MAX;
+
 /// `CU_MEM_ACCESS_FLAGS_PROT_*`.
 pub const PROT_NONE: u32 = 0;
 pub const PROT_READ: u32 = 1;
@@ -50,7 +54,7 @@ struct Physical {
 pub struct Mapping {
     pub start: usize,
     pub size: usize,
-    /// The device the physical memory belongs to.
+    /// The device the physical memory belongs to ([`HOST`] for host memory).
     pub device: usize,
     handle: u64,
     /// The most permissive access of any device (what the host protection is).
@@ -230,7 +234,8 @@ impl VirtualMemory {
         Ok(())
     }
 
-    /// `cuMemCreate`: `size` bytes of physical memory on `device`, charged to its capacity.
+    /// `cuMemCreate`: `size` bytes of physical memory on `device`, charged to its capacity (or
+    /// on the host: [`HOST`]).
     pub fn create(&self, size: usize, device: usize, capacity: &impl Capacity) -> CuResult<u64> {
         if size == 0 || !self.aligned(size) {
             return Err(INVALID_VALUE);
@@ -246,7 +251,9 @@ impl VirtualMemory {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
             return Err(OUT_OF_MEMORY);
         }
-        capacity.charge(device, size)?;
+        if device != HOST {
+            capacity.charge(device, size)?;
+        }
         let mut state = self.state.lock();
         state.next_handle += 1;
         let handle = 0x5000_0000 + state.next_handle;
@@ -273,7 +280,9 @@ impl VirtualMemory {
         if physical.mappings == 0 {
             let (size, device) = (physical.size, physical.device);
             state.physical.remove(&handle);
-            capacity.refund(device, size);
+            if device != HOST {
+                capacity.refund(device, size);
+            }
         }
         Ok(())
     }
@@ -340,7 +349,9 @@ impl VirtualMemory {
                 if physical.released && physical.mappings == 0 {
                     let (size, device) = (physical.size, physical.device);
                     state.physical.remove(&tile.handle);
-                    capacity.refund(device, size);
+                    if device != HOST {
+                        capacity.refund(device, size);
+                    }
                 }
             }
         }
@@ -467,6 +478,22 @@ mod tests {
         assert_eq!(used.0.get(), 0);
         vmm.free_reservation(va, 4 * GRANULARITY).unwrap();
         assert!(!vmm.reserved(va));
+    }
+
+    #[test]
+    fn host_memory_is_charged_to_no_device_and_maps_like_device_memory() {
+        let (vmm, used) = (VirtualMemory::default(), Counted::default());
+        let va = vmm.reserve(GRANULARITY, 0, 0).unwrap();
+        let handle = vmm.create(GRANULARITY, HOST, &used).unwrap();
+        assert_eq!(used.0.get(), 0, "host memory is no device's");
+        vmm.map(va, GRANULARITY, 0, handle).unwrap();
+        vmm.set_access(va, GRANULARITY, 0, PROT_READWRITE).unwrap();
+        assert_eq!(vmm.mapping(va).map(|m| m.device), Some(HOST));
+        vmm.check_range(va, GRANULARITY, true).unwrap();
+        vmm.release(handle, &used).unwrap();
+        vmm.unmap(va, GRANULARITY, &used).unwrap();
+        assert_eq!(used.0.get(), 0);
+        vmm.free_reservation(va, GRANULARITY).unwrap();
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! reached through two addresses, and swaps and borrowers treat it like any other pool tensor.
 //! CUDA maps whole physical allocations only (`cuMemMap`'s offset must be 0), so a
 //! [`ChunkedPool`] is one physical allocation per granule, mapped side by side.
+//!
+//! A block that comes while the device is at the limit gets page-locked host memory at its
+//! addresses instead (`CU_MEM_LOCATION_TYPE_HOST`, CUDA 12.2+): the device reaches it over the
+//! host link like mapped host memory, and a plan can still take it into the pool.
 
 use super::driver as cuda;
 
@@ -27,6 +31,8 @@ pub struct Block {
     pub rounded: u64,
     /// Its own physical memory, until it is aliased to a pool.
     own: Option<u64>,
+    /// Whether its own memory is page-locked host memory (it came when the device was full).
+    pub on_host: bool,
     /// The mappings in the reservation: (address, bytes).
     mappings: Vec<(u64, u64)>,
 }
@@ -57,12 +63,13 @@ impl Backing {
         (self.rounded(bytes) - bytes).saturating_mul(8) <= bytes
     }
 
-    /// A block of `bytes` with physical memory of its own, or None (the device is full, or a
-    /// driver call failed: nothing is left allocated).
-    pub fn allocate(&self, bytes: u64) -> Option<Block> {
+    /// A block of `bytes` with physical memory of its own, on the device or (`on_host`) in
+    /// page-locked host memory the device reaches over its link; None if the memory or a
+    /// driver call failed (nothing is left allocated).
+    pub fn allocate(&self, bytes: u64, on_host: bool) -> Option<Block> {
         let rounded = self.rounded(bytes);
         let va = cuda::reserve(rounded)?;
-        let Some(handle) = cuda::create(rounded) else {
+        let Some(handle) = cuda::create(rounded, on_host) else {
             cuda::free_reservation(va, rounded);
             return None;
         };
@@ -75,6 +82,7 @@ impl Backing {
             va,
             rounded,
             own: Some(handle),
+            on_host,
             mappings: vec![(va, rounded)],
         })
     }
@@ -91,7 +99,7 @@ impl Backing {
         };
         while (pool.chunks.len() as u64) * self.granularity < rounded {
             let at = va + pool.chunks.len() as u64 * self.granularity;
-            let Some(handle) = cuda::create(self.granularity) else {
+            let Some(handle) = cuda::create(self.granularity, false) else {
                 pool.release();
                 return None;
             };
@@ -141,13 +149,14 @@ impl Block {
         true
     }
 
-    /// Gives the block physical memory of its own again, at its addresses (content undefined).
+    /// Gives the block physical memory of its own again, where it had it, at its addresses
+    /// (content undefined).
     pub fn remap_own(&mut self) -> bool {
         self.unmap_all();
         if self.own.is_some() {
             return false;
         }
-        let Some(handle) = cuda::create(self.rounded) else {
+        let Some(handle) = cuda::create(self.rounded, self.on_host) else {
             return false;
         };
         if !cuda::map(self.va, self.rounded, handle) {

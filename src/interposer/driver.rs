@@ -399,6 +399,16 @@ fn device_memory(device: i32) -> AllocationProp {
     }
 }
 
+/// `CU_MEM_ALLOCATION_TYPE_PINNED` on `CU_MEM_LOCATION_TYPE_HOST` (CUDA 12.2+; the id is
+/// ignored).
+fn host_memory() -> AllocationProp {
+    AllocationProp {
+        location_type: 2,
+        location_id: 0,
+        ..device_memory(0)
+    }
+}
+
 /// The device of the calling thread's context.
 fn context_device() -> Option<i32> {
     ensure_context();
@@ -434,10 +444,15 @@ pub fn free_reservation(va: u64, bytes: u64) {
     }
 }
 
-/// `bytes` (a multiple of the granularity) of the current device's memory: the handle.
-pub fn create(bytes: u64) -> Option<u64> {
+/// `bytes` (a multiple of the granularity) of the current device's memory, or of page-locked
+/// host memory (`on_host`, CUDA 12.2+): the handle.
+pub fn create(bytes: u64, on_host: bool) -> Option<u64> {
     let vmm = driver().vmm?;
-    let prop = device_memory(context_device()?);
+    let prop = if on_host {
+        host_memory()
+    } else {
+        device_memory(context_device()?)
+    };
     let mut handle = 0u64;
     // SAFETY: valid out-parameter and property, no flags.
     (unsafe { (vmm.create)(&mut handle, bytes as usize, &prop, 0) } == SUCCESS).then_some(handle)

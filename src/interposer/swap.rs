@@ -75,10 +75,10 @@ const NOT_AN_OP: u32 = u32::MAX;
 const NOT_A_SLOT: u64 = u64::MAX;
 
 /// The blocks at addresses of their own, with their own memory, when a plan is made: by
-/// allocation, (address, rounded bytes); and the granularity they are rounded to.
+/// allocation, (address, rounded bytes, on the host); and the granularity they are rounded to.
 #[derive(Default)]
 struct Blocks {
-    by_id: FxHashMap<AllocId, (u64, u64)>,
+    by_id: FxHashMap<AllocId, (u64, u64, bool)>,
     granularity: u64,
 }
 
@@ -102,6 +102,8 @@ struct Planned {
 struct Resident {
     id: AllocId,
     va: u64,
+    /// Its own memory is page-locked host memory (it came when the device was full).
+    on_host: bool,
     offset: u64,
     rounded: u64,
     /// Host offset of its slot when the plan has it away at the iteration's start (a swap that
@@ -414,6 +416,15 @@ impl Executor {
         })
     }
 
+    /// A block's own memory leaves the accounts (it is released, or aliased to a pool).
+    fn forget_own_memory(&mut self, block: &Block) {
+        match (block.has_own_memory(), block.on_host) {
+            (false, _) => {}
+            (true, true) => self.host_backed_bytes -= block.rounded,
+            (true, false) => self.own_block_bytes -= block.rounded,
+        }
+    }
+
     /// The swap's tensor this iteration: the resident block, or what its slot served.
     fn swapped_id(&self, planned: &Planned) -> Option<AllocId> {
         planned
@@ -469,7 +480,12 @@ impl PoolState {
     /// Whether a new pool of `footprint` bytes keeps the device under the limit (always
     /// outside swap mode), once the blocks it takes have given their own memory back.
     pub(super) fn fits_limit(&mut self, footprint: u64, taken: Option<&Schedule>) -> bool {
-        let releasing: u64 = taken.map_or(0, |s| s.residents.iter().map(|r| r.rounded).sum());
+        let releasing: u64 = taken.map_or(0, |s| {
+            (s.residents.iter())
+                .filter(|r| !r.on_host)
+                .map(|r| r.rounded)
+                .sum()
+        });
         let in_use = self.device_bytes().saturating_sub(releasing);
         let Some(exec) = self.executor.as_mut() else {
             return true;
@@ -491,16 +507,32 @@ impl PoolState {
         exec.copy_model(limit.saturating_sub(in_use));
         if size >= exec.config.min_bytes
             && let Some(backing) = exec.backing().filter(|b| b.worth(size))
-            && in_use + backing.rounded(size) <= limit
-            && let Some(block) = backing.allocate(size)
         {
-            let va = block.va;
-            log::debug!(
-                "malloc of {size} bytes at {va:#x}, an address of its own ({in_use} bytes in use)"
-            );
-            exec.own_block_bytes += block.rounded;
-            exec.blocks.insert(va, (block, id));
-            return Some(va);
+            // Past the limit, page-locked host memory at the block's addresses: where the
+            // interposer sees the copies that must infer their direction (as for mapped host
+            // memory, `host_backed_malloc`).
+            let on_host = in_use + backing.rounded(size) > limit;
+            if (!on_host || super::resolve::is_interposer())
+                && let Some(block) = backing.allocate(size, on_host)
+            {
+                let va = block.va;
+                log::debug!(
+                    "malloc of {size} bytes at {va:#x}, an address of its own on the {} \
+                     ({in_use} bytes in use)",
+                    if on_host { "host" } else { "device" }
+                );
+                if on_host {
+                    exec.host_backed_bytes += block.rounded;
+                    exec.stats.warmup_host_allocations += 1;
+                    exec.stats.warmup_host_bytes =
+                        exec.stats.warmup_host_bytes.max(exec.host_backed_bytes);
+                    exec.note_mapped_after_plan();
+                } else {
+                    exec.own_block_bytes += block.rounded;
+                }
+                exec.blocks.insert(va, (block, id));
+                return Some(va);
+            }
         }
         if in_use + granules(size) <= limit {
             return None;
@@ -551,10 +583,16 @@ impl PoolState {
     /// must let the driver infer their direction).
     pub fn host_backed(&self, addr: u64) -> bool {
         self.executor.as_ref().is_some_and(|exec| {
-            exec.host_backed
+            let mapped = exec
+                .host_backed
                 .range(..=addr)
                 .next_back()
-                .is_some_and(|(&start, &(_, size))| addr < start + size.max(1))
+                .is_some_and(|(&start, &(_, size))| addr < start + size.max(1));
+            let block_on_host =
+                (exec.blocks.range(..=addr).next_back()).is_some_and(|(&va, (block, _))| {
+                    addr < va + block.rounded && block.on_host && block.has_own_memory()
+                });
+            mapped || block_on_host
         })
     }
 
@@ -620,9 +658,7 @@ impl PoolState {
             }
         }
         if let Some(exec) = self.executor.as_mut() {
-            if block.has_own_memory() {
-                exec.own_block_bytes -= block.rounded;
-            }
+            exec.forget_own_memory(&block);
             block.release();
         }
         true
@@ -727,7 +763,7 @@ impl PoolState {
         let blocks = Blocks {
             by_id: (exec.blocks.iter())
                 .filter(|(_, (block, _))| block.has_own_memory())
-                .map(|(&va, (block, id))| (*id, (va, block.rounded)))
+                .map(|(&va, (block, id))| (*id, (va, block.rounded, block.on_host)))
                 .collect(),
             granularity: exec.backing.flatten().map_or(0, |b| b.granularity),
         };
@@ -838,8 +874,12 @@ impl PoolState {
         }
         for r in &schedule.residents {
             if let Some((block, _)) = exec.blocks.get_mut(&r.va) {
+                let (rounded, on_host) = (block.rounded, block.on_host);
                 block.release_own();
-                exec.own_block_bytes -= r.rounded;
+                match on_host {
+                    true => exec.host_backed_bytes -= rounded,
+                    false => exec.own_block_bytes -= rounded,
+                }
             }
         }
         let pool = backing.allocate_pool(footprint);
@@ -867,7 +907,10 @@ impl PoolState {
             if !block.remap_own() {
                 lost_block(r.va, r.rounded);
             }
-            exec.own_block_bytes += r.rounded;
+            match block.on_host {
+                true => exec.host_backed_bytes += r.rounded,
+                false => exec.own_block_bytes += r.rounded,
+            }
         }
         if let Some(pool) = pool {
             pool.release();
@@ -1464,18 +1507,19 @@ fn make_schedule(
     // The blocks at addresses of their own that are live at the iteration's start: the pool
     // takes them (their own memory then leaves the bytes outside the pool), with a granule
     // more than their size, so that a granule-aligned range of theirs fits wherever it goes.
-    let taken: Vec<(TensorId, AllocId, u64, u64)> = births
+    let taken: Vec<(TensorId, AllocId, u64, u64, bool)> = births
         .iter()
         .enumerate()
         .filter_map(|(tensor, birth)| match birth {
             Birth::Resident(id) if allow_swaps => {
-                let &(va, rounded) = blocks.by_id.get(id)?;
-                Some((tensor as TensorId, *id, va, rounded))
+                let &(va, rounded, on_host) = blocks.by_id.get(id)?;
+                Some((tensor as TensorId, *id, va, rounded, on_host))
             }
             _ => None,
         })
         .collect();
-    let taken_bytes: u64 = taken.iter().map(|t| t.3).sum();
+    // Device memory the blocks leave outside the pool (those on the host never counted).
+    let taken_bytes: u64 = (taken.iter()).filter(|t| !t.4).map(|t| t.3).sum();
     // A pool that takes blocks is made of granules: its last one may reach past the plan's
     // footprint, and counts as outside.
     let rounding = if taken.is_empty() {
@@ -1493,7 +1537,7 @@ fn make_schedule(
         min_swap_bytes: config.min_bytes,
         allow_swaps,
         residents: (taken.iter())
-            .map(|&(tensor, _, _, rounded)| (tensor, rounded + blocks.granularity))
+            .map(|&(tensor, _, _, rounded, _)| (tensor, rounded + blocks.granularity))
             .collect(),
     };
     inputs.budget_bytes = inputs.budget_for(limit);
@@ -1530,10 +1574,11 @@ fn make_schedule(
         reported_unfit: false,
     };
     for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
-        if let (Some(&(_, id, va, rounded)), Some(offset)) = (block_of(tensor), offset) {
+        if let (Some(&(_, id, va, rounded, on_host)), Some(offset)) = (block_of(tensor), offset) {
             schedule.residents.push(Resident {
                 id,
                 va,
+                on_host,
                 offset: offset.next_multiple_of(blocks.granularity),
                 rounded,
                 away_at_start: None,
@@ -1542,7 +1587,7 @@ fn make_schedule(
     }
     for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
         let tensor = swap.tensor as usize;
-        let resident = block_of(tensor).map(|&(_, id, va, _)| (id, va));
+        let resident = block_of(tensor).map(|&(_, id, va, _, _)| (id, va));
         let Some(position) = position_of(tensor).or(resident.map(|_| NOT_A_SLOT)) else {
             continue;
         };
