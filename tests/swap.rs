@@ -21,6 +21,16 @@ fn swapped(
     env: &[(&str, &str)],
     name: &str,
 ) -> (String, serde_json::Value, serde_json::Value) {
+    swapped_under(LIMIT, args, env, name)
+}
+
+/// [`swapped`] under `limit`.
+fn swapped_under(
+    limit: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    name: &str,
+) -> (String, serde_json::Value, serde_json::Value) {
     let mlp = program("mlp_train");
     let stats = scratch(&format!("{name}-stats.json"));
     let shim_stats = scratch(&format!("{name}-shim.json"));
@@ -29,7 +39,7 @@ fn swapped(
         .iter()
         .any(|(name, _)| *name == "CUDA_SHIM_DEVICE_MEMORY")
     {
-        env.push(("CUDA_SHIM_DEVICE_MEMORY", LIMIT));
+        env.push(("CUDA_SHIM_DEVICE_MEMORY", limit));
     }
     env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
     let mut program_args = vec![mlp.to_str().unwrap()];
@@ -39,7 +49,7 @@ fn swapped(
             "--mode",
             "swap",
             "--limit",
-            LIMIT,
+            limit,
             "--stats",
             stats.to_str().unwrap(),
         ],
@@ -424,4 +434,53 @@ fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
         summary["swap"]["mapped_host_bytes_after_plan"], 0,
         "{summary:#}"
     );
+}
+
+/// Issue 31: weights and Adam's moments (8 layers of 1024 × 1024: 100 MB) are more than twice
+/// a 44.8 MB device, and the whole iteration (134.5 MB) three times. The plain run fails; in
+/// swap mode at the device's size the blocks allocated before the plan (at addresses of their
+/// own, on the host once the device is full) are taken into the pool and swapped like any
+/// tensor: the same losses and checksum, poisoned ranges and random stream delays included,
+/// the device under the limit, and nothing left in host memory the GPU would read over its
+/// link.
+#[test]
+fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_swap_mode() {
+    let mlp = program("mlp_train");
+    let args = [
+        "--adam", "--width", "1024", "--batch", "16", "--layers", "8", "--iters", "40", "--lr",
+        "0.001", "--gflops", "200",
+    ];
+    let device = "44800000";
+    let on_big_device = run_ok(&mlp, &args, &[]);
+    let small = run_on_shim(&mlp, &args, &[("CUDA_SHIM_DEVICE_MEMORY", device)]);
+    assert!(!small.status.success(), "the plain run fits {device} bytes");
+
+    let env = [
+        ("ITERMEM_SWAP_VERIFY", "1"),
+        ("CUDA_SHIM_JITTER_US", "20"),
+        ("CUDA_SHIM_SEED", "3"),
+    ];
+    let (out, summary, shim) = swapped_under(device, &args, &env, "adam-3x");
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert!(
+        peak <= device.parse().unwrap(),
+        "device peak {peak}: {summary:#}"
+    );
+    let swap = &summary["swap"];
+    assert_eq!(swap["plans"], 1, "{summary:#}");
+    assert!(
+        swap["warmup_host_bytes"].as_u64().unwrap() > 50_000_000,
+        "the warm-up put the state that did not fit on the host: {summary:#}"
+    );
+    assert_eq!(swap["mapped_host_bytes_after_plan"], 0, "{summary:#}");
+    // More than the persistent state's excess over the device moves every iteration.
+    let iterations = swap["iterations"].as_array().unwrap();
+    assert!(iterations.len() >= 2, "{summary:#}");
+    for iteration in iterations {
+        assert!(
+            iteration["swapped_out_bytes"].as_u64().unwrap() > 55_000_000,
+            "{summary:#}"
+        );
+    }
 }
