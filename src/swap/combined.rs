@@ -418,9 +418,12 @@ fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<(TensorId, u64)
         };
         (born, t.dies_after.map_or(n, |d| d + 1))
     };
+    // A resident tensor of an executable plan is a block the program reaches at an address of
+    // its own (`interposer/backing.rs`), never at its offset in the pool.
     let mut by_address: Vec<(u64, usize, usize, TensorId)> = trace
         .tensors
         .iter()
+        .filter(|t| !t.resident)
         .filter_map(|t| {
             let (born, dead) = life(t);
             Some((
