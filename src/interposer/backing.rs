@@ -149,14 +149,14 @@ impl Block {
         true
     }
 
-    /// Gives the block physical memory of its own again, where it had it, at its addresses
-    /// (content undefined).
-    pub fn remap_own(&mut self) -> bool {
+    /// Gives the block physical memory of its own again at its addresses, on the device or
+    /// (`on_host`) on the host, in place of whatever was mapped there (content undefined).
+    pub fn remap_own(&mut self, on_host: bool) -> bool {
         self.unmap_all();
         if self.own.is_some() {
             return false;
         }
-        let Some(handle) = cuda::create(self.rounded, self.on_host) else {
+        let Some(handle) = cuda::create(self.rounded, on_host) else {
             return false;
         };
         if !cuda::map(self.va, self.rounded, handle) {
@@ -164,6 +164,7 @@ impl Block {
             return false;
         }
         self.own = Some(handle);
+        self.on_host = on_host;
         self.mappings.push((self.va, self.rounded));
         true
     }

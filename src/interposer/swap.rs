@@ -904,7 +904,7 @@ impl PoolState {
                 continue;
             };
             block.release_own();
-            if !block.remap_own() {
+            if !block.remap_own(block.on_host) {
                 lost_block(r.va, r.rounded);
             }
             match block.on_host {
@@ -1392,7 +1392,13 @@ impl PoolState {
                 .iter_mut()
                 .find(|p| p.base == a.pool)
                 .is_some_and(|pool| pool.put_back(a.offset, a.end, id));
-            if back && cuda::copy(a.pool + a.offset, a.host, a.end - a.offset, 0) {
+            let home = if back {
+                Some(a.pool + a.offset)
+            } else {
+                a.alias.filter(|&va| self.detach_block(va))
+            };
+            let restored = home.is_some_and(|home| cuda::copy(home, a.host, a.end - a.offset, 0));
+            if restored {
                 if let Some(exec) = self.exec() {
                     exec.away.remove(&id);
                 }
@@ -1402,6 +1408,31 @@ impl PoolState {
         }
         cuda::synchronize();
         stranded
+    }
+
+    /// A block taken into a pool whose range borrowers hold gets memory of its own again at its
+    /// own addresses (device memory, else host memory): how it comes back when the plan can no
+    /// longer bring it. True if it has.
+    fn detach_block(&mut self, va: u64) -> bool {
+        let Some(exec) = self.executor.as_mut() else {
+            return false;
+        };
+        let Some((block, _)) = exec.blocks.get_mut(&va) else {
+            return false;
+        };
+        let rounded = block.rounded;
+        let on_host = if block.remap_own(false) {
+            false
+        } else if block.remap_own(true) {
+            true
+        } else {
+            return false;
+        };
+        match on_host {
+            true => exec.host_backed_bytes += rounded,
+            false => exec.own_block_bytes += rounded,
+        }
+        true
     }
 
     /// Whether a tensor that is away starts at `addr`.
