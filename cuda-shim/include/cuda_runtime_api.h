@@ -205,6 +205,7 @@ typedef struct CUfunc_st *cudaFunction_t;
 #define cudaEventDisableTiming 0x02
 #define cudaEventInterprocess 0x04
 #define cudaEventWaitDefault 0x00
+#define cudaEventWaitExternal 0x01
 #define cudaMemAttachGlobal 0x01
 #define cudaDeviceScheduleAuto 0x00
 #define cudaDeviceScheduleSpin 0x01
@@ -621,7 +622,7 @@ typedef struct cudaGraphEdgeData_st {
     unsigned char type;
     unsigned char reserved[5];
 } cudaGraphEdgeData;
-struct cudaGraphNodeParams; /* cudaGraphAddNode's node description: no graph exists on the shim */
+struct cudaGraphNodeParams; /* cudaGraphAddNode's node description: the shim does not support it */
 typedef unsigned long long cudaGraphConditionalHandle;
 typedef struct CUuserObject_st *cudaUserObject_t;
 typedef struct CUkern_st *cudaKernel_t;
@@ -813,7 +814,7 @@ extern cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int *leastPriority
 extern cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 extern cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags);
 
-/* ---- stream capture and graphs: the shim captures nothing (see cudaStreamBeginCapture) ---- */
+/* ---- stream capture and graphs (docs/ARCHITECTURE.md, "CUDA graphs") ---- */
 #if CUDART_VERSION < 13000
 #define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v2
 #endif

@@ -46,12 +46,14 @@ pub enum Direction {
 
 /// The bytes a copy reads: an address read when the copy runs, or a snapshot taken at submission
 /// (pageable host memory in an asynchronous copy, which the caller may reuse at once).
+#[derive(Clone)]
 pub enum Source {
     Address(usize),
     Staged(Vec<u8>),
 }
 
-/// One operation of a stream.
+/// One operation of a stream (or, cloned, of each launch of a graph node).
+#[derive(Clone)]
 pub enum Work {
     /// Nothing to run: carries an event record or an event wait.
     Marker,
@@ -580,7 +582,7 @@ pub struct Event {
     /// The handle of the context that made it: its reset or destruction destroys the event.
     owner: usize,
     /// Shared by an event and the events opened from its IPC handle.
-    recorded: Arc<Mutex<Option<Arc<Marker>>>>,
+    pub(crate) recorded: Arc<Mutex<Option<Arc<Marker>>>>,
 }
 
 pub const EVENT_DISABLE_TIMING: u32 = 0x2;
@@ -625,6 +627,8 @@ pub struct Driver {
     /// Context-local storage (NVIDIA's runtime keeps its per-context state there, through an
     /// export table: `export_table`): value and destructor by (context handle, key).
     storage: Mutex<HashMap<(usize, usize), Stored>>,
+    /// Graphs, executable graphs and stream captures.
+    pub graphs: crate::graph::Graphs,
 }
 
 /// A context-local value and its destructor.
@@ -874,6 +878,7 @@ impl Driver {
             retains: Mutex::new([0; MAX_DEVICES]),
             function_attributes: Mutex::new(HashMap::new()),
             storage: Mutex::new(HashMap::new()),
+            graphs: Default::default(),
         })
     }
 
@@ -1339,7 +1344,7 @@ impl Driver {
 
     // ---- events ----
 
-    fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
+    pub(crate) fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
         self.events
             .lock()
             .get(&handle)
@@ -1358,6 +1363,7 @@ impl Driver {
     /// `cuEventQuery` of an event of any device.
     pub fn event_query(&self, handle: usize) -> CuResult<()> {
         let event = self.event(handle)?;
+        self.graphs.check_event(handle)?;
         let marker = event.recorded.lock().clone();
         match marker.map(|m| m.completed_at()) {
             Some(None) => Err(NOT_READY),
@@ -1368,6 +1374,7 @@ impl Driver {
     /// `cuEventSynchronize` of an event of any device.
     pub fn event_synchronize(&self, handle: usize) -> CuResult<()> {
         let event = self.event(handle)?;
+        self.graphs.check_event(handle)?;
         let marker = event.recorded.lock().clone();
         if let Some(marker) = marker {
             marker.wait();
@@ -1403,7 +1410,7 @@ impl Context {
         self as *const Context as usize
     }
 
-    fn driver(&self) -> &'static Driver {
+    pub(crate) fn driver(&self) -> &'static Driver {
         // A context exists only inside the driver.
         DRIVER
             .get()
@@ -1417,7 +1424,7 @@ impl Context {
     }
 
     /// The context owning stream `handle`, with this one as the current context.
-    fn owner(&self, stream: usize) -> CuResult<&'static Context> {
+    pub(crate) fn owner(&self, stream: usize) -> CuResult<&'static Context> {
         self.driver().stream_owner(Some(self.this()?), stream)
     }
 
@@ -1499,6 +1506,7 @@ impl Context {
     /// the free.
     pub fn free_async(&self, addr: usize, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
         let owner = self.driver().heap_owner(addr).ok_or(INVALID_VALUE)?;
         let block = owner.memory.find(addr).ok_or(INVALID_VALUE)?;
         if block.start != addr || !owner.pending_frees.lock().insert(addr) {
@@ -1508,7 +1516,7 @@ impl Context {
             device: owner,
             addr,
         };
-        target.streams.submit(stream, work, None).map(drop)
+        target.enqueue(stream, work, None).map(drop)
     }
 
     pub fn place(&self, addr: usize) -> Place {
@@ -1561,6 +1569,10 @@ impl Context {
             height,
         } = rect;
         let target = self.owner(stream)?;
+        if synchronous {
+            target.outside_capture(stream)?;
+            self.driver().graphs.unsafe_call()?;
+        }
         if width == 0 || height == 0 {
             return Ok(());
         }
@@ -1600,7 +1612,9 @@ impl Context {
             direction,
             Direction::DeviceToHost | Direction::DeviceToDevice
         ) && driver.place(src) == Place::Pageable;
-        let (source, src_pitch) = if pageable_source && !synchronous {
+        // A captured copy reads its source when the graph runs, as a memcpy node does.
+        let captured = target.captures(stream)?;
+        let (source, src_pitch) = if pageable_source && !synchronous && !captured {
             // Read now, as the real call stages pageable memory; packed rows.
             let mut staged = Vec::with_capacity(width * height);
             for row in 0..height {
@@ -1615,12 +1629,12 @@ impl Context {
             (Source::Address(src), src_pitch)
         };
         let len = (width * height) as u64;
-        match (direction, src_device, dst_device) {
-            (Direction::HostToDevice, _, Some(d)) => Stats::add(&d.stats.h2d_bytes, len),
-            (Direction::DeviceToHost, Some(d), _) => Stats::add(&d.stats.d2h_bytes, len),
-            (Direction::DeviceToDevice, _, Some(d)) => Stats::add(&d.stats.d2d_bytes, len),
-            _ => {}
-        }
+        let tally = match (direction, src_device, dst_device) {
+            (Direction::HostToDevice, _, Some(d)) => Some((&d.stats.h2d_bytes, len)),
+            (Direction::DeviceToHost, Some(d), _) => Some((&d.stats.d2h_bytes, len)),
+            (Direction::DeviceToDevice, _, Some(d)) => Some((&d.stats.d2d_bytes, len)),
+            _ => None,
+        };
         let work = Work::Copy {
             dst,
             dst_pitch,
@@ -1634,7 +1648,9 @@ impl Context {
         // caller may read the destination at once; cudarc relies on it).
         let pageable_destination =
             direction == Direction::DeviceToHost && driver.place(dst) == Place::Pageable;
-        let done = target.streams.submit(stream, work, None)?;
+        let Some(done) = target.enqueue(stream, work, tally)? else {
+            return Ok(());
+        };
         if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
             done.wait();
             target.device.sticky()?;
@@ -1707,7 +1723,6 @@ impl Context {
                 target.device
             }
         };
-        Stats::add(&counted.stats.memset_bytes, (row * height) as u64);
         let work = Work::Memset {
             dst,
             pitch,
@@ -1716,7 +1731,8 @@ impl Context {
             width,
             height,
         };
-        target.streams.submit(stream, work, None).map(drop)
+        let tally = Some((&counted.stats.memset_bytes, (row * height) as u64));
+        target.enqueue(stream, work, tally).map(drop)
     }
 
     /// `cuMemAllocPitch`: rows of `width` bytes padded to the device's texture alignment (as
@@ -1742,7 +1758,9 @@ impl Context {
 
     /// `cuMemAllocAsync`: from the default pool of the stream's device, as CUDA allocates.
     pub fn alloc_async(&self, size: usize, stream: usize) -> CuResult<usize> {
-        let device = self.owner(stream)?.device;
+        let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
+        let device = target.device;
         let addr = device
             .memory
             .alloc(size, DeviceKind::Device, &device.stats)?;
@@ -1752,7 +1770,7 @@ impl Context {
 
     /// `cuMemAllocFromPoolAsync`: from the pool's device; the stream may be any device's.
     pub fn alloc_from_pool(&self, size: usize, device: usize, stream: usize) -> CuResult<usize> {
-        self.owner(stream)?;
+        self.owner(stream)?.outside_capture(stream)?;
         let device = self.driver().contexts[device].device;
         let addr = device
             .memory
@@ -1820,17 +1838,13 @@ impl Context {
             (None, None) if layout.params.is_empty() => {}
             _ => return Err(INVALID_VALUE),
         }
-        self.streams.submit(
-            stream,
-            Work::Launch {
-                layout,
-                buffer,
-                shape,
-            },
-            None,
-        )?;
-        Stats::add(&self.device.stats.kernel_launches, 1);
-        Ok(())
+        let work = Work::Launch {
+            layout,
+            buffer,
+            shape,
+        };
+        let tally = Some((&self.device.stats.kernel_launches, 1));
+        self.enqueue(stream, work, tally).map(drop)
     }
 
     /// The device addresses of `module`'s variables on this context's device: device memory of
@@ -1869,12 +1883,14 @@ impl Context {
     /// `cuStreamSynchronize` of a stream of any device.
     pub fn stream_synchronize(&self, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
         target.streams.tail(stream)?.wait();
         target.device.sticky()
     }
 
     pub fn stream_query(&self, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
         match target.streams.tail(stream)?.completed_at() {
             Some(_) => target.device.sticky(),
             None => Err(NOT_READY),
@@ -1908,18 +1924,21 @@ impl Context {
     /// work submitted before it.
     pub fn launch_host(&self, stream: usize, call: HostCall) -> CuResult<()> {
         self.owner(stream)?
-            .streams
-            .submit(stream, Work::Host(call), None)
+            .enqueue(stream, Work::Host(call), None)
             .map(drop)
     }
 
     /// `cuEventRecord`: the stream must belong to the event's context
-    /// (`CUDA_ERROR_INVALID_HANDLE` otherwise, as on CUDA).
-    pub fn event_record(&self, handle: usize, stream: usize) -> CuResult<()> {
+    /// (`CUDA_ERROR_INVALID_HANDLE` otherwise, as on CUDA). `external`
+    /// (`CU_EVENT_RECORD_EXTERNAL`) matters only during capture (see `graph`).
+    pub fn event_record(&self, handle: usize, stream: usize, external: bool) -> CuResult<()> {
         let event = self.driver().event(handle)?;
         let target = self.owner(stream)?;
         if target.ordinal != event.context {
             return Err(INVALID_HANDLE);
+        }
+        if target.capture_record(handle, stream, external)? {
+            return Ok(());
         }
         let marker = target.streams.submit(stream, Work::Marker, None)?;
         *event.recorded.lock() = Some(marker);
@@ -1928,10 +1947,14 @@ impl Context {
 
     /// `cuStreamWaitEvent`: later work of `stream` waits for the event's last record; an event
     /// never recorded is no dependency at all. Stream and event may belong to different devices
-    /// (how CUDA synchronises devices with each other).
-    pub fn stream_wait_event(&self, stream: usize, handle: usize) -> CuResult<()> {
+    /// (how CUDA synchronises devices with each other). `external` (`CU_EVENT_WAIT_EXTERNAL`)
+    /// matters only during capture (see `graph`).
+    pub fn stream_wait_event(&self, stream: usize, handle: usize, external: bool) -> CuResult<()> {
         let marker = self.driver().event(handle)?.recorded.lock().clone();
         let target = self.owner(stream)?;
+        if target.capture_wait(stream, handle, external)? {
+            return Ok(());
+        }
         match marker {
             Some(marker) => target
                 .streams

@@ -65,6 +65,17 @@ pub(crate) fn guard(name: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
     }
 }
 
+/// Writes `value` through an optional out-parameter: nothing when it is null.
+///
+/// # Safety
+/// `out` is null or valid for a write of `T`.
+unsafe fn put_optional<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: non-null, and valid for writes by the caller's contract.
+        unsafe { out.write(value) };
+    }
+}
+
 /// Writes `value` through an out-parameter.
 ///
 /// # Safety
@@ -458,8 +469,12 @@ driver_api! {
         unsafe { put(device, context.ordinal as i32) }
     }
 
+    /// While a stream of the context captures: `STREAM_CAPTURE_UNSUPPORTED`, and the capture is
+    /// invalidated.
     fn cuCtxSynchronize() {
-        current()?.synchronize()
+        let context = current()?;
+        context.check_synchronize()?;
+        context.synchronize()
     }
 
     /// CUDA 13's `cuCtxGetDevice` (`cuGetProcAddress` at 13000 and later): the device of
@@ -473,7 +488,9 @@ driver_api! {
     /// CUDA 13's `cuCtxSynchronize` (`cuGetProcAddress` at 13000 and later): waits for the
     /// work of `context`, current on this thread or not; NULL is the current context.
     fn cuCtxSynchronize_v2(context: usize) {
-        context_argument(context)?.synchronize()
+        let context = context_argument(context)?;
+        context.check_synchronize()?;
+        context.synchronize()
     }
 
     fn cuGetErrorName(error: u32, text: *mut *const c_char) {
@@ -511,8 +528,10 @@ driver_api! {
         unsafe { export_table::get(table, id) }
     }
 
+    /// Unsafe during a capture that prohibits it (`graph::Graphs::unsafe_call`).
     fn cuMemAlloc_v2(dptr: *mut u64, size: usize) {
         let context = current()?;
+        initialized()?.graphs.unsafe_call()?;
         if dptr.is_null() {
             return Err(INVALID_VALUE);
         }
@@ -521,11 +540,13 @@ driver_api! {
         unsafe { put(dptr, addr as u64) }
     }
 
+    /// Unsafe during a capture that prohibits it (`graph::Graphs::unsafe_call`).
     fn cuMemFree_v2(dptr: u64) {
         let context = current()?;
         if dptr == 0 {
             return Ok(());
         }
+        initialized()?.graphs.unsafe_call()?;
         context.free(dptr as usize)
     }
 
@@ -979,13 +1000,159 @@ driver_api! {
         unsafe { put(flags, u32::from(non_blocking)) }
     }
 
-    /// `CU_STREAM_CAPTURE_STATUS_NONE` for every valid stream: the shim has no stream capture
-    /// (the functions that begin one stay unresolved). NVIDIA's runtime answers
-    /// `cudaStreamIsCapturing` with it, which PyTorch's allocator asks before each `cudaMalloc`.
+    /// `CU_STREAM_CAPTURE_STATUS_NONE`, `_ACTIVE` or `_INVALIDATED` (NVIDIA's runtime answers
+    /// `cudaStreamIsCapturing` with it, which PyTorch's allocator asks before each `cudaMalloc`).
     fn cuStreamIsCapturing(stream: usize, status: *mut u32) {
-        stream_properties(stream)?;
+        let info = stream_context(stream)?.capture_info(stream)?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        unsafe { put(status, info.status) }
+    }
+
+    /// Begins capturing `stream` into a new graph (`graph` module: what is captured, what is
+    /// illegal meanwhile). The legacy stream cannot capture (`STREAM_CAPTURE_UNSUPPORTED`), a
+    /// capturing stream cannot begin again (`ILLEGAL_STATE`).
+    fn cuStreamBeginCapture_v2(stream: usize, mode: u32) {
+        stream_context(stream)?.begin_capture(stream, mode)
+    }
+
+    /// Ends the capture `stream` began and returns its graph; NULL with the error when the
+    /// capture was invalidated or left a forked stream unjoined (the capture ends either way).
+    fn cuStreamEndCapture(stream: usize, graph: *mut usize) {
+        if graph.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let result = stream_context(stream)?.end_capture(stream);
+        if matches!(result, Ok(_) | Err(STREAM_CAPTURE_INVALIDATED | STREAM_CAPTURE_UNJOINED)) {
+            // SAFETY: checked non-null; out-parameter of the caller.
+            unsafe { put(graph, result.unwrap_or(0)) }?;
+        }
+        result.map(drop)
+    }
+
+    /// The capture status and, while capturing, the capture's id, graph and the nodes the
+    /// stream's next captured work will depend on (each output may be NULL).
+    fn cuStreamGetCaptureInfo_v2(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
+    ) {
+        let info = stream_context(stream)?.capture_info(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, info.status) }?;
+        if info.status != 0 {
+            // SAFETY: each output is NULL (skipped) or the caller's out-parameter.
+            unsafe {
+                put_optional(id, info.id);
+                put_optional(graph, info.graph);
+                put_optional(dependencies, info.frontier.0);
+                put_optional(count, info.frontier.1);
+            }
+        }
+        Ok(())
+    }
+
+    /// As `_v2`; no edge carries data on the shim, so `edgeData_out` is NULL.
+    fn cuStreamGetCaptureInfo_v3(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) {
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })?;
+        // SAFETY: NULL (skipped) or the caller's out-parameter.
+        unsafe { put_optional(edge_data, std::ptr::null()) };
+        Ok(())
+    }
+
+    /// Swaps the calling thread's capture interaction mode (global, thread-local, relaxed).
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
+        // SAFETY: null (rejected) or the caller's in/out parameter.
+        let requested = unsafe { mode.as_ref() }.copied().ok_or(INVALID_VALUE)?;
+        let previous = crate::graph::exchange_mode(requested)?;
+        // SAFETY: checked non-null above.
+        unsafe { put(mode, previous) }
+    }
+
+    /// An empty graph; `flags` must be 0.
+    fn cuGraphCreate(graph: *mut usize, flags: u32) {
+        let driver = initialized()?;
+        if graph.is_null() || flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(graph, driver.graphs.create()) }
+    }
+
+    fn cuGraphDestroy(graph: usize) {
+        initialized()?.graphs.destroy(graph)
+    }
+
+    /// The graph's nodes: with `nodes` NULL their number, otherwise up to `*count` of them
+    /// and the number written.
+    fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) {
+        let all = initialized()?.graphs.nodes(graph)?;
+        if count.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        if !nodes.is_null() {
+            // SAFETY: `count` is non-null and the caller's in/out parameter.
+            let room = unsafe { *count };
+            for (i, node) in all.iter().take(room).enumerate() {
+                // SAFETY: `nodes` holds `room` handles, as the caller promises.
+                unsafe { nodes.add(i).write(*node) };
+            }
+            // SAFETY: as above.
+            return unsafe { put(count, all.len().min(room)) };
+        }
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(count, all.len()) }
+    }
+
+    /// An executable graph of `graph`'s nodes. The flags (auto-free on launch, upload, device
+    /// launch, priority) change nothing on the shim; unknown bits are `INVALID_VALUE`.
+    fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) {
+        let driver = initialized()?;
+        if exec.is_null() || flags & !0xF != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let handle = driver.graphs.instantiate(graph)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(exec, handle) }
+    }
+
+    /// Runs the exec graph's nodes on `stream`, after the stream's earlier work and the exec's
+    /// previous launch; later work of the stream follows all of them.
+    fn cuGraphLaunch(exec: usize, stream: usize) {
+        stream_context(stream)?.launch_graph(exec, stream)
+    }
+
+    /// Nothing to upload on the shim (device memory is host memory): checks the handles.
+    fn cuGraphUpload(exec: usize, stream: usize) {
+        stream_context(stream)?.check_stream(stream)?;
+        initialized()?.graphs.check_exec(exec)
+    }
+
+    fn cuGraphExecDestroy(exec: usize) {
+        initialized()?.graphs.exec_destroy(exec)
+    }
+
+    /// Writes the graph in Graphviz's language to `path`; `flags` select details NVIDIA's
+    /// driver prints, the shim prints each node's kind and its dependencies whatever they are.
+    fn cuGraphDebugDotPrint(graph: usize, path: *const c_char, _flags: u32) {
+        let driver = initialized()?;
+        if path.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes a NUL-terminated path.
+        let path = unsafe { CStr::from_ptr(path) }.to_str().map_err(|_| INVALID_VALUE)?;
+        crate::graph::write_file(path, &driver.graphs.dot(graph)?)
     }
 
     /// `fn(userData)` runs on the stream's thread once the work before it has completed; work
@@ -1040,11 +1207,13 @@ driver_api! {
         current()?.stream_query(stream)
     }
 
+    /// `CU_EVENT_WAIT_EXTERNAL` (1) makes an event wait node during capture; outside capture
+    /// both flags wait alike.
     fn cuStreamWaitEvent(stream: usize, event: usize, flags: u32) {
-        if flags != 0 {
+        if flags > 1 {
             return Err(INVALID_VALUE);
         }
-        current()?.stream_wait_event(stream, event)
+        current()?.stream_wait_event(stream, event, flags == 1)
     }
 
     fn cuEventCreate(event: *mut usize, flags: u32) {
@@ -1058,17 +1227,17 @@ driver_api! {
     }
 
     fn cuEventRecord(event: usize, stream: usize) {
-        current()?.event_record(event, stream)
+        current()?.event_record(event, stream, false)
     }
 
-    /// `CU_EVENT_RECORD_EXTERNAL` matters only during stream capture, which the shim never
-    /// does: outside capture both flags record as `cuEventRecord`.
+    /// `CU_EVENT_RECORD_EXTERNAL` makes an event record node during capture; outside capture
+    /// both flags record as `cuEventRecord`.
     fn cuEventRecordWithFlags(event: usize, stream: usize, flags: u32) {
         let context = current()?;
         if flags > 1 {
             return Err(INVALID_VALUE);
         }
-        context.event_record(event, stream)
+        context.event_record(event, stream, flags == 1)
     }
 
     /// Page-locks ordinary host memory for the current device: afterwards copies treat it as
@@ -1798,7 +1967,56 @@ driver_api! {
     }
 
     fn cuEventRecord_ptsz(event: usize, stream: usize) {
-        current()?.event_record(event, per_thread(stream))
+        current()?.event_record(event, per_thread(stream), false)
+    }
+
+    fn cuStreamBeginCapture_v2_ptsz(stream: usize, mode: u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamBeginCapture_v2(per_thread(stream), mode) })
+    }
+
+    fn cuStreamEndCapture_ptsz(stream: usize, graph: *mut usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamEndCapture(per_thread(stream), graph) })
+    }
+
+    fn cuStreamGetCaptureInfo_v2_ptsz(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })
+    }
+
+    fn cuStreamGetCaptureInfo_v3_ptsz(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe {
+            cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
+    }
+
+    fn cuGraphLaunch_ptsz(exec: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuGraphLaunch(exec, per_thread(stream)) })
+    }
+
+    fn cuGraphUpload_ptsz(exec: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuGraphUpload(exec, per_thread(stream)) })
     }
 
     fn cuEventRecordWithFlags_ptsz(event: usize, stream: usize, flags: u32) {
@@ -1909,6 +2127,12 @@ pub const GREATEST_PRIORITY: i32 = -5;
 pub const LEAST_PRIORITY: i32 = 0;
 
 /// Non-blocking flag and priority of a stream of any device.
+/// The context owning `stream` (the current one for the special handles).
+fn stream_context(stream: usize) -> CuResult<&'static Context> {
+    let context = current()?;
+    initialized()?.stream_owner(Some(context), stream)
+}
+
 fn stream_properties(stream: usize) -> CuResult<(bool, i32)> {
     let context = current()?;
     let driver = initialized()?;
@@ -2194,6 +2418,28 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuStreamGetPriority", 5050, "cuStreamGetPriority"),
     ("cuStreamGetFlags", 5050, "cuStreamGetFlags"),
     ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
+    ("cuStreamBeginCapture", 10010, "cuStreamBeginCapture_v2"),
+    ("cuStreamEndCapture", 10000, "cuStreamEndCapture"),
+    ("cuStreamGetCaptureInfo", 11030, "cuStreamGetCaptureInfo_v2"),
+    ("cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3"),
+    (
+        "cuThreadExchangeStreamCaptureMode",
+        10010,
+        "cuThreadExchangeStreamCaptureMode",
+    ),
+    ("cuGraphCreate", 10000, "cuGraphCreate"),
+    ("cuGraphDestroy", 10000, "cuGraphDestroy"),
+    ("cuGraphGetNodes", 10000, "cuGraphGetNodes"),
+    ("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags"),
+    (
+        "cuGraphInstantiateWithFlags",
+        11040,
+        "cuGraphInstantiateWithFlags",
+    ),
+    ("cuGraphLaunch", 10000, "cuGraphLaunch"),
+    ("cuGraphUpload", 11010, "cuGraphUpload"),
+    ("cuGraphExecDestroy", 10000, "cuGraphExecDestroy"),
+    ("cuGraphDebugDotPrint", 11030, "cuGraphDebugDotPrint"),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
     ("cuLaunchHostFunc", 13010, "cuLaunchHostFunc_v2"),
     ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
@@ -2263,6 +2509,24 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
     ("cuStreamGetPriority", 7000, "cuStreamGetPriority_ptsz"),
     ("cuStreamGetFlags", 7000, "cuStreamGetFlags_ptsz"),
     ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing_ptsz"),
+    (
+        "cuStreamBeginCapture_v2",
+        10010,
+        "cuStreamBeginCapture_v2_ptsz",
+    ),
+    ("cuStreamEndCapture", 10000, "cuStreamEndCapture_ptsz"),
+    (
+        "cuStreamGetCaptureInfo_v2",
+        11030,
+        "cuStreamGetCaptureInfo_v2_ptsz",
+    ),
+    (
+        "cuStreamGetCaptureInfo_v3",
+        12030,
+        "cuStreamGetCaptureInfo_v3_ptsz",
+    ),
+    ("cuGraphLaunch", 10000, "cuGraphLaunch_ptsz"),
+    ("cuGraphUpload", 11010, "cuGraphUpload_ptsz"),
     ("cuStreamWaitEvent", 7000, "cuStreamWaitEvent_ptsz"),
     ("cuStreamAddCallback", 7000, "cuStreamAddCallback_ptsz"),
     ("cuStreamQuery", 7000, "cuStreamQuery_ptsz"),

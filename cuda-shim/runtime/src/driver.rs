@@ -45,6 +45,35 @@ pub struct Stats(pub [u64; 14]);
 
 unsafe extern "C" {
     pub fn cuInit(flags: u32) -> u32;
+    pub fn cuStreamBeginCapture_v2(stream: usize, mode: u32) -> u32;
+    pub fn cuStreamEndCapture(stream: usize, graph: *mut usize) -> u32;
+    pub fn cuStreamIsCapturing(stream: usize, status: *mut u32) -> u32;
+    #[cfg(not(feature = "cuda13"))]
+    pub fn cuStreamGetCaptureInfo_v2(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
+    ) -> u32;
+    #[cfg(feature = "cuda13")]
+    pub fn cuStreamGetCaptureInfo_v3(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) -> u32;
+    pub fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> u32;
+    pub fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) -> u32;
+    pub fn cuGraphLaunch(exec: usize, stream: usize) -> u32;
+    pub fn cuGraphExecDestroy(exec: usize) -> u32;
+    pub fn cuGraphDestroy(graph: usize) -> u32;
+    pub fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) -> u32;
+    pub fn cuGraphDebugDotPrint(graph: usize, path: *const c_char, flags: u32) -> u32;
     pub fn cuDriverGetVersion(version: *mut i32) -> u32;
     pub fn cuDeviceGetName(name: *mut c_char, len: i32, device: i32) -> u32;
     pub fn cuDeviceTotalMem_v2(bytes: *mut usize, device: i32) -> u32;

@@ -46,8 +46,11 @@ const INVALID_DEVICE_FUNCTION: u32 = 98;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_RESOURCE_HANDLE: u32 = 400;
 const SYMBOL_NOT_FOUND: u32 = 500;
+#[cfg(feature = "cuda13")]
 const ILLEGAL_STATE: u32 = 401;
+#[cfg(feature = "cuda13")]
 const NOT_SUPPORTED: u32 = 801;
+#[cfg(feature = "cuda13")]
 const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
 const UNKNOWN: u32 = 999;
 
@@ -63,8 +66,6 @@ thread_local! {
     static LAST_ERROR: Cell<u32> = const { Cell::new(SUCCESS) };
     /// The device `cudaSetDevice` chose on this thread (0 until then, as on CUDA).
     static DEVICE: Cell<i32> = const { Cell::new(0) };
-    /// `cudaThreadExchangeStreamCaptureMode`'s mode of this thread (global until changed).
-    static CAPTURE_MODE: Cell<u32> = const { Cell::new(0) };
     /// Launch configurations pushed by nvcc-generated stubs (`<<<…>>>`), innermost last.
     static CALL_CONFIGURATIONS: RefCell<Vec<(Dim3, Dim3, usize, usize)>> = const { RefCell::new(Vec::new()) };
 }
@@ -1105,111 +1106,103 @@ runtime_api! {
         check(unsafe { cuStreamAddCallback(stream, callback, data, flags) })
     }
 
-    /// Graphs cannot be captured on the shim: the legacy stream is
-    /// `cudaErrorStreamCaptureUnsupported` (as on CUDA), any other stream
-    /// `cudaErrorNotSupported`.
+    /// The driver's capture (cuda-shim's `graph` module): the legacy stream cannot capture
+    /// (`cudaErrorStreamCaptureUnsupported`), a capturing stream cannot begin again
+    /// (`cudaErrorIllegalState`).
     fn cudaStreamBeginCapture(stream: usize, mode: u32) {
         context()?;
-        stream_flags(stream)?;
-        if mode > 2 {
-            return Err(INVALID_VALUE);
-        }
-        if stream == 0 || stream == 1 {
-            return Err(STREAM_CAPTURE_UNSUPPORTED);
-        }
-        Err(NOT_SUPPORTED)
+        // SAFETY: the driver validates the handle and the mode.
+        check(unsafe { cuStreamBeginCapture_v2(stream, mode) })
     }
 
-    /// No stream is ever capturing: `cudaErrorIllegalState`.
     fn cudaStreamEndCapture(stream: usize, graph: *mut usize) {
         context()?;
-        stream_flags(stream)?;
-        if graph.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        Err(ILLEGAL_STATE)
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuStreamEndCapture(stream, graph) })
     }
 
     fn cudaStreamIsCapturing(stream: usize, status: *mut u32) {
         context()?;
-        stream_flags(stream)?;
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuStreamIsCapturing(stream, status) })
     }
 
-    /// The status is `cudaStreamCaptureStatusNone`; the other outputs, meaningful only during
-    /// a capture, are not written.
+    /// The status and, during a capture, its id, graph and the stream's current dependencies
+    /// (outputs may be NULL).
     #[cfg(not(feature = "cuda13"))]
     fn cudaStreamGetCaptureInfo_v2(
         stream: usize,
         status: *mut u32,
-        _id: *mut u64,
-        _graph: *mut usize,
-        _dependencies: *mut *const usize,
-        _count: *mut usize,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
     ) {
         context()?;
-        stream_flags(stream)?;
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        // SAFETY: the driver validates the handle; each output is NULL or the caller's.
+        check(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })
     }
 
-    /// CUDA 13's (CUDA 12's `_v3`, with edge data): as CUDA 12's `_v2`.
+    /// CUDA 13's (CUDA 12's `_v3`, with edge data, always NULL on the shim).
     #[cfg(feature = "cuda13")]
     fn cudaStreamGetCaptureInfo(
         stream: usize,
         status: *mut u32,
-        _id: *mut u64,
-        _graph: *mut usize,
-        _dependencies: *mut *const usize,
-        _edge_data: *mut *const c_void,
-        _count: *mut usize,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
     ) {
         context()?;
-        stream_flags(stream)?;
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        // SAFETY: the driver validates the handle; each output is NULL or the caller's.
+        check(unsafe {
+            cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
     }
 
-    /// Swaps the calling thread's capture mode (global, thread-local or relaxed).
+    /// Swaps the calling thread's capture mode (global, thread-local or relaxed), which the
+    /// driver keeps: it decides which calls a capture prohibits.
     fn cudaThreadExchangeStreamCaptureMode(mode: *mut u32) {
-        // SAFETY: null (rejected) or the caller's in/out parameter.
-        let requested = unsafe { mode.as_ref() }.copied().ok_or(INVALID_VALUE)?;
-        if requested > 2 {
-            return Err(INVALID_VALUE);
-        }
-        let previous = CAPTURE_MODE.try_with(|m| m.replace(requested)).map_err(|_| UNKNOWN)?;
-        // SAFETY: checked non-null above.
-        unsafe { put(mode, previous) }
+        // SAFETY: the driver validates the in/out parameter.
+        check(unsafe { cuThreadExchangeStreamCaptureMode(mode) })
     }
 
-    /// No graph exists on the shim (nothing can be captured), so every graph or executable
-    /// graph handle is `cudaErrorInvalidValue`, as for a handle CUDA does not know.
-    fn cudaGraphInstantiate(exec: *mut usize, _graph: usize, _flags: u64) {
-        no_graph(exec as usize)
+    /// CUDA 12's `cudaGraphInstantiate` takes flags, as `cudaGraphInstantiateWithFlags`.
+    fn cudaGraphInstantiate(exec: *mut usize, graph: usize, flags: u64) {
+        context()?;
+        // SAFETY: the driver validates the handle, the flags and the out-parameter.
+        check(unsafe { cuGraphInstantiateWithFlags(exec, graph, flags) })
     }
 
-    fn cudaGraphInstantiateWithFlags(exec: *mut usize, _graph: usize, _flags: u64) {
-        no_graph(exec as usize)
+    fn cudaGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) {
+        context()?;
+        // SAFETY: the driver validates the handle, the flags and the out-parameter.
+        check(unsafe { cuGraphInstantiateWithFlags(exec, graph, flags) })
     }
 
     fn cudaGraphLaunch(exec: usize, stream: usize) {
         context()?;
-        stream_flags(stream)?;
-        let _ = exec;
-        Err(INVALID_VALUE)
+        // SAFETY: the driver validates both handles.
+        check(unsafe { cuGraphLaunch(exec, stream) })
     }
 
     fn cudaGraphExecDestroy(exec: usize) {
-        no_graph(exec)
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuGraphExecDestroy(exec) })
     }
 
     fn cudaGraphDestroy(graph: usize) {
-        no_graph(graph)
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuGraphDestroy(graph) })
     }
 
-    fn cudaGraphGetNodes(graph: usize, _nodes: *mut usize, _count: *mut usize) {
-        no_graph(graph)
+    fn cudaGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) {
+        context()?;
+        // SAFETY: the driver validates the handle; `nodes` holds `*count` handles or is NULL.
+        check(unsafe { cuGraphGetNodes(graph, nodes, count) })
     }
 
     #[cfg(not(feature = "cuda13"))]
@@ -1228,8 +1221,10 @@ runtime_api! {
         no_graph(node)
     }
 
-    fn cudaGraphDebugDotPrint(graph: usize, _path: *const c_char, _flags: u32) {
-        no_graph(graph)
+    fn cudaGraphDebugDotPrint(graph: usize, path: *const c_char, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the handle and the path.
+        check(unsafe { cuGraphDebugDotPrint(graph, path, flags) })
     }
 
     /// Page-locks ordinary host memory: afterwards copies treat it as page-locked and it is
@@ -1460,6 +1455,7 @@ pub extern "C" fn cudaShimRaiseDeviceError(error: u32) {
 }
 
 /// The flags of a stream (validating its handle).
+#[cfg(feature = "cuda13")]
 fn stream_flags(stream: usize) -> Result<u32, u32> {
     let mut flags = 0;
     // SAFETY: `flags` is a valid out-parameter; the driver validates the handle.
@@ -1467,7 +1463,8 @@ fn stream_flags(stream: usize) -> Result<u32, u32> {
     Ok(flags)
 }
 
-/// What every graph call answers: no graph handle is valid on the shim.
+/// What the graph calls the shim does not implement answer (node queries, the generic node
+/// API): `cudaErrorInvalidValue`, as for a handle CUDA does not know.
 fn no_graph(_handle: usize) -> RtResult {
     context()?;
     Err(INVALID_VALUE)
