@@ -30,6 +30,15 @@ fn a_graph_launch_is_one_unit_of_stream_order_and_launches_of_one_exec_never_ove
 }
 
 #[test]
+fn a_graph_built_node_by_node_with_a_child_graph_and_updated_arguments_gives_the_direct_results() {
+    check("explicit", &["8"], &[]);
+    for seed in ["1", "2", "3"] {
+        let env = [("CUDA_SHIM_JITTER_US", "1000"), ("CUDA_SHIM_SEED", seed)];
+        check("explicit", &["4"], &env);
+    }
+}
+
+#[test]
 fn an_allocation_during_a_global_capture_is_refused_and_invalidates_it() {
     check("malloc", &[], &[]);
 }

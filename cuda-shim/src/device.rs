@@ -1560,6 +1560,43 @@ impl Context {
         stream: usize,
         synchronous: bool,
     ) -> CuResult<()> {
+        let target = self.owner(stream)?;
+        if synchronous {
+            target.outside_capture(stream)?;
+            self.driver().graphs.unsafe_call()?;
+        }
+        // Pageable memory is staged by an asynchronous copy; a captured copy reads its source
+        // when the graph runs, as a memcpy node does.
+        let stage = !synchronous && !target.captures(stream)?;
+        let Some((work, tally)) = self.copy_work(rect, kind, declared, stage)? else {
+            return Ok(());
+        };
+        let Work::Copy { direction, .. } = work else {
+            return Err(UNKNOWN);
+        };
+        // An asynchronous copy into pageable memory returns once it is done, as on CUDA (the
+        // caller may read the destination at once; cudarc relies on it).
+        let pageable_destination = direction == Direction::DeviceToHost
+            && self.driver().place(rect.dst) == Place::Pageable;
+        let Some(done) = target.enqueue(stream, work, tally)? else {
+            return Ok(());
+        };
+        if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
+            done.wait();
+            target.device.sticky()?;
+        }
+        Ok(())
+    }
+
+    /// The copy `copy_2d` queues (or a memcpy node runs), validated, with the counter it adds
+    /// to; None when it copies nothing. With `stage`, a pageable host source is read now.
+    pub fn copy_work(
+        &self,
+        rect: Rect,
+        kind: u32,
+        declared: [MemoryType; 2],
+        stage: bool,
+    ) -> CuResult<Option<(Work, crate::graph::Tally)>> {
         let Rect {
             dst,
             dst_pitch,
@@ -1568,13 +1605,8 @@ impl Context {
             width,
             height,
         } = rect;
-        let target = self.owner(stream)?;
-        if synchronous {
-            target.outside_capture(stream)?;
-            self.driver().graphs.unsafe_call()?;
-        }
         if width == 0 || height == 0 {
-            return Ok(());
+            return Ok(None);
         }
         if height > 1
             && (src_pitch < width || dst_pitch < width || src_pitch.max(dst_pitch) > MAX_PITCH)
@@ -1612,9 +1644,7 @@ impl Context {
             direction,
             Direction::DeviceToHost | Direction::DeviceToDevice
         ) && driver.place(src) == Place::Pageable;
-        // A captured copy reads its source when the graph runs, as a memcpy node does.
-        let captured = target.captures(stream)?;
-        let (source, src_pitch) = if pageable_source && !synchronous && !captured {
+        let (source, src_pitch) = if pageable_source && stage {
             // Read now, as the real call stages pageable memory; packed rows.
             let mut staged = Vec::with_capacity(width * height);
             for row in 0..height {
@@ -1644,18 +1674,7 @@ impl Context {
             height,
             direction,
         };
-        // An asynchronous copy into pageable memory returns once it is done, as on CUDA (the
-        // caller may read the destination at once; cudarc relies on it).
-        let pageable_destination =
-            direction == Direction::DeviceToHost && driver.place(dst) == Place::Pageable;
-        let Some(done) = target.enqueue(stream, work, tally)? else {
-            return Ok(());
-        };
-        if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
-            done.wait();
-            target.device.sticky()?;
-        }
-        Ok(())
+        Ok(Some((work, tally)))
     }
 
     /// A peer copy (`cuMemcpyPeer`): serialised with all pending and future work of this
@@ -1701,8 +1720,25 @@ impl Context {
         stream: usize,
     ) -> CuResult<()> {
         let target = self.owner(stream)?;
+        match target.memset_work(dst, pitch, value, element, width, height)? {
+            Some((work, tally)) => target.enqueue(stream, work, tally).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// The memset `memset_2d` queues (or a memset node runs), validated; None when it sets
+    /// nothing. Page-locked memory counts on this context's device.
+    pub fn memset_work(
+        &self,
+        dst: usize,
+        pitch: usize,
+        value: u32,
+        element: usize,
+        width: usize,
+        height: usize,
+    ) -> CuResult<Option<(Work, crate::graph::Tally)>> {
         if width == 0 || height == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let row = width.checked_mul(element).ok_or(INVALID_VALUE)?;
         let pitch = if height == 1 { row } else { pitch };
@@ -1720,7 +1756,7 @@ impl Context {
                 if dst.checked_add(len).is_none_or(|end| end > start + size) {
                     return Err(INVALID_VALUE);
                 }
-                target.device
+                self.device
             }
         };
         let work = Work::Memset {
@@ -1732,7 +1768,7 @@ impl Context {
             height,
         };
         let tally = Some((&counted.stats.memset_bytes, (row * height) as u64));
-        target.enqueue(stream, work, tally).map(drop)
+        Ok(Some((work, tally)))
     }
 
     /// `cuMemAllocPitch`: rows of `width` bytes padded to the device's texture alignment (as
@@ -1781,21 +1817,31 @@ impl Context {
 
     // ---- kernels ----
 
-    /// Packs the arguments of `function` and queues the launch. `params[i]` points to the value
-    /// of parameter i (`kernelParams`), or `packed` is an already packed buffer (`extra`). The
-    /// stream must belong to this context: a launch on another device's stream is
-    /// `CUDA_ERROR_INVALID_HANDLE`, as on CUDA.
+    /// Queues the launch `work` builds (see `kernel`) on `stream`, which must belong to this
+    /// context: a launch on another device's stream is `CUDA_ERROR_INVALID_HANDLE`, as on CUDA.
     pub fn launch(
         &self,
-        function: usize,
-        params: Option<&[*const u8]>,
-        packed: Option<&[u8]>,
         stream: usize,
-        mut shape: Shape,
+        work: impl FnOnce(&Context) -> CuResult<Work>,
     ) -> CuResult<()> {
         if self.owner(stream)?.ordinal != self.ordinal {
             return Err(INVALID_HANDLE);
         }
+        let work = work(self)?;
+        let tally = Some((&self.device.stats.kernel_launches, 1));
+        self.enqueue(stream, work, tally).map(drop)
+    }
+
+    /// The launch of `function` on this context, its arguments packed: `params[i]` points to
+    /// the value of parameter i (`kernelParams`), or `packed` is an already packed buffer
+    /// (`extra`). What a launch queues, or a kernel node runs.
+    pub fn kernel(
+        &self,
+        function: usize,
+        params: Option<&[*const u8]>,
+        packed: Option<&[u8]>,
+        mut shape: Shape,
+    ) -> CuResult<Work> {
         let layout = self.driver().functions.by_handle(function)?.layout();
         match &layout.body {
             None => return Err(NOT_FOUND),
@@ -1838,13 +1884,11 @@ impl Context {
             (None, None) if layout.params.is_empty() => {}
             _ => return Err(INVALID_VALUE),
         }
-        let work = Work::Launch {
+        Ok(Work::Launch {
             layout,
             buffer,
             shape,
-        };
-        let tally = Some((&self.device.stats.kernel_launches, 1));
-        self.enqueue(stream, work, tally).map(drop)
+        })
     }
 
     /// The device addresses of `module`'s variables on this context's device: device memory of

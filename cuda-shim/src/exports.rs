@@ -1143,6 +1143,144 @@ driver_api! {
         initialized()?.graphs.exec_destroy(exec)
     }
 
+    /// A kernel node: the launch `params` describe, its arguments copied now (as a launch
+    /// copies them).
+    fn cuGraphAddKernelNode_v2(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const KernelNodeParams,
+    ) {
+        // SAFETY: the caller's parameters, as cuGraphAddKernelNode documents them.
+        let work = unsafe { kernel_node(params) }?;
+        let tally = Some((&current()?.device.stats.kernel_launches, 1));
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::Work(work, tally)) }
+    }
+
+    /// A memset node on `context` (NULL: the current one), checked as `cuMemsetD2D*Async`.
+    fn cuGraphAddMemsetNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const MemsetNodeParams,
+        context: usize,
+    ) {
+        let context = context_argument(context)?;
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+        if !matches!(p.element_size, 1 | 2 | 4) {
+            return Err(INVALID_VALUE);
+        }
+        let (element, width, height) = (p.element_size as usize, p.width, p.height);
+        let work = context.memset_work(p.dst as usize, p.pitch, p.value, element, width, height)?;
+        let op = match work {
+            Some((work, tally)) => crate::graph::Op::Work(work, tally),
+            None => return Err(INVALID_VALUE),
+        };
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// A host node: `fn(userData)` on the launch stream's thread.
+    fn cuGraphAddHostNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const HostNodeParams,
+    ) {
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+        let func = p.function.ok_or(INVALID_VALUE)?;
+        let call = device::HostCall::Function { func, data: p.data as usize };
+        let op = crate::graph::Op::Work(device::Work::Host(call), None);
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// A node that does nothing (it orders its dependencies before its followers).
+    fn cuGraphAddEmptyNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize) {
+        let op = crate::graph::Op::Work(device::Work::Marker, None);
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// Records `event` when the node runs (as `cuEventRecord` on the launch stream).
+    fn cuGraphAddEventRecordNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        initialized()?.event(event)?;
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::EventRecord(event)) }
+    }
+
+    /// Waits for `event`'s last record when the graph is launched.
+    fn cuGraphAddEventWaitNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        initialized()?.event(event)?;
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::EventWait(event)) }
+    }
+
+    /// A node running a copy of `child` (later changes to `child` do not affect it).
+    fn cuGraphAddChildGraphNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        child: usize,
+    ) {
+        let copy = initialized()?.graphs.copy(child)?;
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::Child(copy)) }
+    }
+
+    /// `to[i]` follows `from[i]`, for each of the `count` pairs.
+    fn cuGraphAddDependencies(graph: usize, from: *const usize, to: *const usize, count: usize) {
+        // SAFETY: each array is null (rejected unless empty) or holds `count` handles.
+        let (from, to) = unsafe { (node_list(from, count)?, node_list(to, count)?) };
+        initialized()?.graphs.add_dependencies(graph, from, to)
+    }
+
+    /// CUDA 12.3's, with edge data: only default edges (NULL or all zero) are supported.
+    fn cuGraphAddDependencies_v2(
+        graph: usize,
+        from: *const usize,
+        to: *const usize,
+        edge_data: *const [u8; 8],
+        count: usize,
+    ) {
+        if !edge_data.is_null() {
+            // SAFETY: non-null edge data holds `count` entries.
+            let edges = unsafe { std::slice::from_raw_parts(edge_data, count) };
+            if edges.iter().any(|e| e.iter().any(|&b| b != 0)) {
+                return Err(INVALID_VALUE);
+            }
+        }
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuGraphAddDependencies(graph, from, to, count) })
+    }
+
+    /// The kernel node `node` of `exec` launches what `params` describe from the next launch
+    /// of `exec` on (its arguments copied now).
+    fn cuGraphExecKernelNodeSetParams_v2(exec: usize, node: usize, params: *const KernelNodeParams) {
+        // SAFETY: the caller's parameters, as the function documents them.
+        let work = unsafe { kernel_node(params) }?;
+        initialized()?.graphs.set_kernel(exec, node, work)
+    }
+
     /// Writes the graph in Graphviz's language to `path`; `flags` select details NVIDIA's
     /// driver prints, the shim prints each node's kind and its dependencies whatever they are.
     fn cuGraphDebugDotPrint(graph: usize, path: *const c_char, _flags: u32) {
@@ -2440,6 +2578,28 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuGraphUpload", 11010, "cuGraphUpload"),
     ("cuGraphExecDestroy", 10000, "cuGraphExecDestroy"),
     ("cuGraphDebugDotPrint", 11030, "cuGraphDebugDotPrint"),
+    ("cuGraphAddKernelNode", 12000, "cuGraphAddKernelNode_v2"),
+    ("cuGraphAddMemsetNode", 10000, "cuGraphAddMemsetNode"),
+    ("cuGraphAddHostNode", 10000, "cuGraphAddHostNode"),
+    ("cuGraphAddEmptyNode", 10000, "cuGraphAddEmptyNode"),
+    (
+        "cuGraphAddEventRecordNode",
+        11010,
+        "cuGraphAddEventRecordNode",
+    ),
+    ("cuGraphAddEventWaitNode", 11010, "cuGraphAddEventWaitNode"),
+    (
+        "cuGraphAddChildGraphNode",
+        10000,
+        "cuGraphAddChildGraphNode",
+    ),
+    ("cuGraphAddDependencies", 10000, "cuGraphAddDependencies"),
+    ("cuGraphAddDependencies", 12030, "cuGraphAddDependencies_v2"),
+    (
+        "cuGraphExecKernelNodeSetParams",
+        12000,
+        "cuGraphExecKernelNodeSetParams_v2",
+    ),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
     ("cuLaunchHostFunc", 13010, "cuLaunchHostFunc_v2"),
     ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
@@ -2687,17 +2847,8 @@ unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CuResult<()> {
     let context = current()?;
-    let threads = launch.block.iter().map(|&b| u64::from(b)).product::<u64>();
-    let blocks = launch.grid.iter().map(|&g| u64::from(g)).product::<u64>();
-    if blocks == 0 || threads == 0 || threads > 1024 {
-        return Err(INVALID_VALUE);
-    }
-    let nparams = initialized()?
-        .functions
-        .by_handle(function)?
-        .layout()
-        .params
-        .len();
+    let (blocks, threads) = launch_size(launch.grid, launch.block)?;
+    let nparams = parameter_count(function)?;
     if launch.cooperative {
         let device = context.ordinal as i32;
         let per_sm = occupancy(device, threads, 0)?;
@@ -2705,25 +2856,154 @@ unsafe fn launch_kernel(
             return Err(COOPERATIVE_LAUNCH_TOO_LARGE);
         }
     }
-    let stream = launch.stream;
     let shape = Shape {
         grid: launch.grid,
         block: launch.block,
         shared: launch.shared,
         globals: Vec::new(),
     };
+    context.launch(launch.stream, |context| {
+        // SAFETY: the caller's kernelParams/extra, as cuLaunchKernel documents them.
+        unsafe { kernel_work(context, function, nparams, shape, params, extra) }
+    })
+}
+
+/// The blocks and the threads per block of a launch (`INVALID_VALUE` for none, or for more
+/// than 1024 threads per block).
+fn launch_size(grid: [u32; 3], block: [u32; 3]) -> CuResult<(u64, u64)> {
+    let threads = block.iter().map(|&b| u64::from(b)).product::<u64>();
+    let blocks = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+    if blocks == 0 || threads == 0 || threads > 1024 {
+        return Err(INVALID_VALUE);
+    }
+    Ok((blocks, threads))
+}
+
+/// How many parameters `function` takes (`INVALID_HANDLE`-like errors for an unknown one).
+fn parameter_count(function: usize) -> CuResult<usize> {
+    let layout = initialized()?.functions.by_handle(function)?.layout();
+    Ok(layout.params.len())
+}
+
+/// The nodes `dependencies` names (`numDependencies` of them; NULL only for none).
+///
+/// # Safety
+/// `dependencies` is null or valid for `count` handles.
+unsafe fn node_list<'a>(dependencies: *const usize, count: usize) -> CuResult<&'a [usize]> {
+    match (dependencies.is_null(), count) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(INVALID_VALUE),
+        // SAFETY: non-null and valid for `count` handles by the caller's contract.
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts(dependencies, count) }),
+    }
+}
+
+/// Adds a node running `op` to `graph` after `count` `dependencies` and writes its handle.
+///
+/// # Safety
+/// `node` is null (rejected) or valid for a write; `dependencies` as for [`node_list`].
+unsafe fn add_node(
+    node: *mut usize,
+    graph: usize,
+    dependencies: *const usize,
+    count: usize,
+    op: crate::graph::Op,
+) -> CuResult<()> {
+    if node.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: the caller's contract.
+    let deps = unsafe { node_list(dependencies, count) }?;
+    let handle = initialized()?.graphs.add(graph, op, deps)?;
+    // SAFETY: checked non-null; out-parameter of the caller.
+    unsafe { put(node, handle) }
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the same in CUDA 12 and 13).
+#[repr(C)]
+pub struct KernelNodeParams {
+    function: usize,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    kernel: usize,
+    context: usize,
+}
+
+const _: () = assert!(size_of::<KernelNodeParams>() == 72);
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    element_size: u32,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_HOST_NODE_PARAMS`.
+#[repr(C)]
+pub struct HostNodeParams {
+    function: Option<unsafe extern "C" fn(*mut c_void)>,
+    data: *mut c_void,
+}
+
+/// The launch a kernel node's parameters describe, on the current context (a node naming a
+/// `CUkernel` instead of a function is not supported: `INVALID_VALUE`).
+///
+/// # Safety
+/// `params` is null (rejected) or points to a `CUDA_KERNEL_NODE_PARAMS` whose argument
+/// pointers are valid as for `cuLaunchKernel`.
+unsafe fn kernel_node(params: *const KernelNodeParams) -> CuResult<device::Work> {
+    let context = current()?;
+    // SAFETY: null or the caller's parameters.
+    let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+    if p.function == 0 {
+        return Err(INVALID_VALUE);
+    }
+    launch_size(p.grid, p.block)?;
+    let nparams = parameter_count(p.function)?;
+    let shape = Shape {
+        grid: p.grid,
+        block: p.block,
+        shared: p.shared_mem,
+        globals: Vec::new(),
+    };
+    // SAFETY: the node's kernelParams/extra, as cuLaunchKernel documents them.
+    unsafe { kernel_work(context, p.function, nparams, shape, p.params, p.extra) }
+}
+
+/// The launch of `function` (`nparams` parameters) with `shape` on `context`, its arguments
+/// copied from `kernelParams` or `extra` (one of them, or neither for a kernel without
+/// parameters).
+///
+/// # Safety
+/// `params` is null or holds one pointer per kernel parameter; `extra` is null or a
+/// CU_LAUNCH_PARAM_END-terminated list of pairs.
+unsafe fn kernel_work(
+    context: &Context,
+    function: usize,
+    nparams: usize,
+    shape: Shape,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<device::Work> {
     match (params.is_null(), extra.is_null()) {
         (false, true) => {
             // SAFETY: kernelParams holds one pointer per kernel parameter.
             let values = unsafe { std::slice::from_raw_parts(params as *const *const u8, nparams) };
-            context.launch(function, Some(values), None, stream, shape)
+            context.kernel(function, Some(values), None, shape)
         }
         (true, false) => {
             // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of pairs.
             let packed = unsafe { packed_arguments(extra) }?;
-            context.launch(function, None, Some(packed), stream, shape)
+            context.kernel(function, None, Some(packed), shape)
         }
-        (true, true) => context.launch(function, None, None, stream, shape),
+        (true, true) => context.kernel(function, None, None, shape),
         (false, false) => Err(INVALID_VALUE),
     }
 }

@@ -23,7 +23,7 @@ use crate::stats::Stats;
 use crate::stream::{Identity, Marker};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -52,6 +52,8 @@ pub enum Op {
     EventRecord(usize),
     /// An event wait node (`CU_EVENT_WAIT_EXTERNAL` during capture).
     EventWait(usize),
+    /// A child graph node: a copy of the child graph, run as one node.
+    Child(Box<Graph>),
 }
 
 impl Op {
@@ -65,6 +67,7 @@ impl Op {
             Op::Work(Work::Marker, _) => "empty",
             Op::EventRecord(_) => "event_record",
             Op::EventWait(_) => "event_wait",
+            Op::Child(_) => "graph",
         }
     }
 }
@@ -89,11 +92,72 @@ impl Graph {
             .map(|n| &**n as *const Node as usize)
             .collect()
     }
+
+    /// The node handles and operations in an order that respects every dependency (Kahn's
+    /// algorithm, ties in the order nodes were added; a cycle is `INVALID_VALUE`), a child
+    /// graph's in place of its node.
+    fn ordered(&self) -> CuResult<Vec<(usize, Op)>> {
+        let handles = self.handles();
+        let index: HashMap<usize, usize> =
+            handles.iter().enumerate().map(|(i, &h)| (h, i)).collect();
+        let mut waiting: Vec<usize> = self.nodes.iter().map(|n| n.deps.len()).collect();
+        let mut followers = vec![Vec::new(); handles.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            for dep in &node.deps {
+                followers[*index.get(dep).ok_or(INVALID_VALUE)?].push(i);
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..handles.len()).filter(|&i| waiting[i] == 0).collect();
+        let mut ops = Vec::with_capacity(handles.len());
+        let mut done = 0;
+        while let Some(i) = ready.pop_first() {
+            done += 1;
+            match &self.nodes[i].op {
+                Op::Child(child) => ops.extend(child.ordered()?),
+                op => ops.push((handles[i], op.clone())),
+            }
+            for &f in &followers[i] {
+                waiting[f] -= 1;
+                if waiting[f] == 0 {
+                    ready.insert(f);
+                }
+            }
+        }
+        if done != handles.len() {
+            return Err(INVALID_VALUE);
+        }
+        Ok(ops)
+    }
+}
+
+/// A copy of a graph (a child graph node's): new nodes, the same edges between them.
+impl Clone for Graph {
+    fn clone(&self) -> Graph {
+        let old = self.handles();
+        let mut nodes: Vec<Box<Node>> = (self.nodes.iter())
+            .map(|n| {
+                Box::new(Node {
+                    op: n.op.clone(),
+                    deps: n.deps.clone(),
+                })
+            })
+            .collect();
+        let new: HashMap<usize, usize> = (old.iter().zip(&nodes))
+            .map(|(&o, n)| (o, &**n as *const Node as usize))
+            .collect();
+        for node in &mut nodes {
+            for dep in &mut node.deps {
+                *dep = new[dep];
+            }
+        }
+        Graph { nodes }
+    }
 }
 
 /// An executable graph: its operations in a topological order.
 pub struct Exec {
-    ops: Vec<Op>,
+    /// Each operation with the handle of the graph node it came from.
+    ops: Mutex<Vec<(usize, Op)>>,
     /// The last operation of the latest launch: the next launch waits for it.
     last: Mutex<Option<Arc<Marker>>>,
 }
@@ -347,44 +411,78 @@ impl Graphs {
         Ok(state.graphs.get(&graph).ok_or(INVALID_VALUE)?.handles())
     }
 
-    /// `cuGraphInstantiateWithFlags`: the nodes in an order that respects every dependency
-    /// (Kahn's algorithm, ties in the order nodes were added).
+    /// `cuGraphInstantiateWithFlags`: the nodes in an order that respects every dependency.
     pub fn instantiate(&self, graph: usize) -> CuResult<usize> {
-        let state = self.state.lock();
-        let graph = state.graphs.get(&graph).ok_or(INVALID_VALUE)?;
-        let handles = graph.handles();
-        let index: HashMap<usize, usize> =
-            handles.iter().enumerate().map(|(i, &h)| (h, i)).collect();
-        let mut waiting: Vec<usize> = graph.nodes.iter().map(|n| n.deps.len()).collect();
-        let mut followers = vec![Vec::new(); handles.len()];
-        for (i, node) in graph.nodes.iter().enumerate() {
-            for dep in &node.deps {
-                followers[*index.get(dep).ok_or(INVALID_VALUE)?].push(i);
-            }
-        }
-        let mut ready: std::collections::BTreeSet<usize> =
-            (0..handles.len()).filter(|&i| waiting[i] == 0).collect();
-        let mut ops = Vec::with_capacity(handles.len());
-        while let Some(i) = ready.pop_first() {
-            ops.push(graph.nodes[i].op.clone());
-            for &f in &followers[i] {
-                waiting[f] -= 1;
-                if waiting[f] == 0 {
-                    ready.insert(f);
-                }
-            }
-        }
-        if ops.len() != handles.len() {
-            return Err(INVALID_VALUE); // a cycle
-        }
-        drop(state);
+        let ops = (self.state.lock().graphs.get(&graph))
+            .ok_or(INVALID_VALUE)?
+            .ordered()?;
         let exec = Arc::new(Exec {
-            ops,
+            ops: Mutex::new(ops),
             last: Mutex::new(None),
         });
         let handle = Arc::as_ptr(&exec) as usize;
         self.state.lock().execs.insert(handle, exec);
         Ok(handle)
+    }
+
+    /// Adds a node running `op` to `graph` after `deps` (distinct nodes of that graph; a graph
+    /// being captured takes no explicit nodes).
+    pub fn add(&self, graph: usize, op: Op, deps: &[usize]) -> CuResult<usize> {
+        let mut state = self.state.lock();
+        if state.captures.values().any(|c| c.graph == graph) {
+            return Err(INVALID_VALUE);
+        }
+        let nodes: HashSet<usize> = (state.graphs.get(&graph).ok_or(INVALID_VALUE)?)
+            .handles()
+            .into_iter()
+            .collect();
+        let mut seen = HashSet::new();
+        if deps.iter().any(|d| !nodes.contains(d) || !seen.insert(*d)) {
+            return Err(INVALID_VALUE);
+        }
+        state.add_node(graph, op, deps.to_vec())
+    }
+
+    /// `cuGraphAddDependencies`: `to[i]` follows `from[i]`; both nodes of `graph` and the edge
+    /// new, else `INVALID_VALUE` (and no edge is added).
+    pub fn add_dependencies(&self, graph: usize, from: &[usize], to: &[usize]) -> CuResult<()> {
+        let mut state = self.state.lock();
+        let graph = state.graphs.get_mut(&graph).ok_or(INVALID_VALUE)?;
+        let index: HashMap<usize, usize> = (graph.handles().into_iter().enumerate())
+            .map(|(i, h)| (h, i))
+            .collect();
+        let mut edges = HashSet::new();
+        for (f, t) in from.iter().zip(to) {
+            let (Some(_), Some(&i)) = (index.get(f), index.get(t)) else {
+                return Err(INVALID_VALUE);
+            };
+            if f == t || graph.nodes[i].deps.contains(f) || !edges.insert((*f, i)) {
+                return Err(INVALID_VALUE);
+            }
+        }
+        for (f, i) in edges {
+            graph.nodes[i].deps.push(f);
+        }
+        Ok(())
+    }
+
+    /// A copy of `graph`, for a child graph node.
+    pub fn copy(&self, graph: usize) -> CuResult<Box<Graph>> {
+        let state = self.state.lock();
+        state.graphs.get(&graph).cloned().ok_or(INVALID_VALUE)
+    }
+
+    /// `cuGraphExecKernelNodeSetParams`: the kernel launch `node` of `exec` runs from its next
+    /// launch on (`INVALID_VALUE` if `node` is not a kernel node of it).
+    pub fn set_kernel(&self, exec: usize, node: usize, work: Work) -> CuResult<()> {
+        let exec = (self.state.lock().execs.get(&exec).cloned()).ok_or(INVALID_VALUE)?;
+        let mut ops = exec.ops.lock();
+        let (_, op) = (ops.iter_mut().find(|(n, _)| *n == node)).ok_or(INVALID_VALUE)?;
+        match op {
+            Op::Work(old @ Work::Launch { .. }, _) => *old = work,
+            _ => return Err(INVALID_VALUE),
+        }
+        Ok(())
     }
 
     /// Whether `exec` is a live executable graph (`INVALID_VALUE` if not).
@@ -698,12 +796,14 @@ impl Context {
             .ok_or(INVALID_VALUE)?;
         self.outside_capture(stream)?;
         let driver = self.driver();
+        let ops = exec.ops.lock().clone();
         let mut last = exec.last.lock();
         let mut after = last.take();
         let mut tail = None;
-        for op in &exec.ops {
+        for (_, op) in &ops {
             let (work, wait_for, recorded) = match op {
                 Op::Work(work, _) => (work.clone(), None, None),
+                Op::Child(_) => return Err(UNKNOWN), // flattened by `ordered`
                 Op::EventRecord(event) => (Work::Marker, None, Some(driver.event(*event)?)),
                 Op::EventWait(event) => {
                     let marker = driver.event(*event)?.recorded.lock().clone();

@@ -6,7 +6,9 @@
  * Each case asserts its own expectations and exits 1 with a message on the first mismatch, or
  * prints "ok". `replay` is a training-like iteration (an upload, a memset, kernels on a forked
  * side stream joined back, a host node, a download) captured once and launched ITERS times
- * (default 8), compared with the same work launched directly.
+ * (default 8), compared with the same work launched directly; `explicit` builds such an
+ * iteration with the explicit graph API instead (nodes, dependencies, a child graph) and
+ * changes a kernel node's arguments between launches.
  */
 #define _DEFAULT_SOURCE
 #include <cuda_runtime.h>
@@ -249,6 +251,90 @@ static int case_launch_order(int iters) {
     return 0;
 }
 
+/* The explicit API: the same kind of iteration built node by node (a memset and a forward
+ * kernel with no order between them, both before the gradient; a child graph with the update;
+ * a host node, an empty node and an event record node), launched ITERS times with the
+ * gradient's scale changed in the exec graph between launches, against the same work launched
+ * directly. */
+static void direct_step(struct model *d, int scale) {
+    OK(cudaMemsetAsync(d->grad, 0, N * sizeof(int), d->main));
+    launch3(k_forward, d->x, d->w, d->y, d->main);
+    launch_gradient(d->y, d->grad, scale, d->main);
+    launch_update(d->w, d->grad, d->main);
+    OK(cudaLaunchHostFunc(d->main, host_count, &d->host_calls));
+    OK(cudaStreamSynchronize(d->main));
+}
+
+static int case_explicit(int iters) {
+    register_kernels();
+    struct model m, d;
+    model_init(&m);
+    model_init(&d);
+    size_t bytes = N * sizeof(int);
+    fill_input(&m, 0);
+    OK(cudaMemcpy(m.x, m.input, bytes, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(d.x, m.input, bytes, cudaMemcpyHostToDevice));
+
+    cudaGraph_t g, child;
+    OK(cudaGraphCreate(&g, 0));
+    OK(cudaGraphCreate(&child, 0));
+    cudaGraphNode_t memset, forward, gradient, update, sub, host, empty, record;
+    struct cudaMemsetParams mp = {m.grad, 0, 0, sizeof(int), N, 1};
+    OK(cudaGraphAddMemsetNode(&memset, g, NULL, 0, &mp));
+    void *fa[] = {&m.x, &m.w, &m.y};
+    struct cudaKernelNodeParams kf = {(void *)k_forward, one, one, 0, fa, NULL};
+    OK(cudaGraphAddKernelNode(&forward, g, NULL, 0, &kf));
+    int scale = 3;
+    void *ga[] = {&m.y, &m.grad, &scale};
+    struct cudaKernelNodeParams kg = {(void *)k_gradient, one, one, 0, ga, NULL};
+    OK(cudaGraphAddKernelNode(&gradient, g, NULL, 0, &kg));
+    cudaGraphNode_t from[] = {memset, forward}, to[] = {gradient, gradient};
+    OK(cudaGraphAddDependencies(g, from, to, 2));
+    EXPECT_CODE(cudaGraphAddDependencies(g, from, to, 1), cudaErrorInvalidValue); /* again */
+    void *ua[] = {&m.w, &m.grad};
+    struct cudaKernelNodeParams ku = {(void *)k_update, one, one, 0, ua, NULL};
+    OK(cudaGraphAddKernelNode(&update, child, NULL, 0, &ku));
+    OK(cudaGraphAddChildGraphNode(&sub, g, &gradient, 1, child));
+    struct cudaHostNodeParams hp = {host_count, &m.host_calls};
+    OK(cudaGraphAddHostNode(&host, g, &sub, 1, &hp));
+    OK(cudaGraphAddEmptyNode(&empty, g, &host, 1));
+    OK(cudaGraphAddEventRecordNode(&record, g, &empty, 1, m.join));
+    size_t count = 0;
+    OK(cudaGraphGetNodes(g, NULL, &count));
+    EXPECT(count == 7);
+    struct cudaKernelNodeParams bad = kf;
+    bad.blockDim.x = 2048;
+    cudaGraphNode_t unused;
+    EXPECT_CODE(cudaGraphAddKernelNode(&unused, g, NULL, 0, &bad), cudaErrorInvalidConfiguration);
+    EXPECT_CODE(cudaGraphAddEmptyNode(&unused, g, &update, 1), cudaErrorInvalidValue);
+
+    cudaGraphExec_t exec;
+    OK(cudaGraphInstantiate(&exec, g, 0));
+    OK(cudaGraphDestroy(child)); /* the child node holds a copy */
+    int *w = malloc(bytes), *expected = malloc(bytes);
+    for (int it = 0; it < iters; it++) {
+        scale = 1 + it % 4;
+        if (it > 0) OK(cudaGraphExecKernelNodeSetParams(exec, gradient, &kg)); /* copies scale */
+        scale = 99; /* what the node holds was copied: this changes nothing */
+        OK(cudaGraphLaunch(exec, m.main));
+        OK(cudaEventSynchronize(m.join)); /* recorded by the graph's last node */
+        OK(cudaMemcpy(w, m.w, bytes, cudaMemcpyDeviceToHost));
+        direct_step(&d, it == 0 ? 3 : 1 + it % 4);
+        OK(cudaMemcpy(expected, d.w, bytes, cudaMemcpyDeviceToHost));
+        if (memcmp(w, expected, bytes) != 0) {
+            fprintf(stderr, "graphs: explicit launch %d differs from the direct work\n", it);
+            return 1;
+        }
+    }
+    EXPECT(m.host_calls == iters && d.host_calls == iters);
+    EXPECT_CODE(cudaGraphExecKernelNodeSetParams(exec, host, &kg), cudaErrorInvalidValue);
+    OK(cudaGraphExecDestroy(exec));
+    OK(cudaGraphDestroy(g));
+    free(w);
+    free(expected);
+    return 0;
+}
+
 /* ---- what is illegal during a capture ---- */
 
 static cudaStream_t capturing(enum cudaStreamCaptureMode mode, unsigned flags) {
@@ -450,6 +536,7 @@ int main(int argc, char **argv) {
     int rc;
     if (!strcmp(name, "replay")) rc = case_replay(iters);
     else if (!strcmp(name, "launch_order")) rc = case_launch_order(iters);
+    else if (!strcmp(name, "explicit")) rc = case_explicit(iters);
     else if (!strcmp(name, "malloc")) rc = case_malloc();
     else if (!strcmp(name, "sync")) rc = case_sync();
     else if (!strcmp(name, "memcpy")) rc = case_memcpy();

@@ -39,6 +39,39 @@ pub struct Memcpy2d {
 
 const _: () = assert!(size_of::<Memcpy2d>() == 128);
 
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, 72 bytes), as the driver takes it.
+#[repr(C)]
+pub struct KernelNodeParams {
+    pub function: usize,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+    pub params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kernel: usize,
+    pub context: usize,
+}
+
+const _: () = assert!(size_of::<KernelNodeParams>() == 72);
+
+/// `CUDA_MEMSET_NODE_PARAMS` and `struct cudaMemsetParams` (the same layout).
+#[repr(C)]
+pub struct MemsetParams {
+    pub dst: u64,
+    pub pitch: usize,
+    pub value: u32,
+    pub element_size: u32,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// `CUDA_HOST_NODE_PARAMS` and `struct cudaHostNodeParams` (the same layout).
+#[repr(C)]
+pub struct HostNodeParams {
+    pub function: HostFn,
+    pub data: *mut c_void,
+}
+
 /// `struct cudaShimStats` / the driver's `StatsSnapshot`: 14 counters.
 #[repr(C)]
 pub struct Stats(pub [u64; 14]);
@@ -74,6 +107,68 @@ unsafe extern "C" {
     pub fn cuGraphDestroy(graph: usize) -> u32;
     pub fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) -> u32;
     pub fn cuGraphDebugDotPrint(graph: usize, path: *const c_char, flags: u32) -> u32;
+    pub fn cuGraphCreate(graph: *mut usize, flags: u32) -> u32;
+    pub fn cuGraphAddKernelNode_v2(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const KernelNodeParams,
+    ) -> u32;
+    pub fn cuGraphAddMemsetNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const MemsetParams,
+        context: usize,
+    ) -> u32;
+    pub fn cuGraphAddHostNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const HostNodeParams,
+    ) -> u32;
+    pub fn cuGraphAddEmptyNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+    ) -> u32;
+    pub fn cuGraphAddEventRecordNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) -> u32;
+    pub fn cuGraphAddEventWaitNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) -> u32;
+    pub fn cuGraphAddChildGraphNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        child: usize,
+    ) -> u32;
+    pub fn cuGraphAddDependencies_v2(
+        graph: usize,
+        from: *const usize,
+        to: *const usize,
+        edge_data: *const c_void,
+        count: usize,
+    ) -> u32;
+    pub fn cuGraphExecKernelNodeSetParams_v2(
+        exec: usize,
+        node: usize,
+        params: *const KernelNodeParams,
+    ) -> u32;
     pub fn cuDriverGetVersion(version: *mut i32) -> u32;
     pub fn cuDeviceGetName(name: *mut c_char, len: i32, device: i32) -> u32;
     pub fn cuDeviceTotalMem_v2(bytes: *mut usize, device: i32) -> u32;

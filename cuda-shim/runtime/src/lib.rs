@@ -15,7 +15,7 @@ mod errors;
 mod props;
 
 use driver::*;
-use props::{DeviceProp, Dim3, FuncAttributes, LaunchConfig, PointerAttributes};
+use props::{DeviceProp, Dim3, FuncAttributes, KernelNode, LaunchConfig, PointerAttributes};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -1187,6 +1187,120 @@ runtime_api! {
         check(unsafe { cuGraphLaunch(exec, stream) })
     }
 
+    fn cudaGraphCreate(graph: *mut usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the flags and the out-parameter.
+        check(unsafe { cuGraphCreate(graph, flags) })
+    }
+
+    /// A kernel node launching the kernel of host stub `func` (checked as `cudaLaunchKernel`
+    /// checks its configuration); its arguments are copied now.
+    fn cudaGraphAddKernelNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const KernelNode,
+    ) {
+        let params = kernel_node_params(params)?;
+        // SAFETY: the driver validates the handles; `params` is a valid parameter block.
+        check(unsafe { cuGraphAddKernelNode_v2(node, graph, dependencies, count, &params) })
+    }
+
+    fn cudaGraphExecKernelNodeSetParams(exec: usize, node: usize, params: *const KernelNode) {
+        let params = kernel_node_params(params)?;
+        // SAFETY: the driver validates the handles; `params` is a valid parameter block.
+        check(unsafe { cuGraphExecKernelNodeSetParams_v2(exec, node, &params) })
+    }
+
+    /// A memset node on the current device.
+    fn cudaGraphAddMemsetNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const MemsetParams,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the parameters (same layout).
+        check(unsafe { cuGraphAddMemsetNode(node, graph, dependencies, count, params, 0) })
+    }
+
+    fn cudaGraphAddHostNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const HostNodeParams,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the parameters (same layout).
+        check(unsafe { cuGraphAddHostNode(node, graph, dependencies, count, params) })
+    }
+
+    fn cudaGraphAddEmptyNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddEmptyNode(node, graph, dependencies, count) })
+    }
+
+    fn cudaGraphAddEventRecordNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddEventRecordNode(node, graph, dependencies, count, event) })
+    }
+
+    fn cudaGraphAddEventWaitNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddEventWaitNode(node, graph, dependencies, count, event) })
+    }
+
+    fn cudaGraphAddChildGraphNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        child: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddChildGraphNode(node, graph, dependencies, count, child) })
+    }
+
+    #[cfg(not(feature = "cuda13"))]
+    fn cudaGraphAddDependencies(graph: usize, from: *const usize, to: *const usize, count: usize) {
+        context()?;
+        // SAFETY: the driver validates the handles and the arrays.
+        check(unsafe { cuGraphAddDependencies_v2(graph, from, to, std::ptr::null(), count) })
+    }
+
+    /// CUDA 13's, with edge data (only default edges are supported).
+    #[cfg(feature = "cuda13")]
+    fn cudaGraphAddDependencies(
+        graph: usize,
+        from: *const usize,
+        to: *const usize,
+        edge_data: *const c_void,
+        count: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the arrays.
+        check(unsafe { cuGraphAddDependencies_v2(graph, from, to, edge_data, count) })
+    }
+
     fn cudaGraphExecDestroy(exec: usize) {
         context()?;
         // SAFETY: the driver validates the handle.
@@ -1452,6 +1566,27 @@ pub extern "C" fn cudaGetErrorString(error: u32) -> *const c_char {
 pub extern "C" fn cudaShimRaiseDeviceError(error: u32) {
     // SAFETY: the driver validates the code and the calling thread.
     unsafe { cuShimRaiseDeviceError(error) };
+}
+
+/// The driver's kernel node parameters for a runtime's (`struct cudaKernelNodeParams`): the
+/// host stub's function, with the configuration checked as `cudaLaunchKernel` checks it.
+fn kernel_node_params(params: *const KernelNode) -> Result<KernelNodeParams, u32> {
+    context()?;
+    // SAFETY: null (rejected) or the caller's parameters.
+    let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+    if !launch_configuration_valid(p.grid, p.block) {
+        return Err(INVALID_CONFIGURATION);
+    }
+    Ok(KernelNodeParams {
+        function: function_of(p.func)?,
+        grid: [p.grid.x, p.grid.y, p.grid.z],
+        block: [p.block.x, p.block.y, p.block.z],
+        shared_mem: p.shared_mem,
+        params: p.params,
+        extra: p.extra,
+        kernel: 0,
+        context: 0,
+    })
 }
 
 /// The flags of a stream (validating its handle).
