@@ -1208,6 +1208,27 @@ driver_api! {
         unsafe { add_node(node, graph, dependencies, count, op) }
     }
 
+    /// A memcpy node on `context` (NULL: the current one), checked as `cuMemcpy2DAsync`; it
+    /// reads its source when it runs. One slice only (see `Memcpy3d::as_2d`); an empty copy is
+    /// `INVALID_VALUE`.
+    fn cuGraphAddMemcpyNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        copy: *const Memcpy3d,
+        context: usize,
+    ) {
+        let context = context_argument(context)?;
+        // SAFETY: null (rejected) or the caller's CUDA_MEMCPY3D.
+        let copy = unsafe { copy.as_ref() }.ok_or(INVALID_VALUE)?.as_2d()?;
+        let (rect, declared) = copy_rect(&copy)?;
+        let (work, tally) = context.copy_work(rect, 4, declared, false)?.ok_or(INVALID_VALUE)?;
+        let op = crate::graph::Op::Work(work, tally);
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
     /// Records `event` when the node runs (as `cuEventRecord` on the launch stream).
     fn cuGraphAddEventRecordNode(
         node: *mut usize,
@@ -2580,6 +2601,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuGraphDebugDotPrint", 11030, "cuGraphDebugDotPrint"),
     ("cuGraphAddKernelNode", 12000, "cuGraphAddKernelNode_v2"),
     ("cuGraphAddMemsetNode", 10000, "cuGraphAddMemsetNode"),
+    ("cuGraphAddMemcpyNode", 10000, "cuGraphAddMemcpyNode"),
     ("cuGraphAddHostNode", 10000, "cuGraphAddHostNode"),
     ("cuGraphAddEmptyNode", 10000, "cuGraphAddEmptyNode"),
     (
@@ -3109,6 +3131,13 @@ unsafe fn memcpy_2d(copy: *const Memcpy2d, stream: usize, synchronous: bool) -> 
     let context = current()?;
     // SAFETY: null (rejected) or a CUDA_MEMCPY2D (the caller's contract).
     let c = unsafe { copy.as_ref() }.ok_or(INVALID_VALUE)?;
+    let (rect, declared) = copy_rect(c)?;
+    context.copy_2d(rect, 4, declared, stream, synchronous)
+}
+
+/// The rows a `CUDA_MEMCPY2D` copies and the memory types it declares for its source and its
+/// destination.
+fn copy_rect(c: &Memcpy2d) -> CuResult<(Rect, [MemoryType; 2])> {
     let (src, src_type) = copy_side(
         c.src_memory_type,
         c.src_host as usize,
@@ -3133,7 +3162,72 @@ unsafe fn memcpy_2d(copy: *const Memcpy2d, stream: usize, synchronous: bool) -> 
         width: c.width,
         height: c.height,
     };
-    context.copy_2d(rect, 4, [src_type, dst_type], stream, synchronous)
+    Ok((rect, [src_type, dst_type]))
+}
+
+/// `CUDA_MEMCPY3D` (200 bytes).
+#[repr(C)]
+pub struct Memcpy3d {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_memory_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_memory_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+const _: () = assert!(size_of::<Memcpy3d>() == 200);
+
+impl Memcpy3d {
+    /// The same copy as a `CUDA_MEMCPY2D`: the shim supports one slice (depth 1, z and LOD 0),
+    /// anything else is `CUDA_ERROR_INVALID_VALUE`.
+    fn as_2d(&self) -> CuResult<Memcpy2d> {
+        if self.depth != 1
+            || self.src_z != 0
+            || self.dst_z != 0
+            || self.src_lod != 0
+            || self.dst_lod != 0
+        {
+            return Err(INVALID_VALUE);
+        }
+        Ok(Memcpy2d {
+            src_x: self.src_x,
+            src_y: self.src_y,
+            src_memory_type: self.src_memory_type,
+            src_host: self.src_host,
+            src_device: self.src_device,
+            src_array: self.src_array,
+            src_pitch: self.src_pitch,
+            dst_x: self.dst_x,
+            dst_y: self.dst_y,
+            dst_memory_type: self.dst_memory_type,
+            dst_host: self.dst_host,
+            dst_device: self.dst_device,
+            dst_array: self.dst_array,
+            dst_pitch: self.dst_pitch,
+            width: self.width,
+            height: self.height,
+        })
+    }
 }
 
 /// `CUmemAllocationProp` (32 bytes); `allocFlags` is not interpreted.

@@ -255,8 +255,9 @@ static int case_launch_order(int iters) {
  * kernel with no order between them, both before the gradient; a child graph with the update;
  * a host node, an empty node and an event record node), launched ITERS times with the
  * gradient's scale changed in the exec graph between launches, against the same work launched
- * directly. */
+ * directly. The upload is a memcpy node. */
 static void direct_step(struct model *d, int scale) {
+    OK(cudaMemcpyAsync(d->x, d->input, N * sizeof(int), cudaMemcpyHostToDevice, d->main));
     OK(cudaMemsetAsync(d->grad, 0, N * sizeof(int), d->main));
     launch3(k_forward, d->x, d->w, d->y, d->main);
     launch_gradient(d->y, d->grad, scale, d->main);
@@ -271,19 +272,17 @@ static int case_explicit(int iters) {
     model_init(&m);
     model_init(&d);
     size_t bytes = N * sizeof(int);
-    fill_input(&m, 0);
-    OK(cudaMemcpy(m.x, m.input, bytes, cudaMemcpyHostToDevice));
-    OK(cudaMemcpy(d.x, m.input, bytes, cudaMemcpyHostToDevice));
 
     cudaGraph_t g, child;
     OK(cudaGraphCreate(&g, 0));
     OK(cudaGraphCreate(&child, 0));
-    cudaGraphNode_t memset, forward, gradient, update, sub, host, empty, record;
+    cudaGraphNode_t upload, memset, forward, gradient, update, sub, host, empty, record;
+    OK(cudaGraphAddMemcpyNode1D(&upload, g, NULL, 0, m.x, m.input, bytes, cudaMemcpyHostToDevice));
     struct cudaMemsetParams mp = {m.grad, 0, 0, sizeof(int), N, 1};
     OK(cudaGraphAddMemsetNode(&memset, g, NULL, 0, &mp));
     void *fa[] = {&m.x, &m.w, &m.y};
     struct cudaKernelNodeParams kf = {(void *)k_forward, one, one, 0, fa, NULL};
-    OK(cudaGraphAddKernelNode(&forward, g, NULL, 0, &kf));
+    OK(cudaGraphAddKernelNode(&forward, g, &upload, 1, &kf));
     int scale = 3;
     void *ga[] = {&m.y, &m.grad, &scale};
     struct cudaKernelNodeParams kg = {(void *)k_gradient, one, one, 0, ga, NULL};
@@ -300,11 +299,13 @@ static int case_explicit(int iters) {
     OK(cudaGraphAddEmptyNode(&empty, g, &host, 1));
     OK(cudaGraphAddEventRecordNode(&record, g, &empty, 1, m.join));
     size_t count = 0;
+    cudaGraphNode_t unused;
     OK(cudaGraphGetNodes(g, NULL, &count));
-    EXPECT(count == 7);
+    EXPECT(count == 8);
+    EXPECT_CODE(cudaGraphAddMemcpyNode1D(&unused, g, NULL, 0, m.x, m.input, bytes, cudaMemcpyDeviceToHost),
+                cudaErrorInvalidValue); /* the wrong direction */
     struct cudaKernelNodeParams bad = kf;
     bad.blockDim.x = 2048;
-    cudaGraphNode_t unused;
     EXPECT_CODE(cudaGraphAddKernelNode(&unused, g, NULL, 0, &bad), cudaErrorInvalidConfiguration);
     EXPECT_CODE(cudaGraphAddEmptyNode(&unused, g, &update, 1), cudaErrorInvalidValue);
 
@@ -316,6 +317,8 @@ static int case_explicit(int iters) {
         scale = 1 + it % 4;
         if (it > 0) OK(cudaGraphExecKernelNodeSetParams(exec, gradient, &kg)); /* copies scale */
         scale = 99; /* what the node holds was copied: this changes nothing */
+        fill_input(&m, it); /* the memcpy node reads the input when the graph runs */
+        fill_input(&d, it);
         OK(cudaGraphLaunch(exec, m.main));
         OK(cudaEventSynchronize(m.join)); /* recorded by the graph's last node */
         OK(cudaMemcpy(w, m.w, bytes, cudaMemcpyDeviceToHost));

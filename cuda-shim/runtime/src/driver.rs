@@ -72,6 +72,38 @@ pub struct HostNodeParams {
     pub data: *mut c_void,
 }
 
+/// `CUDA_MEMCPY3D` (200 bytes), as the driver takes it.
+#[repr(C)]
+pub struct Memcpy3d {
+    pub src_x: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: u32,
+    pub src_host: *const c_void,
+    pub src_device: u64,
+    pub src_array: usize,
+    pub reserved0: *mut c_void,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: u32,
+    pub dst_host: *mut c_void,
+    pub dst_device: u64,
+    pub dst_array: usize,
+    pub reserved1: *mut c_void,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+const _: () = assert!(size_of::<Memcpy3d>() == 200);
+
 /// `struct cudaShimStats` / the driver's `StatsSnapshot`: 14 counters.
 #[repr(C)]
 pub struct Stats(pub [u64; 14]);
@@ -121,6 +153,14 @@ unsafe extern "C" {
         dependencies: *const usize,
         count: usize,
         params: *const MemsetParams,
+        context: usize,
+    ) -> u32;
+    pub fn cuGraphAddMemcpyNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        copy: *const Memcpy3d,
         context: usize,
     ) -> u32;
     pub fn cuGraphAddHostNode(

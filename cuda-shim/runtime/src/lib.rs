@@ -1226,6 +1226,52 @@ runtime_api! {
         check(unsafe { cuGraphAddMemsetNode(node, graph, dependencies, count, params, 0) })
     }
 
+    /// A memcpy node of `count` bytes on the current device, checked as `cudaMemcpyAsync`; it
+    /// reads its source when it runs.
+    #[allow(clippy::too_many_arguments)]
+    fn cudaGraphAddMemcpyNode1D(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        num_dependencies: usize,
+        dst: *mut c_void,
+        src: *const c_void,
+        count: usize,
+        kind: u32,
+    ) {
+        context()?;
+        let (src_type, dst_type) = memory_types(kind)?;
+        let copy = Memcpy3d {
+            src_x: 0,
+            src_y: 0,
+            src_z: 0,
+            src_lod: 0,
+            src_memory_type: src_type,
+            src_host: src,
+            src_device: src as u64,
+            src_array: 0,
+            reserved0: std::ptr::null_mut(),
+            src_pitch: count,
+            src_height: 1,
+            dst_x: 0,
+            dst_y: 0,
+            dst_z: 0,
+            dst_lod: 0,
+            dst_memory_type: dst_type,
+            dst_host: dst,
+            dst_device: dst as u64,
+            dst_array: 0,
+            reserved1: std::ptr::null_mut(),
+            dst_pitch: count,
+            dst_height: 1,
+            width: count,
+            height: 1,
+            depth: 1,
+        };
+        // SAFETY: `copy` is a complete CUDA_MEMCPY3D; the driver validates the rest.
+        check(unsafe { cuGraphAddMemcpyNode(node, graph, dependencies, num_dependencies, &copy, 0) })
+    }
+
     fn cudaGraphAddHostNode(
         node: *mut usize,
         graph: usize,
@@ -1605,6 +1651,22 @@ fn no_graph(_handle: usize) -> RtResult {
     Err(INVALID_VALUE)
 }
 
+/// The `CUmemorytype`s a `cudaMemcpyKind` declares for the source and the destination
+/// (unified for `cudaMemcpyDefault`, whose direction the driver infers).
+fn memory_types(kind: u32) -> Result<(u32, u32), u32> {
+    const HOST: u32 = 1;
+    const DEVICE: u32 = 2;
+    const UNIFIED: u32 = 4;
+    Ok(match kind {
+        0 => (HOST, HOST),
+        1 => (HOST, DEVICE),
+        2 => (DEVICE, HOST),
+        3 => (DEVICE, DEVICE),
+        4 => (UNIFIED, UNIFIED),
+        _ => return Err(INVALID_MEMCPY_DIRECTION),
+    })
+}
+
 /// Every 2D copy ends here (`stream` None: cudaMemcpy2D's host-side wait). Sides are declared
 /// to the driver as the kind says (unified for `cudaMemcpyDefault`).
 fn memcpy_2d(
@@ -1615,18 +1677,8 @@ fn memcpy_2d(
     kind: u32,
     stream: Option<usize>,
 ) -> RtResult {
-    const HOST: u32 = 1;
-    const DEVICE: u32 = 2;
-    const UNIFIED: u32 = 4;
     context()?;
-    let (src_type, dst_type) = match kind {
-        0 => (HOST, HOST),
-        1 => (HOST, DEVICE),
-        2 => (DEVICE, HOST),
-        3 => (DEVICE, DEVICE),
-        4 => (UNIFIED, UNIFIED),
-        _ => return Err(INVALID_MEMCPY_DIRECTION),
-    };
+    let (src_type, dst_type) = memory_types(kind)?;
     if width == 0 || height == 0 {
         return Ok(());
     }
