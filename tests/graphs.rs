@@ -39,6 +39,11 @@ fn a_graph_built_node_by_node_with_a_child_graph_and_updated_arguments_gives_the
 }
 
 #[test]
+fn an_exec_graph_takes_the_work_of_a_graph_of_the_same_shape_and_refuses_any_other() {
+    check("update", &[], &[]);
+}
+
+#[test]
 fn an_allocation_during_a_global_capture_is_refused_and_invalidates_it() {
     check("malloc", &[], &[]);
 }

@@ -1127,10 +1127,46 @@ driver_api! {
         unsafe { put(exec, handle) }
     }
 
+    /// As `cuGraphInstantiateWithFlags`, with the result in `params` (`result_out`: success, or
+    /// `CUDA_GRAPH_INSTANTIATE_ERROR` and the error; `hErrNode_out` is always NULL); with
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` the upload stream is checked (there is nothing to
+    /// upload on the shim).
+    fn cuGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut InstantiateParams) {
+        const FLAG_UPLOAD: u64 = 0x2;
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_mut() }.ok_or(INVALID_VALUE)?;
+        if p.flags & FLAG_UPLOAD != 0 {
+            stream_context(p.upload_stream)?.check_stream(p.upload_stream)?;
+        }
+        // SAFETY: the caller's out-parameter, forwarded.
+        let result = code_result(unsafe { cuGraphInstantiateWithFlags(exec, graph, p.flags) });
+        p.error_node = 0;
+        p.result = u32::from(result.is_err());
+        result
+    }
+
     /// Runs the exec graph's nodes on `stream`, after the stream's earlier work and the exec's
     /// previous launch; later work of the stream follows all of them.
     fn cuGraphLaunch(exec: usize, stream: usize) {
         stream_context(stream)?.launch_graph(exec, stream)
+    }
+
+    /// Replaces `exec`'s operations with `graph`'s, which must have the same topology, node
+    /// kinds and kernel functions (see `graph::Graphs::update`); otherwise
+    /// `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`, `exec` unchanged, and `info` says why.
+    fn cuGraphExecUpdate_v2(exec: usize, graph: usize, info: *mut ExecUpdateResultInfo) {
+        if info.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let outcome = initialized()?.graphs.update(exec, graph)?;
+        let (result, node) = outcome.err().unwrap_or((0, 0));
+        let answer = ExecUpdateResultInfo { result, error_node: node, error_from_node: 0 };
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(info, answer) }?;
+        match result {
+            0 => Ok(()),
+            _ => Err(GRAPH_EXEC_UPDATE_FAILURE),
+        }
     }
 
     /// Nothing to upload on the shim (device memory is host memory): checks the handles.
@@ -2173,6 +2209,15 @@ driver_api! {
         code_result(unsafe { cuGraphLaunch(exec, per_thread(stream)) })
     }
 
+    fn cuGraphInstantiateWithParams_ptsz(exec: *mut usize, graph: usize, params: *mut InstantiateParams) {
+        // SAFETY: null (rejected) or the caller's parameters.
+        if let Some(p) = unsafe { params.as_mut() } {
+            p.upload_stream = per_thread(p.upload_stream);
+        }
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuGraphInstantiateWithParams(exec, graph, params) })
+    }
+
     fn cuGraphUpload_ptsz(exec: usize, stream: usize) {
         // SAFETY: the caller's arguments, forwarded with the stream resolved.
         code_result(unsafe { cuGraphUpload(exec, per_thread(stream)) })
@@ -2596,6 +2641,12 @@ pub const PROCS: &[(&str, i32, &str)] = &[
         "cuGraphInstantiateWithFlags",
     ),
     ("cuGraphLaunch", 10000, "cuGraphLaunch"),
+    (
+        "cuGraphInstantiateWithParams",
+        12000,
+        "cuGraphInstantiateWithParams",
+    ),
+    ("cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2"),
     ("cuGraphUpload", 11010, "cuGraphUpload"),
     ("cuGraphExecDestroy", 10000, "cuGraphExecDestroy"),
     ("cuGraphDebugDotPrint", 11030, "cuGraphDebugDotPrint"),
@@ -2708,6 +2759,11 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
         "cuStreamGetCaptureInfo_v3_ptsz",
     ),
     ("cuGraphLaunch", 10000, "cuGraphLaunch_ptsz"),
+    (
+        "cuGraphInstantiateWithParams",
+        12000,
+        "cuGraphInstantiateWithParams_ptsz",
+    ),
     ("cuGraphUpload", 11010, "cuGraphUpload_ptsz"),
     ("cuStreamWaitEvent", 7000, "cuStreamWaitEvent_ptsz"),
     ("cuStreamAddCallback", 7000, "cuStreamAddCallback_ptsz"),
@@ -2939,6 +2995,23 @@ unsafe fn add_node(
     let handle = initialized()?.graphs.add(graph, op, deps)?;
     // SAFETY: checked non-null; out-parameter of the caller.
     unsafe { put(node, handle) }
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+#[repr(C)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: usize,
+    error_node: usize,
+    result: u32,
+}
+
+/// `CUgraphExecUpdateResultInfo`.
+#[repr(C)]
+pub struct ExecUpdateResultInfo {
+    result: u32,
+    error_node: usize,
+    error_from_node: usize,
 }
 
 /// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the same in CUDA 12 and 13).

@@ -130,6 +130,38 @@ impl Graph {
     }
 }
 
+/// A node as `cuGraphExecUpdate` compares it: its kind, its function (kernels) and the
+/// positions of the nodes it depends on.
+#[derive(PartialEq)]
+struct Shape {
+    kind: &'static str,
+    function: Option<String>,
+    deps: Vec<usize>,
+}
+
+impl Graph {
+    fn shape(&self) -> Vec<Shape> {
+        let index: HashMap<usize, usize> = (self.handles().into_iter().enumerate())
+            .map(|(i, h)| (h, i))
+            .collect();
+        (self.nodes.iter())
+            .map(|n| {
+                let mut deps: Vec<usize> = n.deps.iter().map(|d| index[d]).collect();
+                deps.sort_unstable();
+                let function = match &n.op {
+                    Op::Work(Work::Launch { layout, .. }, _) => Some(layout.name.clone()),
+                    _ => None,
+                };
+                Shape {
+                    kind: n.op.label(),
+                    function,
+                    deps,
+                }
+            })
+            .collect()
+    }
+}
+
 /// A copy of a graph (a child graph node's): new nodes, the same edges between them.
 impl Clone for Graph {
     fn clone(&self) -> Graph {
@@ -158,6 +190,9 @@ impl Clone for Graph {
 pub struct Exec {
     /// Each operation with the handle of the graph node it came from.
     ops: Mutex<Vec<(usize, Op)>>,
+    /// The graph's node handles and [`Graph::shape`], what `cuGraphExecUpdate` compares.
+    nodes: Vec<usize>,
+    shape: Vec<Shape>,
     /// The last operation of the latest launch: the next launch waits for it.
     last: Mutex<Option<Arc<Marker>>>,
 }
@@ -413,13 +448,15 @@ impl Graphs {
 
     /// `cuGraphInstantiateWithFlags`: the nodes in an order that respects every dependency.
     pub fn instantiate(&self, graph: usize) -> CuResult<usize> {
-        let ops = (self.state.lock().graphs.get(&graph))
-            .ok_or(INVALID_VALUE)?
-            .ordered()?;
+        let state = self.state.lock();
+        let graph = state.graphs.get(&graph).ok_or(INVALID_VALUE)?;
         let exec = Arc::new(Exec {
-            ops: Mutex::new(ops),
+            ops: Mutex::new(graph.ordered()?),
+            nodes: graph.handles(),
+            shape: graph.shape(),
             last: Mutex::new(None),
         });
+        drop(state);
         let handle = Arc::as_ptr(&exec) as usize;
         self.state.lock().execs.insert(handle, exec);
         Ok(handle)
@@ -483,6 +520,45 @@ impl Graphs {
             _ => return Err(INVALID_VALUE),
         }
         Ok(())
+    }
+
+    /// `cuGraphExecUpdate`: `graph`'s operations replace `exec`'s (from its next launch on)
+    /// when the two graphs have the same topology, node kinds and kernel functions; otherwise
+    /// `exec` is unchanged and the answer is the `CUgraphExecUpdateResult` and the first node
+    /// of `graph` that differs (a graph with child graph nodes is not supported).
+    pub fn update(&self, exec: usize, graph: usize) -> CuResult<Result<(), (u32, usize)>> {
+        const TOPOLOGY_CHANGED: u32 = 2;
+        const NODE_TYPE_CHANGED: u32 = 3;
+        const FUNCTION_CHANGED: u32 = 4;
+        const NOT_SUPPORTED: u32 = 6;
+        let state = self.state.lock();
+        let exec = state.execs.get(&exec).cloned().ok_or(INVALID_VALUE)?;
+        let graph = state.graphs.get(&graph).ok_or(INVALID_VALUE)?;
+        let (shape, handles) = (graph.shape(), graph.handles());
+        if shape.len() != exec.shape.len() {
+            return Ok(Err((TOPOLOGY_CHANGED, 0)));
+        }
+        for ((new, old), &node) in shape.iter().zip(&exec.shape).zip(&handles) {
+            let differs = match () {
+                _ if new.kind == "graph" => Some(NOT_SUPPORTED),
+                _ if new.deps != old.deps => Some(TOPOLOGY_CHANGED),
+                _ if new.kind != old.kind => Some(NODE_TYPE_CHANGED),
+                _ if new.function != old.function => Some(FUNCTION_CHANGED),
+                _ => None,
+            };
+            if let Some(result) = differs {
+                return Ok(Err((result, node)));
+            }
+        }
+        let old: HashMap<usize, usize> = handles
+            .into_iter()
+            .zip(exec.nodes.iter().copied())
+            .collect();
+        let ops = (graph.ordered()?.into_iter())
+            .map(|(node, op)| (old[&node], op))
+            .collect();
+        *exec.ops.lock() = ops;
+        Ok(Ok(()))
     }
 
     /// Whether `exec` is a live executable graph (`INVALID_VALUE` if not).

@@ -49,6 +49,7 @@ pub const STREAM_CAPTURE_ISOLATION: CuError = CuError(905);
 pub const STREAM_CAPTURE_IMPLICIT: CuError = CuError(906);
 pub const CAPTURED_EVENT: CuError = CuError(907);
 pub const STREAM_CAPTURE_WRONG_THREAD: CuError = CuError(908);
+pub const GRAPH_EXEC_UPDATE_FAILURE: CuError = CuError(910);
 pub const UNKNOWN: CuError = CuError(999);
 
 /// Errors that leave the context unusable: once a kernel raised one, every later call returns it
@@ -180,6 +181,10 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
         908 => (
             "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD\0",
             "attempt to terminate a thread-local capture sequence from another thread\0",
+        ),
+        910 => (
+            "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE\0",
+            "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update\0",
         ),
         999 => ("CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
         _ => return None,

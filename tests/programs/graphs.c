@@ -338,6 +338,58 @@ static int case_explicit(int iters) {
     return 0;
 }
 
+/* An exec graph takes another graph's work when the two have the same topology and node kinds,
+ * and refuses it otherwise (staying as it was). */
+static cudaGraph_t captured_bumps(cudaStream_t s, int *counter, int n) {
+    cudaGraph_t g;
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < n; i++) launch_bump(counter, s);
+    OK(cudaStreamEndCapture(s, &g));
+    return g;
+}
+
+static int case_update(void) {
+    register_kernels();
+    int *c1, *c2;
+    OK(cudaMallocManaged((void **)&c1, sizeof(int), cudaMemAttachGlobal));
+    OK(cudaMallocManaged((void **)&c2, sizeof(int), cudaMemAttachGlobal));
+    *c1 = *c2 = 0;
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t a = captured_bumps(s, c1, 1), b = captured_bumps(s, c2, 1);
+    cudaGraph_t two = captured_bumps(s, c2, 2), memset;
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaMemsetAsync(c1, 0, sizeof(int), s));
+    OK(cudaStreamEndCapture(s, &memset));
+
+    cudaGraphExec_t exec;
+    cudaGraphInstantiateParams params = {2 /* cudaGraphInstantiateFlagUpload */, s, NULL,
+                                         cudaGraphInstantiateError};
+    OK(cudaGraphInstantiateWithParams(&exec, a, &params));
+    EXPECT(params.result_out == cudaGraphInstantiateSuccess && params.errNode_out == NULL);
+    OK(cudaGraphUpload(exec, s));
+    OK(cudaGraphLaunch(exec, s));
+    OK(cudaStreamSynchronize(s));
+    EXPECT(*c1 == 1 && *c2 == 0);
+
+    cudaGraphExecUpdateResultInfo info;
+    OK(cudaGraphExecUpdate(exec, b, &info));
+    EXPECT(info.result == cudaGraphExecUpdateSuccess);
+    OK(cudaGraphLaunch(exec, s));
+    OK(cudaStreamSynchronize(s));
+    EXPECT(*c1 == 1 && *c2 == 1);
+
+    EXPECT_CODE(cudaGraphExecUpdate(exec, two, &info), cudaErrorGraphExecUpdateFailure);
+    EXPECT(info.result == cudaGraphExecUpdateErrorTopologyChanged);
+    EXPECT_CODE(cudaGraphExecUpdate(exec, memset, &info), cudaErrorGraphExecUpdateFailure);
+    EXPECT(info.result == cudaGraphExecUpdateErrorNodeTypeChanged && info.errorNode != NULL);
+    OK(cudaGraphLaunch(exec, s)); /* still b's work */
+    OK(cudaStreamSynchronize(s));
+    EXPECT(*c1 == 1 && *c2 == 2);
+    OK(cudaGraphExecDestroy(exec));
+    return 0;
+}
+
 /* ---- what is illegal during a capture ---- */
 
 static cudaStream_t capturing(enum cudaStreamCaptureMode mode, unsigned flags) {
@@ -540,6 +592,7 @@ int main(int argc, char **argv) {
     if (!strcmp(name, "replay")) rc = case_replay(iters);
     else if (!strcmp(name, "launch_order")) rc = case_launch_order(iters);
     else if (!strcmp(name, "explicit")) rc = case_explicit(iters);
+    else if (!strcmp(name, "update")) rc = case_update();
     else if (!strcmp(name, "malloc")) rc = case_malloc();
     else if (!strcmp(name, "sync")) rc = case_sync();
     else if (!strcmp(name, "memcpy")) rc = case_memcpy();

@@ -204,6 +204,10 @@ unsafe extern "C" {
         edge_data: *const c_void,
         count: usize,
     ) -> u32;
+    pub fn cuGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut c_void)
+    -> u32;
+    pub fn cuGraphExecUpdate_v2(exec: usize, graph: usize, info: *mut c_void) -> u32;
+    pub fn cuGraphUpload(exec: usize, stream: usize) -> u32;
     pub fn cuGraphExecKernelNodeSetParams_v2(
         exec: usize,
         node: usize,

@@ -1181,6 +1181,27 @@ runtime_api! {
         check(unsafe { cuGraphInstantiateWithFlags(exec, graph, flags) })
     }
 
+    /// `cudaGraphInstantiateParams` has the driver's layout.
+    fn cudaGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the handle, the parameters and the out-parameter.
+        check(unsafe { cuGraphInstantiateWithParams(exec, graph, params) })
+    }
+
+    /// `cudaGraphExecUpdateResultInfo` has the driver's layout; a failed update is
+    /// `cudaErrorGraphExecUpdateFailure`.
+    fn cudaGraphExecUpdate(exec: usize, graph: usize, info: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the handles and the out-parameter.
+        check(unsafe { cuGraphExecUpdate_v2(exec, graph, info) })
+    }
+
+    fn cudaGraphUpload(exec: usize, stream: usize) {
+        context()?;
+        // SAFETY: the driver validates both handles.
+        check(unsafe { cuGraphUpload(exec, stream) })
+    }
+
     fn cudaGraphLaunch(exec: usize, stream: usize) {
         context()?;
         // SAFETY: the driver validates both handles.
