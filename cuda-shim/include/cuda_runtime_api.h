@@ -614,14 +614,16 @@ enum cudaStreamCaptureMode {
     cudaStreamCaptureModeRelaxed = 2
 };
 
-#if CUDART_VERSION >= 13000
-/* ---- CUDA 13: graph edges, user objects, kernels and libraries (what libcudart.so.13 adds) ---- */
+/* A graph edge's data (CUDA 12.3): the shim has only default edges. */
 typedef struct cudaGraphEdgeData_st {
     unsigned char from_port;
     unsigned char to_port;
     unsigned char type;
     unsigned char reserved[5];
 } cudaGraphEdgeData;
+
+#if CUDART_VERSION >= 13000
+/* ---- CUDA 13: user objects, kernels and libraries (what libcudart.so.13 adds) ---- */
 struct cudaGraphNodeParams; /* cudaGraphAddNode's node description: the shim does not support it */
 typedef unsigned long long cudaGraphConditionalHandle;
 typedef struct CUuserObject_st *cudaUserObject_t;
@@ -827,6 +829,7 @@ extern cudaError_t CUDARTAPI cudaStreamBeginCaptureToGraph(cudaStream_t stream, 
 extern cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags CUDA_SHIM_DEFAULT(0));
 #else
 extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v2(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, size_t *numDependencies_out);
+extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out CUDA_SHIM_DEFAULT(0), cudaGraph_t *graph_out CUDA_SHIM_DEFAULT(0), const cudaGraphNode_t **dependencies_out CUDA_SHIM_DEFAULT(0), const cudaGraphEdgeData **edgeData_out CUDA_SHIM_DEFAULT(0), size_t *numDependencies_out CUDA_SHIM_DEFAULT(0));
 #endif
 /* Explicit graph nodes: a kernel launch of a host stub, a memset, a host function. */
 struct cudaKernelNodeParams {

@@ -191,6 +191,10 @@ static int case_replay(int iters) {
     OK(cudaStreamGetCaptureInfo(graph.main, &status, &id, &during, &deps, &ndeps));
     EXPECT(status == cudaStreamCaptureStatusActive && id != 0 && during != NULL);
     EXPECT(ndeps == 1 && deps != NULL);
+    const cudaGraphEdgeData *edges = (const cudaGraphEdgeData *)1;
+    size_t nedges = 0;
+    OK(cudaStreamGetCaptureInfo_v3(graph.main, &status, NULL, NULL, NULL, &edges, &nedges));
+    EXPECT(status == cudaStreamCaptureStatusActive && nedges == 1 && edges == NULL);
     cudaGraph_t g = NULL;
     OK(cudaStreamEndCapture(graph.main, &g));
     EXPECT(g == during);

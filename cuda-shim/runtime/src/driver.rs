@@ -122,7 +122,6 @@ unsafe extern "C" {
         dependencies: *mut *const usize,
         count: *mut usize,
     ) -> u32;
-    #[cfg(feature = "cuda13")]
     pub fn cuStreamGetCaptureInfo_v3(
         stream: usize,
         status: *mut u32,

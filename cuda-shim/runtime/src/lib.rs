@@ -1143,6 +1143,24 @@ runtime_api! {
         check(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })
     }
 
+    /// CUDA 12.3's, with edge data (always NULL on the shim).
+    #[cfg(not(feature = "cuda13"))]
+    fn cudaStreamGetCaptureInfo_v3(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handle; each output is NULL or the caller's.
+        check(unsafe {
+            cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
+    }
+
     /// CUDA 13's (CUDA 12's `_v3`, with edge data, always NULL on the shim).
     #[cfg(feature = "cuda13")]
     fn cudaStreamGetCaptureInfo(
