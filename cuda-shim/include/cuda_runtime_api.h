@@ -608,6 +608,11 @@ enum cudaStreamCaptureStatus {
     cudaStreamCaptureStatusInvalidated = 2
 };
 
+enum cudaStreamUpdateCaptureDependenciesFlags {
+    cudaStreamAddCaptureDependencies = 0x0,
+    cudaStreamSetCaptureDependencies = 0x1
+};
+
 enum cudaStreamCaptureMode {
     cudaStreamCaptureModeGlobal = 0,
     cudaStreamCaptureModeThreadLocal = 1,
@@ -829,6 +834,7 @@ extern cudaError_t CUDARTAPI cudaStreamBeginCaptureToGraph(cudaStream_t stream, 
 extern cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags CUDA_SHIM_DEFAULT(0));
 #else
 extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v2(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, size_t *numDependencies_out);
+extern cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, size_t numDependencies, unsigned int flags CUDA_SHIM_DEFAULT(0));
 extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out CUDA_SHIM_DEFAULT(0), cudaGraph_t *graph_out CUDA_SHIM_DEFAULT(0), const cudaGraphNode_t **dependencies_out CUDA_SHIM_DEFAULT(0), const cudaGraphEdgeData **edgeData_out CUDA_SHIM_DEFAULT(0), size_t *numDependencies_out CUDA_SHIM_DEFAULT(0));
 #endif
 /* Explicit graph nodes: a kernel launch of a host stub, a memset, a host function. */

@@ -1071,6 +1071,32 @@ driver_api! {
         Ok(())
     }
 
+    /// The capturing stream's next work follows `dependencies` too (flags 0,
+    /// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES`) or instead of its current ones (1,
+    /// `CU_STREAM_SET_CAPTURE_DEPENDENCIES`).
+    fn cuStreamUpdateCaptureDependencies(stream: usize, dependencies: *mut usize, count: usize, flags: u32) {
+        if flags > 1 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: null (rejected unless empty) or `count` handles.
+        let deps = unsafe { node_list(dependencies, count) }?;
+        stream_context(stream)?.update_capture_dependencies(stream, deps, flags == 1)
+    }
+
+    /// CUDA 12.3's, with edge data: only default edges (NULL or all zero) are supported.
+    fn cuStreamUpdateCaptureDependencies_v2(
+        stream: usize,
+        dependencies: *mut usize,
+        edge_data: *const [u8; 8],
+        count: usize,
+        flags: u32,
+    ) {
+        // SAFETY: null or `count` entries, by the caller's contract.
+        unsafe { default_edges(edge_data, count) }?;
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuStreamUpdateCaptureDependencies(stream, dependencies, count, flags) })
+    }
+
     /// Swaps the calling thread's capture interaction mode (global, thread-local, relaxed).
     fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
         // SAFETY: null (rejected) or the caller's in/out parameter.
@@ -1319,13 +1345,8 @@ driver_api! {
         edge_data: *const [u8; 8],
         count: usize,
     ) {
-        if !edge_data.is_null() {
-            // SAFETY: non-null edge data holds `count` entries.
-            let edges = unsafe { std::slice::from_raw_parts(edge_data, count) };
-            if edges.iter().any(|e| e.iter().any(|&b| b != 0)) {
-                return Err(INVALID_VALUE);
-            }
-        }
+        // SAFETY: null or `count` entries, by the caller's contract.
+        unsafe { default_edges(edge_data, count) }?;
         // SAFETY: the caller's arguments, forwarded.
         code_result(unsafe { cuGraphAddDependencies(graph, from, to, count) })
     }
@@ -2204,6 +2225,26 @@ driver_api! {
         })
     }
 
+    fn cuStreamUpdateCaptureDependencies_ptsz(stream: usize, dependencies: *mut usize, count: usize, flags: u32) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamUpdateCaptureDependencies(stream, dependencies, count, flags) })
+    }
+
+    fn cuStreamUpdateCaptureDependencies_v2_ptsz(
+        stream: usize,
+        dependencies: *mut usize,
+        edge_data: *const [u8; 8],
+        count: usize,
+        flags: u32,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe {
+            cuStreamUpdateCaptureDependencies_v2(stream, dependencies, edge_data, count, flags)
+        })
+    }
+
     fn cuGraphLaunch_ptsz(exec: usize, stream: usize) {
         // SAFETY: the caller's arguments, forwarded with the stream resolved.
         code_result(unsafe { cuGraphLaunch(exec, per_thread(stream)) })
@@ -2624,6 +2665,16 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
     ("cuStreamBeginCapture", 10010, "cuStreamBeginCapture_v2"),
     ("cuStreamEndCapture", 10000, "cuStreamEndCapture"),
+    (
+        "cuStreamUpdateCaptureDependencies",
+        11030,
+        "cuStreamUpdateCaptureDependencies",
+    ),
+    (
+        "cuStreamUpdateCaptureDependencies",
+        12030,
+        "cuStreamUpdateCaptureDependencies_v2",
+    ),
     ("cuStreamGetCaptureInfo", 11030, "cuStreamGetCaptureInfo_v2"),
     ("cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3"),
     (
@@ -2748,6 +2799,16 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
         "cuStreamBeginCapture_v2_ptsz",
     ),
     ("cuStreamEndCapture", 10000, "cuStreamEndCapture_ptsz"),
+    (
+        "cuStreamUpdateCaptureDependencies",
+        11030,
+        "cuStreamUpdateCaptureDependencies_ptsz",
+    ),
+    (
+        "cuStreamUpdateCaptureDependencies_v2",
+        12030,
+        "cuStreamUpdateCaptureDependencies_v2_ptsz",
+    ),
     (
         "cuStreamGetCaptureInfo_v2",
         11030,
@@ -2961,6 +3022,23 @@ fn launch_size(grid: [u32; 3], block: [u32; 3]) -> CuResult<(u64, u64)> {
 fn parameter_count(function: usize) -> CuResult<usize> {
     let layout = initialized()?.functions.by_handle(function)?.layout();
     Ok(layout.params.len())
+}
+
+/// Edge data that asks for nothing but default edges (NULL, or every entry zero): what the shim
+/// supports; anything else is `INVALID_VALUE`.
+///
+/// # Safety
+/// `edge_data` is null or valid for `count` entries.
+unsafe fn default_edges(edge_data: *const [u8; 8], count: usize) -> CuResult<()> {
+    if edge_data.is_null() || count == 0 {
+        return Ok(());
+    }
+    // SAFETY: non-null edge data holds `count` entries, by the caller's contract.
+    let edges = unsafe { std::slice::from_raw_parts(edge_data, count) };
+    match edges.iter().all(|e| e.iter().all(|&b| b == 0)) {
+        true => Ok(()),
+        false => Err(INVALID_VALUE),
+    }
 }
 
 /// The nodes `dependencies` names (`numDependencies` of them; NULL only for none).

@@ -765,6 +765,39 @@ impl Context {
         })
     }
 
+    /// `cuStreamUpdateCaptureDependencies`: the capturing stream's next work follows `deps`
+    /// (nodes of its capture's graph) as well as its frontier, or, with `set`, instead of it.
+    /// `CUDA_ERROR_ILLEGAL_STATE` on a stream not capturing.
+    pub fn update_capture_dependencies(
+        &self,
+        stream: usize,
+        deps: &[usize],
+        set: bool,
+    ) -> CuResult<()> {
+        let identity = self.streams.identity(stream)?;
+        let mut state = self.graphs().state.lock();
+        let capture = state.joined(identity.id)?.ok_or(ILLEGAL_STATE)?.capture;
+        let graph = state.captures[&capture].graph;
+        let nodes: HashSet<usize> = (state.graphs.get(&graph).ok_or(INVALID_VALUE)?)
+            .handles()
+            .into_iter()
+            .collect();
+        if deps.iter().any(|d| !nodes.contains(d)) {
+            return Err(INVALID_VALUE);
+        }
+        if let Some(joined) = state.streams.get_mut(&identity.id) {
+            if set {
+                joined.frontier.clear();
+            }
+            for &dep in deps {
+                if !joined.frontier.contains(&dep) {
+                    joined.frontier.push(dep);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `cuEventRecord[WithFlags]` of `event` on `stream`: during a capture the event stands for
     /// the stream's frontier (an event record node first when `external`). Returns whether the
     /// stream captures (then nothing is submitted).

@@ -195,6 +195,15 @@ static int case_replay(int iters) {
     size_t nedges = 0;
     OK(cudaStreamGetCaptureInfo_v3(graph.main, &status, NULL, NULL, NULL, &edges, &nedges));
     EXPECT(status == cudaStreamCaptureStatusActive && nedges == 1 && edges == NULL);
+    /* The stream's dependencies can be replaced and added to (the last node again here). */
+    cudaGraphNode_t last = deps[0];
+    OK(cudaStreamUpdateCaptureDependencies(graph.main, NULL, 0, cudaStreamSetCaptureDependencies));
+    OK(cudaStreamGetCaptureInfo(graph.main, &status, NULL, NULL, &deps, &ndeps));
+    EXPECT(ndeps == 0);
+    OK(cudaStreamUpdateCaptureDependencies(graph.main, &last, 1, cudaStreamAddCaptureDependencies));
+    OK(cudaStreamGetCaptureInfo(graph.main, &status, NULL, NULL, &deps, &ndeps));
+    EXPECT(ndeps == 1 && deps[0] == last);
+    EXPECT_CODE(cudaStreamUpdateCaptureDependencies(direct.main, &last, 1, 0), cudaErrorIllegalState);
     cudaGraph_t g = NULL;
     OK(cudaStreamEndCapture(graph.main, &g));
     EXPECT(g == during);

@@ -15,10 +15,10 @@
 //!   missing file `cudaErrorFileNotFound`; no library handle exists, so every call taking one is
 //!   `cudaErrorInvalidResourceHandle`.
 //! - Graphs: capture and graphs are the driver's (cuda-shim's `graph` module); the generic
-//!   `cudaGraphAddNode`, conditional handles, user objects retained by a graph, capturing into
-//!   an existing graph and updating a capture's dependencies are not supported (the first
-//!   three `cudaErrorInvalidValue`, the last two `cudaErrorNotSupported` once their arguments
-//!   are valid), and graph memory is always zero (no memory nodes).
+//!   `cudaGraphAddNode`, conditional handles, user objects retained by a graph and capturing
+//!   into an existing graph are not supported (the first three `cudaErrorInvalidValue`, the
+//!   last `cudaErrorNotSupported` once its arguments are valid), and graph memory is always
+//!   zero (no memory nodes).
 //! - User objects: real reference counting; the destructor runs once, on a thread of its own
 //!   (`cudaUserObjectNoDestructorSync`: nothing waits for it), when the count reaches zero.
 
@@ -231,23 +231,18 @@ runtime_api! {
         Err(NOT_SUPPORTED)
     }
 
-    /// `cudaErrorIllegalState` for a stream not capturing; replacing a capturing stream's
-    /// dependencies is not supported (`cudaErrorNotSupported`).
+    /// The capturing stream's next work follows `dependencies` too (flags 0) or instead of its
+    /// current ones (1); `cudaErrorIllegalState` on a stream not capturing. Only default edges.
     fn cudaStreamUpdateCaptureDependencies(
         stream: usize,
         dependencies: *mut usize,
-        _edge_data: *const c_void,
+        edge_data: *const c_void,
         count: usize,
         flags: u32,
     ) {
         context()?;
-        let mut status = 0;
-        // SAFETY: the driver validates the handle; `status` is a valid out-parameter.
-        check(unsafe { cuStreamIsCapturing(stream, &mut status) })?;
-        if flags > 1 || !array_ok(dependencies, count) {
-            return Err(INVALID_VALUE);
-        }
-        Err(if status == 0 { ILLEGAL_STATE } else { NOT_SUPPORTED })
+        // SAFETY: the driver validates the handle, the arrays and the flags.
+        check(unsafe { cuStreamUpdateCaptureDependencies_v2(stream, dependencies, edge_data, count, flags) })
     }
 
     fn cudaUserObjectCreate(object: *mut usize, ptr: *mut c_void, destroy: HostFn, initial_count: u32, flags: u32) {

@@ -132,6 +132,13 @@ unsafe extern "C" {
         count: *mut usize,
     ) -> u32;
     pub fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> u32;
+    pub fn cuStreamUpdateCaptureDependencies_v2(
+        stream: usize,
+        dependencies: *mut usize,
+        edge_data: *const c_void,
+        count: usize,
+        flags: u32,
+    ) -> u32;
     pub fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) -> u32;
     pub fn cuGraphLaunch(exec: usize, stream: usize) -> u32;
     pub fn cuGraphExecDestroy(exec: usize) -> u32;

@@ -47,8 +47,6 @@ const INVALID_DEVICE: u32 = 101;
 const INVALID_RESOURCE_HANDLE: u32 = 400;
 const SYMBOL_NOT_FOUND: u32 = 500;
 #[cfg(feature = "cuda13")]
-const ILLEGAL_STATE: u32 = 401;
-#[cfg(feature = "cuda13")]
 const NOT_SUPPORTED: u32 = 801;
 #[cfg(feature = "cuda13")]
 const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
@@ -1176,6 +1174,17 @@ runtime_api! {
         // SAFETY: the driver validates the handle; each output is NULL or the caller's.
         check(unsafe {
             cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
+    }
+
+    /// The capturing stream's next work follows `dependencies` too (flags 0) or instead of its
+    /// current ones (1); `cudaErrorIllegalState` on a stream not capturing.
+    #[cfg(not(feature = "cuda13"))]
+    fn cudaStreamUpdateCaptureDependencies(stream: usize, dependencies: *mut usize, count: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the handle, the array and the flags.
+        check(unsafe {
+            cuStreamUpdateCaptureDependencies_v2(stream, dependencies, std::ptr::null(), count, flags)
         })
     }
 
