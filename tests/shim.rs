@@ -270,7 +270,7 @@ fn bad_configuration_is_reported_and_the_default_kept() {
 }
 
 /// What PyTorch binds at `import torch` and uses before its first allocation: stream
-/// priorities, capture queries (nothing captures: exact error codes), host functions in stream
+/// priorities, capture queries and an empty capture (exact error codes), host functions in stream
 /// order, event record flags, PCI bus ids, function attributes and occupancy, the default
 /// pool's attributes, module variables, page-locked registration, interprocess handles, 2D
 /// copies; primary context state with two devices (see the `pytorch_*` cases).

@@ -205,6 +205,7 @@ typedef struct CUfunc_st *cudaFunction_t;
 #define cudaEventDisableTiming 0x02
 #define cudaEventInterprocess 0x04
 #define cudaEventWaitDefault 0x00
+#define cudaEventWaitExternal 0x01
 #define cudaMemAttachGlobal 0x01
 #define cudaDeviceScheduleAuto 0x00
 #define cudaDeviceScheduleSpin 0x01
@@ -607,21 +608,28 @@ enum cudaStreamCaptureStatus {
     cudaStreamCaptureStatusInvalidated = 2
 };
 
+enum cudaStreamUpdateCaptureDependenciesFlags {
+    cudaStreamAddCaptureDependencies = 0x0,
+    cudaStreamSetCaptureDependencies = 0x1
+};
+
 enum cudaStreamCaptureMode {
     cudaStreamCaptureModeGlobal = 0,
     cudaStreamCaptureModeThreadLocal = 1,
     cudaStreamCaptureModeRelaxed = 2
 };
 
-#if CUDART_VERSION >= 13000
-/* ---- CUDA 13: graph edges, user objects, kernels and libraries (what libcudart.so.13 adds) ---- */
+/* A graph edge's data (CUDA 12.3): the shim has only default edges. */
 typedef struct cudaGraphEdgeData_st {
     unsigned char from_port;
     unsigned char to_port;
     unsigned char type;
     unsigned char reserved[5];
 } cudaGraphEdgeData;
-struct cudaGraphNodeParams; /* cudaGraphAddNode's node description: no graph exists on the shim */
+
+#if CUDART_VERSION >= 13000
+/* ---- CUDA 13: user objects, kernels and libraries (what libcudart.so.13 adds) ---- */
+struct cudaGraphNodeParams; /* cudaGraphAddNode's node description: the shim does not support it */
 typedef unsigned long long cudaGraphConditionalHandle;
 typedef struct CUuserObject_st *cudaUserObject_t;
 typedef struct CUkern_st *cudaKernel_t;
@@ -813,7 +821,7 @@ extern cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int *leastPriority
 extern cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 extern cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags);
 
-/* ---- stream capture and graphs: the shim captures nothing (see cudaStreamBeginCapture) ---- */
+/* ---- stream capture and graphs (docs/ARCHITECTURE.md, "CUDA graphs") ---- */
 #if CUDART_VERSION < 13000
 #define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v2
 #endif
@@ -826,8 +834,86 @@ extern cudaError_t CUDARTAPI cudaStreamBeginCaptureToGraph(cudaStream_t stream, 
 extern cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags CUDA_SHIM_DEFAULT(0));
 #else
 extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v2(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, size_t *numDependencies_out);
+extern cudaError_t CUDARTAPI cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, size_t numDependencies, unsigned int flags CUDA_SHIM_DEFAULT(0));
+extern cudaError_t CUDARTAPI cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out CUDA_SHIM_DEFAULT(0), cudaGraph_t *graph_out CUDA_SHIM_DEFAULT(0), const cudaGraphNode_t **dependencies_out CUDA_SHIM_DEFAULT(0), const cudaGraphEdgeData **edgeData_out CUDA_SHIM_DEFAULT(0), size_t *numDependencies_out CUDA_SHIM_DEFAULT(0));
 #endif
+/* Explicit graph nodes: a kernel launch of a host stub, a memset, a host function. */
+struct cudaKernelNodeParams {
+    void *func;
+    dim3 gridDim;
+    dim3 blockDim;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+};
+
+struct cudaMemsetParams {
+    void *dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+};
+
+struct cudaHostNodeParams {
+    cudaHostFn_t fn;
+    void *userData;
+};
+
+typedef enum cudaGraphInstantiateResult {
+    cudaGraphInstantiateSuccess = 0,
+    cudaGraphInstantiateError = 1
+} cudaGraphInstantiateResult;
+
+typedef struct cudaGraphInstantiateParams_st {
+    unsigned long long flags;
+    cudaStream_t uploadStream;
+    cudaGraphNode_t errNode_out;
+    cudaGraphInstantiateResult result_out;
+} cudaGraphInstantiateParams;
+
+enum cudaGraphExecUpdateResult {
+    cudaGraphExecUpdateSuccess = 0x0,
+    cudaGraphExecUpdateError = 0x1,
+    cudaGraphExecUpdateErrorTopologyChanged = 0x2,
+    cudaGraphExecUpdateErrorNodeTypeChanged = 0x3,
+    cudaGraphExecUpdateErrorFunctionChanged = 0x4,
+    cudaGraphExecUpdateErrorParametersChanged = 0x5,
+    cudaGraphExecUpdateErrorNotSupported = 0x6,
+    cudaGraphExecUpdateErrorUnsupportedFunctionChange = 0x7,
+    cudaGraphExecUpdateErrorAttributesChanged = 0x8
+};
+
+typedef struct cudaGraphExecUpdateResultInfo_st {
+    enum cudaGraphExecUpdateResult result;
+    cudaGraphNode_t errorNode;
+    cudaGraphNode_t errorFromNode;
+} cudaGraphExecUpdateResultInfo;
+
 extern cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags CUDA_SHIM_DEFAULT(0));
+#else
+extern cudaError_t CUDARTAPI cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
+#endif
+extern cudaError_t CUDARTAPI cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams);
+extern cudaError_t CUDARTAPI cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemsetParams *pMemsetParams);
+extern cudaError_t CUDARTAPI cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+extern cudaError_t CUDARTAPI cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaHostNodeParams *pNodeParams);
+extern cudaError_t CUDARTAPI cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies);
+extern cudaError_t CUDARTAPI cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event);
+extern cudaError_t CUDARTAPI cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event);
+extern cudaError_t CUDARTAPI cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph);
+#if CUDART_VERSION >= 13000
+extern cudaError_t CUDARTAPI cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies);
+#else
+extern cudaError_t CUDARTAPI cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, size_t numDependencies);
+#endif
+extern cudaError_t CUDARTAPI cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams);
+extern cudaError_t CUDARTAPI cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo);
+extern cudaError_t CUDARTAPI cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream);
+extern cudaError_t CUDARTAPI cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams);
 extern cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
 extern cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
 extern cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);

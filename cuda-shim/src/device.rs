@@ -46,12 +46,14 @@ pub enum Direction {
 
 /// The bytes a copy reads: an address read when the copy runs, or a snapshot taken at submission
 /// (pageable host memory in an asynchronous copy, which the caller may reuse at once).
+#[derive(Clone)]
 pub enum Source {
     Address(usize),
     Staged(Vec<u8>),
 }
 
-/// One operation of a stream.
+/// One operation of a stream (or, cloned, of each launch of a graph node).
+#[derive(Clone)]
 pub enum Work {
     /// Nothing to run: carries an event record or an event wait.
     Marker,
@@ -580,7 +582,7 @@ pub struct Event {
     /// The handle of the context that made it: its reset or destruction destroys the event.
     owner: usize,
     /// Shared by an event and the events opened from its IPC handle.
-    recorded: Arc<Mutex<Option<Arc<Marker>>>>,
+    pub(crate) recorded: Arc<Mutex<Option<Arc<Marker>>>>,
 }
 
 pub const EVENT_DISABLE_TIMING: u32 = 0x2;
@@ -625,6 +627,8 @@ pub struct Driver {
     /// Context-local storage (NVIDIA's runtime keeps its per-context state there, through an
     /// export table: `export_table`): value and destructor by (context handle, key).
     storage: Mutex<HashMap<(usize, usize), Stored>>,
+    /// Graphs, executable graphs and stream captures.
+    pub graphs: crate::graph::Graphs,
 }
 
 /// A context-local value and its destructor.
@@ -874,6 +878,7 @@ impl Driver {
             retains: Mutex::new([0; MAX_DEVICES]),
             function_attributes: Mutex::new(HashMap::new()),
             storage: Mutex::new(HashMap::new()),
+            graphs: Default::default(),
         })
     }
 
@@ -1359,7 +1364,7 @@ impl Driver {
 
     // ---- events ----
 
-    fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
+    pub(crate) fn event(&self, handle: usize) -> CuResult<Arc<Event>> {
         self.events
             .lock()
             .get(&handle)
@@ -1378,6 +1383,7 @@ impl Driver {
     /// `cuEventQuery` of an event of any device.
     pub fn event_query(&self, handle: usize) -> CuResult<()> {
         let event = self.event(handle)?;
+        self.graphs.check_event(handle)?;
         let marker = event.recorded.lock().clone();
         match marker.map(|m| m.completed_at()) {
             Some(None) => Err(NOT_READY),
@@ -1388,6 +1394,7 @@ impl Driver {
     /// `cuEventSynchronize` of an event of any device.
     pub fn event_synchronize(&self, handle: usize) -> CuResult<()> {
         let event = self.event(handle)?;
+        self.graphs.check_event(handle)?;
         let marker = event.recorded.lock().clone();
         if let Some(marker) = marker {
             marker.wait();
@@ -1423,7 +1430,7 @@ impl Context {
         self as *const Context as usize
     }
 
-    fn driver(&self) -> &'static Driver {
+    pub(crate) fn driver(&self) -> &'static Driver {
         // A context exists only inside the driver.
         DRIVER
             .get()
@@ -1437,7 +1444,7 @@ impl Context {
     }
 
     /// The context owning stream `handle`, with this one as the current context.
-    fn owner(&self, stream: usize) -> CuResult<&'static Context> {
+    pub(crate) fn owner(&self, stream: usize) -> CuResult<&'static Context> {
         self.driver().stream_owner(Some(self.this()?), stream)
     }
 
@@ -1519,6 +1526,7 @@ impl Context {
     /// the free.
     pub fn free_async(&self, addr: usize, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
         let owner = self.driver().heap_owner(addr).ok_or(INVALID_VALUE)?;
         let block = owner.memory.find(addr).ok_or(INVALID_VALUE)?;
         if block.start != addr || !owner.pending_frees.lock().insert(addr) {
@@ -1528,7 +1536,7 @@ impl Context {
             device: owner,
             addr,
         };
-        target.streams.submit(stream, work, None).map(drop)
+        target.enqueue(stream, work, None).map(drop)
     }
 
     pub fn place(&self, addr: usize) -> Place {
@@ -1572,6 +1580,43 @@ impl Context {
         stream: usize,
         synchronous: bool,
     ) -> CuResult<()> {
+        let target = self.owner(stream)?;
+        if synchronous {
+            target.outside_capture(stream)?;
+            self.driver().graphs.unsafe_call()?;
+        }
+        // Pageable memory is staged by an asynchronous copy; a captured copy reads its source
+        // when the graph runs, as a memcpy node does.
+        let stage = !synchronous && !target.captures(stream)?;
+        let Some((work, tally)) = self.copy_work(rect, kind, declared, stage)? else {
+            return Ok(());
+        };
+        let Work::Copy { direction, .. } = work else {
+            return Err(UNKNOWN);
+        };
+        // An asynchronous copy into pageable memory returns once it is done, as on CUDA (the
+        // caller may read the destination at once; cudarc relies on it).
+        let pageable_destination = direction == Direction::DeviceToHost
+            && self.driver().place(rect.dst) == Place::Pageable;
+        let Some(done) = target.enqueue(stream, work, tally)? else {
+            return Ok(());
+        };
+        if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
+            done.wait();
+            target.device.sticky()?;
+        }
+        Ok(())
+    }
+
+    /// The copy `copy_2d` queues (or a memcpy node runs), validated, with the counter it adds
+    /// to; None when it copies nothing. With `stage`, a pageable host source is read now.
+    pub fn copy_work(
+        &self,
+        rect: Rect,
+        kind: u32,
+        declared: [MemoryType; 2],
+        stage: bool,
+    ) -> CuResult<Option<(Work, crate::graph::Tally)>> {
         let Rect {
             dst,
             dst_pitch,
@@ -1580,9 +1625,8 @@ impl Context {
             width,
             height,
         } = rect;
-        let target = self.owner(stream)?;
         if width == 0 || height == 0 {
-            return Ok(());
+            return Ok(None);
         }
         if height > 1
             && (src_pitch < width || dst_pitch < width || src_pitch.max(dst_pitch) > MAX_PITCH)
@@ -1620,7 +1664,7 @@ impl Context {
             direction,
             Direction::DeviceToHost | Direction::DeviceToDevice
         ) && driver.place(src) == Place::Pageable;
-        let (source, src_pitch) = if pageable_source && !synchronous {
+        let (source, src_pitch) = if pageable_source && stage {
             // Read now, as the real call stages pageable memory; packed rows.
             let mut staged = Vec::with_capacity(width * height);
             for row in 0..height {
@@ -1635,12 +1679,12 @@ impl Context {
             (Source::Address(src), src_pitch)
         };
         let len = (width * height) as u64;
-        match (direction, src_device, dst_device) {
-            (Direction::HostToDevice, _, Some(d)) => Stats::add(&d.stats.h2d_bytes, len),
-            (Direction::DeviceToHost, Some(d), _) => Stats::add(&d.stats.d2h_bytes, len),
-            (Direction::DeviceToDevice, _, Some(d)) => Stats::add(&d.stats.d2d_bytes, len),
-            _ => {}
-        }
+        let tally = match (direction, src_device, dst_device) {
+            (Direction::HostToDevice, _, Some(d)) => Some((&d.stats.h2d_bytes, len)),
+            (Direction::DeviceToHost, Some(d), _) => Some((&d.stats.d2h_bytes, len)),
+            (Direction::DeviceToDevice, _, Some(d)) => Some((&d.stats.d2d_bytes, len)),
+            _ => None,
+        };
         let work = Work::Copy {
             dst,
             dst_pitch,
@@ -1650,16 +1694,7 @@ impl Context {
             height,
             direction,
         };
-        // An asynchronous copy into pageable memory returns once it is done, as on CUDA (the
-        // caller may read the destination at once; cudarc relies on it).
-        let pageable_destination =
-            direction == Direction::DeviceToHost && driver.place(dst) == Place::Pageable;
-        let done = target.streams.submit(stream, work, None)?;
-        if (synchronous && direction != Direction::DeviceToDevice) || pageable_destination {
-            done.wait();
-            target.device.sticky()?;
-        }
-        Ok(())
+        Ok(Some((work, tally)))
     }
 
     /// A peer copy (`cuMemcpyPeer`): serialised with all pending and future work of this
@@ -1705,8 +1740,25 @@ impl Context {
         stream: usize,
     ) -> CuResult<()> {
         let target = self.owner(stream)?;
+        match target.memset_work(dst, pitch, value, element, width, height)? {
+            Some((work, tally)) => target.enqueue(stream, work, tally).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// The memset `memset_2d` queues (or a memset node runs), validated; None when it sets
+    /// nothing. Page-locked memory counts on this context's device.
+    pub fn memset_work(
+        &self,
+        dst: usize,
+        pitch: usize,
+        value: u32,
+        element: usize,
+        width: usize,
+        height: usize,
+    ) -> CuResult<Option<(Work, crate::graph::Tally)>> {
         if width == 0 || height == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let row = width.checked_mul(element).ok_or(INVALID_VALUE)?;
         let pitch = if height == 1 { row } else { pitch };
@@ -1724,10 +1776,9 @@ impl Context {
                 if dst.checked_add(len).is_none_or(|end| end > start + size) {
                     return Err(INVALID_VALUE);
                 }
-                target.device
+                self.device
             }
         };
-        Stats::add(&counted.stats.memset_bytes, (row * height) as u64);
         let work = Work::Memset {
             dst,
             pitch,
@@ -1736,7 +1787,8 @@ impl Context {
             width,
             height,
         };
-        target.streams.submit(stream, work, None).map(drop)
+        let tally = Some((&counted.stats.memset_bytes, (row * height) as u64));
+        Ok(Some((work, tally)))
     }
 
     /// `cuMemAllocPitch`: rows of `width` bytes padded to the device's texture alignment (as
@@ -1762,7 +1814,9 @@ impl Context {
 
     /// `cuMemAllocAsync`: from the default pool of the stream's device, as CUDA allocates.
     pub fn alloc_async(&self, size: usize, stream: usize) -> CuResult<usize> {
-        let device = self.owner(stream)?.device;
+        let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
+        let device = target.device;
         let addr = device
             .memory
             .alloc(size, DeviceKind::Device, &device.stats)?;
@@ -1772,7 +1826,7 @@ impl Context {
 
     /// `cuMemAllocFromPoolAsync`: from the pool's device; the stream may be any device's.
     pub fn alloc_from_pool(&self, size: usize, device: usize, stream: usize) -> CuResult<usize> {
-        self.owner(stream)?;
+        self.owner(stream)?.outside_capture(stream)?;
         let device = self.driver().contexts[device].device;
         let addr = device
             .memory
@@ -1783,21 +1837,31 @@ impl Context {
 
     // ---- kernels ----
 
-    /// Packs the arguments of `function` and queues the launch. `params[i]` points to the value
-    /// of parameter i (`kernelParams`), or `packed` is an already packed buffer (`extra`). The
-    /// stream must belong to this context: a launch on another device's stream is
-    /// `CUDA_ERROR_INVALID_HANDLE`, as on CUDA.
+    /// Queues the launch `work` builds (see `kernel`) on `stream`, which must belong to this
+    /// context: a launch on another device's stream is `CUDA_ERROR_INVALID_HANDLE`, as on CUDA.
     pub fn launch(
         &self,
-        function: usize,
-        params: Option<&[*const u8]>,
-        packed: Option<&[u8]>,
         stream: usize,
-        mut shape: Shape,
+        work: impl FnOnce(&Context) -> CuResult<Work>,
     ) -> CuResult<()> {
         if self.owner(stream)?.ordinal != self.ordinal {
             return Err(INVALID_HANDLE);
         }
+        let work = work(self)?;
+        let tally = Some((&self.device.stats.kernel_launches, 1));
+        self.enqueue(stream, work, tally).map(drop)
+    }
+
+    /// The launch of `function` on this context, its arguments packed: `params[i]` points to
+    /// the value of parameter i (`kernelParams`), or `packed` is an already packed buffer
+    /// (`extra`). What a launch queues, or a kernel node runs.
+    pub fn kernel(
+        &self,
+        function: usize,
+        params: Option<&[*const u8]>,
+        packed: Option<&[u8]>,
+        mut shape: Shape,
+    ) -> CuResult<Work> {
         let layout = self.driver().functions.by_handle(function)?.layout();
         match &layout.body {
             None => return Err(NOT_FOUND),
@@ -1840,17 +1904,11 @@ impl Context {
             (None, None) if layout.params.is_empty() => {}
             _ => return Err(INVALID_VALUE),
         }
-        self.streams.submit(
-            stream,
-            Work::Launch {
-                layout,
-                buffer,
-                shape,
-            },
-            None,
-        )?;
-        Stats::add(&self.device.stats.kernel_launches, 1);
-        Ok(())
+        Ok(Work::Launch {
+            layout,
+            buffer,
+            shape,
+        })
     }
 
     /// The device addresses of `module`'s variables on this context's device: device memory of
@@ -1889,12 +1947,14 @@ impl Context {
     /// `cuStreamSynchronize` of a stream of any device.
     pub fn stream_synchronize(&self, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
         target.streams.tail(stream)?.wait();
         target.device.sticky()
     }
 
     pub fn stream_query(&self, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        target.outside_capture(stream)?;
         match target.streams.tail(stream)?.completed_at() {
             Some(_) => target.device.sticky(),
             None => Err(NOT_READY),
@@ -1928,18 +1988,21 @@ impl Context {
     /// work submitted before it.
     pub fn launch_host(&self, stream: usize, call: HostCall) -> CuResult<()> {
         self.owner(stream)?
-            .streams
-            .submit(stream, Work::Host(call), None)
+            .enqueue(stream, Work::Host(call), None)
             .map(drop)
     }
 
     /// `cuEventRecord`: the stream must belong to the event's context
-    /// (`CUDA_ERROR_INVALID_HANDLE` otherwise, as on CUDA).
-    pub fn event_record(&self, handle: usize, stream: usize) -> CuResult<()> {
+    /// (`CUDA_ERROR_INVALID_HANDLE` otherwise, as on CUDA). `external`
+    /// (`CU_EVENT_RECORD_EXTERNAL`) matters only during capture (see `graph`).
+    pub fn event_record(&self, handle: usize, stream: usize, external: bool) -> CuResult<()> {
         let event = self.driver().event(handle)?;
         let target = self.owner(stream)?;
         if target.ordinal != event.context {
             return Err(INVALID_HANDLE);
+        }
+        if target.capture_record(handle, stream, external)? {
+            return Ok(());
         }
         let marker = target.streams.submit(stream, Work::Marker, None)?;
         *event.recorded.lock() = Some(marker);
@@ -1948,10 +2011,14 @@ impl Context {
 
     /// `cuStreamWaitEvent`: later work of `stream` waits for the event's last record; an event
     /// never recorded is no dependency at all. Stream and event may belong to different devices
-    /// (how CUDA synchronises devices with each other).
-    pub fn stream_wait_event(&self, stream: usize, handle: usize) -> CuResult<()> {
+    /// (how CUDA synchronises devices with each other). `external` (`CU_EVENT_WAIT_EXTERNAL`)
+    /// matters only during capture (see `graph`).
+    pub fn stream_wait_event(&self, stream: usize, handle: usize, external: bool) -> CuResult<()> {
         let marker = self.driver().event(handle)?.recorded.lock().clone();
         let target = self.owner(stream)?;
+        if target.capture_wait(stream, handle, external)? {
+            return Ok(());
+        }
         match marker {
             Some(marker) => target
                 .streams

@@ -66,6 +66,17 @@ pub(crate) fn guard(name: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
     }
 }
 
+/// Writes `value` through an optional out-parameter: nothing when it is null.
+///
+/// # Safety
+/// `out` is null or valid for a write of `T`.
+unsafe fn put_optional<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: non-null, and valid for writes by the caller's contract.
+        unsafe { out.write(value) };
+    }
+}
+
 /// Writes `value` through an out-parameter.
 ///
 /// # Safety
@@ -459,8 +470,12 @@ driver_api! {
         unsafe { put(device, context.ordinal as i32) }
     }
 
+    /// While a stream of the context captures: `STREAM_CAPTURE_UNSUPPORTED`, and the capture is
+    /// invalidated.
     fn cuCtxSynchronize() {
-        current()?.synchronize()
+        let context = current()?;
+        context.check_synchronize()?;
+        context.synchronize()
     }
 
     /// CUDA 13's `cuCtxGetDevice` (`cuGetProcAddress` at 13000 and later): the device of
@@ -474,7 +489,9 @@ driver_api! {
     /// CUDA 13's `cuCtxSynchronize` (`cuGetProcAddress` at 13000 and later): waits for the
     /// work of `context`, current on this thread or not; NULL is the current context.
     fn cuCtxSynchronize_v2(context: usize) {
-        context_argument(context)?.synchronize()
+        let context = context_argument(context)?;
+        context.check_synchronize()?;
+        context.synchronize()
     }
 
     fn cuGetErrorName(error: u32, text: *mut *const c_char) {
@@ -512,8 +529,10 @@ driver_api! {
         unsafe { export_table::get(table, id) }
     }
 
+    /// Unsafe during a capture that prohibits it (`graph::Graphs::unsafe_call`).
     fn cuMemAlloc_v2(dptr: *mut u64, size: usize) {
         let context = current()?;
+        initialized()?.graphs.unsafe_call()?;
         if dptr.is_null() {
             return Err(INVALID_VALUE);
         }
@@ -522,11 +541,13 @@ driver_api! {
         unsafe { put(dptr, addr as u64) }
     }
 
+    /// Unsafe during a capture that prohibits it (`graph::Graphs::unsafe_call`).
     fn cuMemFree_v2(dptr: u64) {
         let context = current()?;
         if dptr == 0 {
             return Ok(());
         }
+        initialized()?.graphs.unsafe_call()?;
         context.free(dptr as usize)
     }
 
@@ -980,13 +1001,375 @@ driver_api! {
         unsafe { put(flags, u32::from(non_blocking)) }
     }
 
-    /// `CU_STREAM_CAPTURE_STATUS_NONE` for every valid stream: the shim has no stream capture
-    /// (the functions that begin one stay unresolved). NVIDIA's runtime answers
-    /// `cudaStreamIsCapturing` with it, which PyTorch's allocator asks before each `cudaMalloc`.
+    /// `CU_STREAM_CAPTURE_STATUS_NONE`, `_ACTIVE` or `_INVALIDATED` (NVIDIA's runtime answers
+    /// `cudaStreamIsCapturing` with it, which PyTorch's allocator asks before each `cudaMalloc`).
     fn cuStreamIsCapturing(stream: usize, status: *mut u32) {
-        stream_properties(stream)?;
+        let info = stream_context(stream)?.capture_info(stream)?;
         // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        unsafe { put(status, info.status) }
+    }
+
+    /// Begins capturing `stream` into a new graph (`graph` module: what is captured, what is
+    /// illegal meanwhile). The legacy stream cannot capture (`STREAM_CAPTURE_UNSUPPORTED`), a
+    /// capturing stream cannot begin again (`ILLEGAL_STATE`).
+    fn cuStreamBeginCapture_v2(stream: usize, mode: u32) {
+        stream_context(stream)?.begin_capture(stream, mode)
+    }
+
+    /// Ends the capture `stream` began and returns its graph; NULL with the error when the
+    /// capture was invalidated or left a forked stream unjoined (the capture ends either way).
+    fn cuStreamEndCapture(stream: usize, graph: *mut usize) {
+        if graph.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let result = stream_context(stream)?.end_capture(stream);
+        if matches!(result, Ok(_) | Err(STREAM_CAPTURE_INVALIDATED | STREAM_CAPTURE_UNJOINED)) {
+            // SAFETY: checked non-null; out-parameter of the caller.
+            unsafe { put(graph, result.unwrap_or(0)) }?;
+        }
+        result.map(drop)
+    }
+
+    /// The capture status and, while capturing, the capture's id, graph and the nodes the
+    /// stream's next captured work will depend on (each output may be NULL).
+    fn cuStreamGetCaptureInfo_v2(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
+    ) {
+        let info = stream_context(stream)?.capture_info(stream)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(status, info.status) }?;
+        if info.status != 0 {
+            // SAFETY: each output is NULL (skipped) or the caller's out-parameter.
+            unsafe {
+                put_optional(id, info.id);
+                put_optional(graph, info.graph);
+                put_optional(dependencies, info.frontier.0);
+                put_optional(count, info.frontier.1);
+            }
+        }
+        Ok(())
+    }
+
+    /// As `_v2`; no edge carries data on the shim, so `edgeData_out` is NULL.
+    fn cuStreamGetCaptureInfo_v3(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) {
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })?;
+        // SAFETY: NULL (skipped) or the caller's out-parameter.
+        unsafe { put_optional(edge_data, std::ptr::null()) };
+        Ok(())
+    }
+
+    /// The capturing stream's next work follows `dependencies` too (flags 0,
+    /// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES`) or instead of its current ones (1,
+    /// `CU_STREAM_SET_CAPTURE_DEPENDENCIES`).
+    fn cuStreamUpdateCaptureDependencies(stream: usize, dependencies: *mut usize, count: usize, flags: u32) {
+        if flags > 1 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: null (rejected unless empty) or `count` handles.
+        let deps = unsafe { node_list(dependencies, count) }?;
+        stream_context(stream)?.update_capture_dependencies(stream, deps, flags == 1)
+    }
+
+    /// CUDA 12.3's, with edge data: only default edges (NULL or all zero) are supported.
+    fn cuStreamUpdateCaptureDependencies_v2(
+        stream: usize,
+        dependencies: *mut usize,
+        edge_data: *const [u8; 8],
+        count: usize,
+        flags: u32,
+    ) {
+        // SAFETY: null or `count` entries, by the caller's contract.
+        unsafe { default_edges(edge_data, count) }?;
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuStreamUpdateCaptureDependencies(stream, dependencies, count, flags) })
+    }
+
+    /// Swaps the calling thread's capture interaction mode (global, thread-local, relaxed).
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
+        // SAFETY: null (rejected) or the caller's in/out parameter.
+        let requested = unsafe { mode.as_ref() }.copied().ok_or(INVALID_VALUE)?;
+        let previous = crate::graph::exchange_mode(requested)?;
+        // SAFETY: checked non-null above.
+        unsafe { put(mode, previous) }
+    }
+
+    /// An empty graph; `flags` must be 0.
+    fn cuGraphCreate(graph: *mut usize, flags: u32) {
+        let driver = initialized()?;
+        if graph.is_null() || flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(graph, driver.graphs.create()) }
+    }
+
+    fn cuGraphDestroy(graph: usize) {
+        initialized()?.graphs.destroy(graph)
+    }
+
+    /// The graph's nodes: with `nodes` NULL their number, otherwise up to `*count` of them
+    /// and the number written.
+    fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) {
+        let all = initialized()?.graphs.nodes(graph)?;
+        if count.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        if !nodes.is_null() {
+            // SAFETY: `count` is non-null and the caller's in/out parameter.
+            let room = unsafe { *count };
+            for (i, node) in all.iter().take(room).enumerate() {
+                // SAFETY: `nodes` holds `room` handles, as the caller promises.
+                unsafe { nodes.add(i).write(*node) };
+            }
+            // SAFETY: as above.
+            return unsafe { put(count, all.len().min(room)) };
+        }
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(count, all.len()) }
+    }
+
+    /// An executable graph of `graph`'s nodes. The flags (auto-free on launch, upload, device
+    /// launch, priority) change nothing on the shim; unknown bits are `INVALID_VALUE`.
+    fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) {
+        let driver = initialized()?;
+        if exec.is_null() || flags & !0xF != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let handle = driver.graphs.instantiate(graph)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(exec, handle) }
+    }
+
+    /// As `cuGraphInstantiateWithFlags`, with the result in `params` (`result_out`: success, or
+    /// `CUDA_GRAPH_INSTANTIATE_ERROR` and the error; `hErrNode_out` is always NULL); with
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` the upload stream is checked (there is nothing to
+    /// upload on the shim).
+    fn cuGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut InstantiateParams) {
+        const FLAG_UPLOAD: u64 = 0x2;
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_mut() }.ok_or(INVALID_VALUE)?;
+        if p.flags & FLAG_UPLOAD != 0 {
+            stream_context(p.upload_stream)?.check_stream(p.upload_stream)?;
+        }
+        // SAFETY: the caller's out-parameter, forwarded.
+        let result = code_result(unsafe { cuGraphInstantiateWithFlags(exec, graph, p.flags) });
+        p.error_node = 0;
+        p.result = u32::from(result.is_err());
+        result
+    }
+
+    /// Runs the exec graph's nodes on `stream`, after the stream's earlier work and the exec's
+    /// previous launch; later work of the stream follows all of them.
+    fn cuGraphLaunch(exec: usize, stream: usize) {
+        stream_context(stream)?.launch_graph(exec, stream)
+    }
+
+    /// Replaces `exec`'s operations with `graph`'s, which must have the same topology, node
+    /// kinds and kernel functions (see `graph::Graphs::update`); otherwise
+    /// `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`, `exec` unchanged, and `info` says why.
+    fn cuGraphExecUpdate_v2(exec: usize, graph: usize, info: *mut ExecUpdateResultInfo) {
+        if info.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let outcome = initialized()?.graphs.update(exec, graph)?;
+        let (result, node) = outcome.err().unwrap_or((0, 0));
+        let answer = ExecUpdateResultInfo { result, error_node: node, error_from_node: 0 };
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(info, answer) }?;
+        match result {
+            0 => Ok(()),
+            _ => Err(GRAPH_EXEC_UPDATE_FAILURE),
+        }
+    }
+
+    /// Nothing to upload on the shim (device memory is host memory): checks the handles.
+    fn cuGraphUpload(exec: usize, stream: usize) {
+        stream_context(stream)?.check_stream(stream)?;
+        initialized()?.graphs.check_exec(exec)
+    }
+
+    fn cuGraphExecDestroy(exec: usize) {
+        initialized()?.graphs.exec_destroy(exec)
+    }
+
+    /// A kernel node: the launch `params` describe, its arguments copied now (as a launch
+    /// copies them).
+    fn cuGraphAddKernelNode_v2(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const KernelNodeParams,
+    ) {
+        // SAFETY: the caller's parameters, as cuGraphAddKernelNode documents them.
+        let work = unsafe { kernel_node(params) }?;
+        let tally = Some((&current()?.device.stats.kernel_launches, 1));
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::Work(work, tally)) }
+    }
+
+    /// A memset node on `context` (NULL: the current one), checked as `cuMemsetD2D*Async`.
+    fn cuGraphAddMemsetNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const MemsetNodeParams,
+        context: usize,
+    ) {
+        let context = context_argument(context)?;
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+        if !matches!(p.element_size, 1 | 2 | 4) {
+            return Err(INVALID_VALUE);
+        }
+        let (element, width, height) = (p.element_size as usize, p.width, p.height);
+        let work = context.memset_work(p.dst as usize, p.pitch, p.value, element, width, height)?;
+        let op = match work {
+            Some((work, tally)) => crate::graph::Op::Work(work, tally),
+            None => return Err(INVALID_VALUE),
+        };
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// A host node: `fn(userData)` on the launch stream's thread.
+    fn cuGraphAddHostNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const HostNodeParams,
+    ) {
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+        let func = p.function.ok_or(INVALID_VALUE)?;
+        let call = device::HostCall::Function { func, data: p.data as usize };
+        let op = crate::graph::Op::Work(device::Work::Host(call), None);
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// A node that does nothing (it orders its dependencies before its followers).
+    fn cuGraphAddEmptyNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize) {
+        let op = crate::graph::Op::Work(device::Work::Marker, None);
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// A memcpy node on `context` (NULL: the current one), checked as `cuMemcpy2DAsync`; it
+    /// reads its source when it runs. One slice only (see `Memcpy3d::as_2d`); an empty copy is
+    /// `INVALID_VALUE`.
+    fn cuGraphAddMemcpyNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        copy: *const Memcpy3d,
+        context: usize,
+    ) {
+        let context = context_argument(context)?;
+        // SAFETY: null (rejected) or the caller's CUDA_MEMCPY3D.
+        let copy = unsafe { copy.as_ref() }.ok_or(INVALID_VALUE)?.as_2d()?;
+        let (rect, declared) = copy_rect(&copy)?;
+        let (work, tally) = context.copy_work(rect, 4, declared, false)?.ok_or(INVALID_VALUE)?;
+        let op = crate::graph::Op::Work(work, tally);
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, op) }
+    }
+
+    /// Records `event` when the node runs (as `cuEventRecord` on the launch stream).
+    fn cuGraphAddEventRecordNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        initialized()?.event(event)?;
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::EventRecord(event)) }
+    }
+
+    /// Waits for `event`'s last record when the graph is launched.
+    fn cuGraphAddEventWaitNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        initialized()?.event(event)?;
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::EventWait(event)) }
+    }
+
+    /// A node running a copy of `child` (later changes to `child` do not affect it).
+    fn cuGraphAddChildGraphNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        child: usize,
+    ) {
+        let copy = initialized()?.graphs.copy(child)?;
+        // SAFETY: the caller's node and dependencies.
+        unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::Child(copy)) }
+    }
+
+    /// `to[i]` follows `from[i]`, for each of the `count` pairs.
+    fn cuGraphAddDependencies(graph: usize, from: *const usize, to: *const usize, count: usize) {
+        // SAFETY: each array is null (rejected unless empty) or holds `count` handles.
+        let (from, to) = unsafe { (node_list(from, count)?, node_list(to, count)?) };
+        initialized()?.graphs.add_dependencies(graph, from, to)
+    }
+
+    /// CUDA 12.3's, with edge data: only default edges (NULL or all zero) are supported.
+    fn cuGraphAddDependencies_v2(
+        graph: usize,
+        from: *const usize,
+        to: *const usize,
+        edge_data: *const [u8; 8],
+        count: usize,
+    ) {
+        // SAFETY: null or `count` entries, by the caller's contract.
+        unsafe { default_edges(edge_data, count) }?;
+        // SAFETY: the caller's arguments, forwarded.
+        code_result(unsafe { cuGraphAddDependencies(graph, from, to, count) })
+    }
+
+    /// The kernel node `node` of `exec` launches what `params` describe from the next launch
+    /// of `exec` on (its arguments copied now).
+    fn cuGraphExecKernelNodeSetParams_v2(exec: usize, node: usize, params: *const KernelNodeParams) {
+        // SAFETY: the caller's parameters, as the function documents them.
+        let work = unsafe { kernel_node(params) }?;
+        initialized()?.graphs.set_kernel(exec, node, work)
+    }
+
+    /// Writes the graph in Graphviz's language to `path`; `flags` select details NVIDIA's
+    /// driver prints, the shim prints each node's kind and its dependencies whatever they are.
+    fn cuGraphDebugDotPrint(graph: usize, path: *const c_char, _flags: u32) {
+        let driver = initialized()?;
+        if path.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes a NUL-terminated path.
+        let path = unsafe { CStr::from_ptr(path) }.to_str().map_err(|_| INVALID_VALUE)?;
+        crate::graph::write_file(path, &driver.graphs.dot(graph)?)
     }
 
     /// `fn(userData)` runs on the stream's thread once the work before it has completed; work
@@ -1041,11 +1424,13 @@ driver_api! {
         current()?.stream_query(stream)
     }
 
+    /// `CU_EVENT_WAIT_EXTERNAL` (1) makes an event wait node during capture; outside capture
+    /// both flags wait alike.
     fn cuStreamWaitEvent(stream: usize, event: usize, flags: u32) {
-        if flags != 0 {
+        if flags > 1 {
             return Err(INVALID_VALUE);
         }
-        current()?.stream_wait_event(stream, event)
+        current()?.stream_wait_event(stream, event, flags == 1)
     }
 
     fn cuEventCreate(event: *mut usize, flags: u32) {
@@ -1059,17 +1444,17 @@ driver_api! {
     }
 
     fn cuEventRecord(event: usize, stream: usize) {
-        current()?.event_record(event, stream)
+        current()?.event_record(event, stream, false)
     }
 
-    /// `CU_EVENT_RECORD_EXTERNAL` matters only during stream capture, which the shim never
-    /// does: outside capture both flags record as `cuEventRecord`.
+    /// `CU_EVENT_RECORD_EXTERNAL` makes an event record node during capture; outside capture
+    /// both flags record as `cuEventRecord`.
     fn cuEventRecordWithFlags(event: usize, stream: usize, flags: u32) {
         let context = current()?;
         if flags > 1 {
             return Err(INVALID_VALUE);
         }
-        context.event_record(event, stream)
+        context.event_record(event, stream, flags == 1)
     }
 
     /// Page-locks ordinary host memory for the current device: afterwards copies treat it as
@@ -1799,7 +2184,85 @@ driver_api! {
     }
 
     fn cuEventRecord_ptsz(event: usize, stream: usize) {
-        current()?.event_record(event, per_thread(stream))
+        current()?.event_record(event, per_thread(stream), false)
+    }
+
+    fn cuStreamBeginCapture_v2_ptsz(stream: usize, mode: u32) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamBeginCapture_v2(per_thread(stream), mode) })
+    }
+
+    fn cuStreamEndCapture_ptsz(stream: usize, graph: *mut usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamEndCapture(per_thread(stream), graph) })
+    }
+
+    fn cuStreamGetCaptureInfo_v2_ptsz(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })
+    }
+
+    fn cuStreamGetCaptureInfo_v3_ptsz(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe {
+            cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
+    }
+
+    fn cuStreamUpdateCaptureDependencies_ptsz(stream: usize, dependencies: *mut usize, count: usize, flags: u32) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuStreamUpdateCaptureDependencies(stream, dependencies, count, flags) })
+    }
+
+    fn cuStreamUpdateCaptureDependencies_v2_ptsz(
+        stream: usize,
+        dependencies: *mut usize,
+        edge_data: *const [u8; 8],
+        count: usize,
+        flags: u32,
+    ) {
+        let stream = per_thread(stream);
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe {
+            cuStreamUpdateCaptureDependencies_v2(stream, dependencies, edge_data, count, flags)
+        })
+    }
+
+    fn cuGraphLaunch_ptsz(exec: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuGraphLaunch(exec, per_thread(stream)) })
+    }
+
+    fn cuGraphInstantiateWithParams_ptsz(exec: *mut usize, graph: usize, params: *mut InstantiateParams) {
+        // SAFETY: null (rejected) or the caller's parameters.
+        if let Some(p) = unsafe { params.as_mut() } {
+            p.upload_stream = per_thread(p.upload_stream);
+        }
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuGraphInstantiateWithParams(exec, graph, params) })
+    }
+
+    fn cuGraphUpload_ptsz(exec: usize, stream: usize) {
+        // SAFETY: the caller's arguments, forwarded with the stream resolved.
+        code_result(unsafe { cuGraphUpload(exec, per_thread(stream)) })
     }
 
     fn cuEventRecordWithFlags_ptsz(event: usize, stream: usize, flags: u32) {
@@ -1910,6 +2373,12 @@ pub const GREATEST_PRIORITY: i32 = -5;
 pub const LEAST_PRIORITY: i32 = 0;
 
 /// Non-blocking flag and priority of a stream of any device.
+/// The context owning `stream` (the current one for the special handles).
+fn stream_context(stream: usize) -> CuResult<&'static Context> {
+    let context = current()?;
+    initialized()?.stream_owner(Some(context), stream)
+}
+
 fn stream_properties(stream: usize) -> CuResult<(bool, i32)> {
     let context = current()?;
     let driver = initialized()?;
@@ -2195,6 +2664,67 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuStreamGetPriority", 5050, "cuStreamGetPriority"),
     ("cuStreamGetFlags", 5050, "cuStreamGetFlags"),
     ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
+    ("cuStreamBeginCapture", 10010, "cuStreamBeginCapture_v2"),
+    ("cuStreamEndCapture", 10000, "cuStreamEndCapture"),
+    (
+        "cuStreamUpdateCaptureDependencies",
+        11030,
+        "cuStreamUpdateCaptureDependencies",
+    ),
+    (
+        "cuStreamUpdateCaptureDependencies",
+        12030,
+        "cuStreamUpdateCaptureDependencies_v2",
+    ),
+    ("cuStreamGetCaptureInfo", 11030, "cuStreamGetCaptureInfo_v2"),
+    ("cuStreamGetCaptureInfo", 12030, "cuStreamGetCaptureInfo_v3"),
+    (
+        "cuThreadExchangeStreamCaptureMode",
+        10010,
+        "cuThreadExchangeStreamCaptureMode",
+    ),
+    ("cuGraphCreate", 10000, "cuGraphCreate"),
+    ("cuGraphDestroy", 10000, "cuGraphDestroy"),
+    ("cuGraphGetNodes", 10000, "cuGraphGetNodes"),
+    ("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags"),
+    (
+        "cuGraphInstantiateWithFlags",
+        11040,
+        "cuGraphInstantiateWithFlags",
+    ),
+    ("cuGraphLaunch", 10000, "cuGraphLaunch"),
+    (
+        "cuGraphInstantiateWithParams",
+        12000,
+        "cuGraphInstantiateWithParams",
+    ),
+    ("cuGraphExecUpdate", 12000, "cuGraphExecUpdate_v2"),
+    ("cuGraphUpload", 11010, "cuGraphUpload"),
+    ("cuGraphExecDestroy", 10000, "cuGraphExecDestroy"),
+    ("cuGraphDebugDotPrint", 11030, "cuGraphDebugDotPrint"),
+    ("cuGraphAddKernelNode", 12000, "cuGraphAddKernelNode_v2"),
+    ("cuGraphAddMemsetNode", 10000, "cuGraphAddMemsetNode"),
+    ("cuGraphAddMemcpyNode", 10000, "cuGraphAddMemcpyNode"),
+    ("cuGraphAddHostNode", 10000, "cuGraphAddHostNode"),
+    ("cuGraphAddEmptyNode", 10000, "cuGraphAddEmptyNode"),
+    (
+        "cuGraphAddEventRecordNode",
+        11010,
+        "cuGraphAddEventRecordNode",
+    ),
+    ("cuGraphAddEventWaitNode", 11010, "cuGraphAddEventWaitNode"),
+    (
+        "cuGraphAddChildGraphNode",
+        10000,
+        "cuGraphAddChildGraphNode",
+    ),
+    ("cuGraphAddDependencies", 10000, "cuGraphAddDependencies"),
+    ("cuGraphAddDependencies", 12030, "cuGraphAddDependencies_v2"),
+    (
+        "cuGraphExecKernelNodeSetParams",
+        12000,
+        "cuGraphExecKernelNodeSetParams_v2",
+    ),
     ("cuLaunchHostFunc", 10000, "cuLaunchHostFunc"),
     ("cuLaunchHostFunc", 13010, "cuLaunchHostFunc_v2"),
     ("cuStreamAddCallback", 5000, "cuStreamAddCallback"),
@@ -2264,6 +2794,39 @@ pub const PER_THREAD_PROCS: &[(&str, i32, &str)] = &[
     ("cuStreamGetPriority", 7000, "cuStreamGetPriority_ptsz"),
     ("cuStreamGetFlags", 7000, "cuStreamGetFlags_ptsz"),
     ("cuStreamIsCapturing", 10000, "cuStreamIsCapturing_ptsz"),
+    (
+        "cuStreamBeginCapture_v2",
+        10010,
+        "cuStreamBeginCapture_v2_ptsz",
+    ),
+    ("cuStreamEndCapture", 10000, "cuStreamEndCapture_ptsz"),
+    (
+        "cuStreamUpdateCaptureDependencies",
+        11030,
+        "cuStreamUpdateCaptureDependencies_ptsz",
+    ),
+    (
+        "cuStreamUpdateCaptureDependencies_v2",
+        12030,
+        "cuStreamUpdateCaptureDependencies_v2_ptsz",
+    ),
+    (
+        "cuStreamGetCaptureInfo_v2",
+        11030,
+        "cuStreamGetCaptureInfo_v2_ptsz",
+    ),
+    (
+        "cuStreamGetCaptureInfo_v3",
+        12030,
+        "cuStreamGetCaptureInfo_v3_ptsz",
+    ),
+    ("cuGraphLaunch", 10000, "cuGraphLaunch_ptsz"),
+    (
+        "cuGraphInstantiateWithParams",
+        12000,
+        "cuGraphInstantiateWithParams_ptsz",
+    ),
+    ("cuGraphUpload", 11010, "cuGraphUpload_ptsz"),
     ("cuStreamWaitEvent", 7000, "cuStreamWaitEvent_ptsz"),
     ("cuStreamAddCallback", 7000, "cuStreamAddCallback_ptsz"),
     ("cuStreamQuery", 7000, "cuStreamQuery_ptsz"),
@@ -2424,17 +2987,8 @@ unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CuResult<()> {
     let context = current()?;
-    let threads = launch.block.iter().map(|&b| u64::from(b)).product::<u64>();
-    let blocks = launch.grid.iter().map(|&g| u64::from(g)).product::<u64>();
-    if blocks == 0 || threads == 0 || threads > 1024 {
-        return Err(INVALID_VALUE);
-    }
-    let nparams = initialized()?
-        .functions
-        .by_handle(function)?
-        .layout()
-        .params
-        .len();
+    let (blocks, threads) = launch_size(launch.grid, launch.block)?;
+    let nparams = parameter_count(function)?;
     if launch.cooperative {
         let device = context.ordinal as i32;
         let per_sm = occupancy(device, threads, 0)?;
@@ -2442,25 +2996,188 @@ unsafe fn launch_kernel(
             return Err(COOPERATIVE_LAUNCH_TOO_LARGE);
         }
     }
-    let stream = launch.stream;
     let shape = Shape {
         grid: launch.grid,
         block: launch.block,
         shared: launch.shared,
         globals: Vec::new(),
     };
+    context.launch(launch.stream, |context| {
+        // SAFETY: the caller's kernelParams/extra, as cuLaunchKernel documents them.
+        unsafe { kernel_work(context, function, nparams, shape, params, extra) }
+    })
+}
+
+/// The blocks and the threads per block of a launch (`INVALID_VALUE` for none, or for more
+/// than 1024 threads per block).
+fn launch_size(grid: [u32; 3], block: [u32; 3]) -> CuResult<(u64, u64)> {
+    let threads = block.iter().map(|&b| u64::from(b)).product::<u64>();
+    let blocks = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+    if blocks == 0 || threads == 0 || threads > 1024 {
+        return Err(INVALID_VALUE);
+    }
+    Ok((blocks, threads))
+}
+
+/// How many parameters `function` takes (`INVALID_HANDLE`-like errors for an unknown one).
+fn parameter_count(function: usize) -> CuResult<usize> {
+    let layout = initialized()?.functions.by_handle(function)?.layout();
+    Ok(layout.params.len())
+}
+
+/// Edge data that asks for nothing but default edges (NULL, or every entry zero): what the shim
+/// supports; anything else is `INVALID_VALUE`.
+///
+/// # Safety
+/// `edge_data` is null or valid for `count` entries.
+unsafe fn default_edges(edge_data: *const [u8; 8], count: usize) -> CuResult<()> {
+    if edge_data.is_null() || count == 0 {
+        return Ok(());
+    }
+    // SAFETY: non-null edge data holds `count` entries, by the caller's contract.
+    let edges = unsafe { std::slice::from_raw_parts(edge_data, count) };
+    match edges.iter().all(|e| e.iter().all(|&b| b == 0)) {
+        true => Ok(()),
+        false => Err(INVALID_VALUE),
+    }
+}
+
+/// The nodes `dependencies` names (`numDependencies` of them; NULL only for none).
+///
+/// # Safety
+/// `dependencies` is null or valid for `count` handles.
+unsafe fn node_list<'a>(dependencies: *const usize, count: usize) -> CuResult<&'a [usize]> {
+    match (dependencies.is_null(), count) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(INVALID_VALUE),
+        // SAFETY: non-null and valid for `count` handles by the caller's contract.
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts(dependencies, count) }),
+    }
+}
+
+/// Adds a node running `op` to `graph` after `count` `dependencies` and writes its handle.
+///
+/// # Safety
+/// `node` is null (rejected) or valid for a write; `dependencies` as for [`node_list`].
+unsafe fn add_node(
+    node: *mut usize,
+    graph: usize,
+    dependencies: *const usize,
+    count: usize,
+    op: crate::graph::Op,
+) -> CuResult<()> {
+    if node.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: the caller's contract.
+    let deps = unsafe { node_list(dependencies, count) }?;
+    let handle = initialized()?.graphs.add(graph, op, deps)?;
+    // SAFETY: checked non-null; out-parameter of the caller.
+    unsafe { put(node, handle) }
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+#[repr(C)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: usize,
+    error_node: usize,
+    result: u32,
+}
+
+/// `CUgraphExecUpdateResultInfo`.
+#[repr(C)]
+pub struct ExecUpdateResultInfo {
+    result: u32,
+    error_node: usize,
+    error_from_node: usize,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the same in CUDA 12 and 13).
+#[repr(C)]
+pub struct KernelNodeParams {
+    function: usize,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    kernel: usize,
+    context: usize,
+}
+
+const _: () = assert!(size_of::<KernelNodeParams>() == 72);
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    element_size: u32,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_HOST_NODE_PARAMS`.
+#[repr(C)]
+pub struct HostNodeParams {
+    function: Option<unsafe extern "C" fn(*mut c_void)>,
+    data: *mut c_void,
+}
+
+/// The launch a kernel node's parameters describe, on the current context (a node naming a
+/// `CUkernel` instead of a function is not supported: `INVALID_VALUE`).
+///
+/// # Safety
+/// `params` is null (rejected) or points to a `CUDA_KERNEL_NODE_PARAMS` whose argument
+/// pointers are valid as for `cuLaunchKernel`.
+unsafe fn kernel_node(params: *const KernelNodeParams) -> CuResult<device::Work> {
+    let context = current()?;
+    // SAFETY: null or the caller's parameters.
+    let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+    if p.function == 0 {
+        return Err(INVALID_VALUE);
+    }
+    launch_size(p.grid, p.block)?;
+    let nparams = parameter_count(p.function)?;
+    let shape = Shape {
+        grid: p.grid,
+        block: p.block,
+        shared: p.shared_mem,
+        globals: Vec::new(),
+    };
+    // SAFETY: the node's kernelParams/extra, as cuLaunchKernel documents them.
+    unsafe { kernel_work(context, p.function, nparams, shape, p.params, p.extra) }
+}
+
+/// The launch of `function` (`nparams` parameters) with `shape` on `context`, its arguments
+/// copied from `kernelParams` or `extra` (one of them, or neither for a kernel without
+/// parameters).
+///
+/// # Safety
+/// `params` is null or holds one pointer per kernel parameter; `extra` is null or a
+/// CU_LAUNCH_PARAM_END-terminated list of pairs.
+unsafe fn kernel_work(
+    context: &Context,
+    function: usize,
+    nparams: usize,
+    shape: Shape,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<device::Work> {
     match (params.is_null(), extra.is_null()) {
         (false, true) => {
             // SAFETY: kernelParams holds one pointer per kernel parameter.
             let values = unsafe { std::slice::from_raw_parts(params as *const *const u8, nparams) };
-            context.launch(function, Some(values), None, stream, shape)
+            context.kernel(function, Some(values), None, shape)
         }
         (true, false) => {
             // SAFETY: `extra` is a CU_LAUNCH_PARAM_END-terminated list of pairs.
             let packed = unsafe { packed_arguments(extra) }?;
-            context.launch(function, None, Some(packed), stream, shape)
+            context.kernel(function, None, Some(packed), shape)
         }
-        (true, true) => context.launch(function, None, None, stream, shape),
+        (true, true) => context.kernel(function, None, None, shape),
         (false, false) => Err(INVALID_VALUE),
     }
 }
@@ -2566,6 +3283,13 @@ unsafe fn memcpy_2d(copy: *const Memcpy2d, stream: usize, synchronous: bool) -> 
     let context = current()?;
     // SAFETY: null (rejected) or a CUDA_MEMCPY2D (the caller's contract).
     let c = unsafe { copy.as_ref() }.ok_or(INVALID_VALUE)?;
+    let (rect, declared) = copy_rect(c)?;
+    context.copy_2d(rect, 4, declared, stream, synchronous)
+}
+
+/// The rows a `CUDA_MEMCPY2D` copies and the memory types it declares for its source and its
+/// destination.
+fn copy_rect(c: &Memcpy2d) -> CuResult<(Rect, [MemoryType; 2])> {
     let (src, src_type) = copy_side(
         c.src_memory_type,
         c.src_host as usize,
@@ -2590,7 +3314,72 @@ unsafe fn memcpy_2d(copy: *const Memcpy2d, stream: usize, synchronous: bool) -> 
         width: c.width,
         height: c.height,
     };
-    context.copy_2d(rect, 4, [src_type, dst_type], stream, synchronous)
+    Ok((rect, [src_type, dst_type]))
+}
+
+/// `CUDA_MEMCPY3D` (200 bytes).
+#[repr(C)]
+pub struct Memcpy3d {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_memory_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_memory_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+const _: () = assert!(size_of::<Memcpy3d>() == 200);
+
+impl Memcpy3d {
+    /// The same copy as a `CUDA_MEMCPY2D`: the shim supports one slice (depth 1, z and LOD 0),
+    /// anything else is `CUDA_ERROR_INVALID_VALUE`.
+    fn as_2d(&self) -> CuResult<Memcpy2d> {
+        if self.depth != 1
+            || self.src_z != 0
+            || self.dst_z != 0
+            || self.src_lod != 0
+            || self.dst_lod != 0
+        {
+            return Err(INVALID_VALUE);
+        }
+        Ok(Memcpy2d {
+            src_x: self.src_x,
+            src_y: self.src_y,
+            src_memory_type: self.src_memory_type,
+            src_host: self.src_host,
+            src_device: self.src_device,
+            src_array: self.src_array,
+            src_pitch: self.src_pitch,
+            dst_x: self.dst_x,
+            dst_y: self.dst_y,
+            dst_memory_type: self.dst_memory_type,
+            dst_host: self.dst_host,
+            dst_device: self.dst_device,
+            dst_array: self.dst_array,
+            dst_pitch: self.dst_pitch,
+            width: self.width,
+            height: self.height,
+        })
+    }
 }
 
 /// `CUmemAllocationProp` (32 bytes); `allocFlags` is not interpreted.

@@ -11,13 +11,15 @@
 //! `kernel` (function registry and parameter layout), `vmm` (reserved ranges and
 //! mapped physical memory), `device` (the context and every
 //! operation's semantics), `stats` (counters), `exports` (the C ABI), `result` (error codes),
-//! `fatbin` (the PTX inside the fatbinaries of nvcc-built programs).
+//! `fatbin` (the PTX inside the fatbinaries of nvcc-built programs), `graph` (stream capture
+//! and CUDA graphs).
 
 pub mod config;
 pub mod device;
 pub mod export_table;
 pub mod exports;
 pub mod fatbin;
+pub mod graph;
 pub mod kernel;
 pub mod memory;
 pub mod module;

@@ -39,7 +39,17 @@ pub const MISALIGNED_ADDRESS: CuError = CuError(716);
 pub const LAUNCH_FAILED: CuError = CuError(719);
 pub const COOPERATIVE_LAUNCH_TOO_LARGE: CuError = CuError(720);
 pub const NOT_SUPPORTED: CuError = CuError(801);
+pub const OPERATING_SYSTEM: CuError = CuError(304);
 pub const STREAM_CAPTURE_UNSUPPORTED: CuError = CuError(900);
+pub const STREAM_CAPTURE_INVALIDATED: CuError = CuError(901);
+pub const STREAM_CAPTURE_MERGE: CuError = CuError(902);
+pub const STREAM_CAPTURE_UNMATCHED: CuError = CuError(903);
+pub const STREAM_CAPTURE_UNJOINED: CuError = CuError(904);
+pub const STREAM_CAPTURE_ISOLATION: CuError = CuError(905);
+pub const STREAM_CAPTURE_IMPLICIT: CuError = CuError(906);
+pub const CAPTURED_EVENT: CuError = CuError(907);
+pub const STREAM_CAPTURE_WRONG_THREAD: CuError = CuError(908);
+pub const GRAPH_EXEC_UPDATE_FAILURE: CuError = CuError(910);
 pub const UNKNOWN: CuError = CuError(999);
 
 /// Errors that leave the context unusable: once a kernel raised one, every later call returns it
@@ -131,10 +141,50 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
             "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE\0",
             "too many blocks in cooperative launch\0",
         ),
+        304 => (
+            "CUDA_ERROR_OPERATING_SYSTEM\0",
+            "OS call failed or operation not supported on this OS\0",
+        ),
         801 => ("CUDA_ERROR_NOT_SUPPORTED\0", "operation not supported\0"),
         900 => (
             "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\0",
             "operation not permitted when stream is capturing\0",
+        ),
+        901 => (
+            "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\0",
+            "operation failed due to a previous error during capture\0",
+        ),
+        902 => (
+            "CUDA_ERROR_STREAM_CAPTURE_MERGE\0",
+            "operation would result in a merge of separate capture sequences\0",
+        ),
+        903 => (
+            "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED\0",
+            "capture was not ended in the same stream as it began\0",
+        ),
+        904 => (
+            "CUDA_ERROR_STREAM_CAPTURE_UNJOINED\0",
+            "capturing stream has unjoined work\0",
+        ),
+        905 => (
+            "CUDA_ERROR_STREAM_CAPTURE_ISOLATION\0",
+            "dependency created on uncaptured work in another stream\0",
+        ),
+        906 => (
+            "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT\0",
+            "operation would make the legacy stream depend on a capturing blocking stream\0",
+        ),
+        907 => (
+            "CUDA_ERROR_CAPTURED_EVENT\0",
+            "operation not permitted on an event last recorded in a capturing stream\0",
+        ),
+        908 => (
+            "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD\0",
+            "attempt to terminate a thread-local capture sequence from another thread\0",
+        ),
+        910 => (
+            "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE\0",
+            "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update\0",
         ),
         999 => ("CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
         _ => return None,

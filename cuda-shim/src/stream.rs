@@ -104,6 +104,14 @@ pub struct Streams<E: Executor> {
     registry: Mutex<Registry<E::Work>>,
 }
 
+/// What [`Streams::identity`] answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub id: usize,
+    pub legacy: bool,
+    pub blocking: bool,
+}
+
 /// Handle values with a fixed meaning, as in `cuda.h`.
 pub const LEGACY: usize = 0x1;
 pub const PER_THREAD: usize = 0x2;
@@ -185,6 +193,19 @@ impl<E: Executor> Streams<E> {
             _ if self.registry.lock().created.contains_key(&handle) => Ok(()),
             _ => Err(INVALID_HANDLE),
         }
+    }
+
+    /// Who stream `handle` is, whatever handle names it: the address of the stream itself (the
+    /// per-thread stream of the calling thread for `PER_THREAD`), whether it is the legacy
+    /// stream, and whether it is blocking (what stream capture keys its state by).
+    pub fn identity(&self, handle: usize) -> CuResult<Identity> {
+        let mut registry = self.registry.lock();
+        let stream = registry.resolve(handle, self)?;
+        Ok(Identity {
+            id: Arc::as_ptr(&stream) as usize,
+            legacy: Arc::ptr_eq(&stream, &registry.legacy),
+            blocking: stream.blocking,
+        })
     }
 
     /// Queues `work` on stream `handle` after `wait_for` (if any) and returns the marker that

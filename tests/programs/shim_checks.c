@@ -1781,13 +1781,24 @@ static void pytorch_streams(void) {
     mode = (enum cudaStreamCaptureMode)7;
     EXPECT_CODE(cudaThreadExchangeStreamCaptureMode(&mode), cudaErrorInvalidValue);
     EXPECT_CODE(cudaThreadExchangeStreamCaptureMode(NULL), cudaErrorInvalidValue);
-    EXPECT_CODE(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorNotSupported);
     EXPECT_CODE(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
     EXPECT_CODE(cudaStreamBeginCapture(s, (enum cudaStreamCaptureMode)3), cudaErrorInvalidValue);
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     size_t nodes = 0;
     EXPECT_CODE(cudaStreamEndCapture(s, &graph), cudaErrorIllegalState);
+    /* an empty capture is an empty graph (tests/programs/graphs.c checks capture itself) */
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaStreamEndCapture(s, &graph));
+    OK(cudaGraphGetNodes(graph, NULL, &nodes));
+    EXPECT(graph != NULL && nodes == 0);
+    OK(cudaGraphDebugDotPrint(graph, "/dev/null", 0));
+    OK(cudaGraphInstantiate(&exec, graph, 0));
+    OK(cudaGraphLaunch(exec, s));
+    OK(cudaGraphExecDestroy(exec));
+    OK(cudaGraphDestroy(graph));
+    graph = NULL;
+    exec = NULL;
     EXPECT_CODE(cudaGraphInstantiate(&exec, graph, 0), cudaErrorInvalidValue);
     EXPECT_CODE(cudaGraphInstantiateWithFlags(&exec, graph, 0), cudaErrorInvalidValue);
     EXPECT_CODE(cudaGraphLaunch(exec, s), cudaErrorInvalidValue);

@@ -14,9 +14,11 @@
 //!   `cudaErrorNoKernelImageForDevice` (what a GPU answers for code without an image for it), a
 //!   missing file `cudaErrorFileNotFound`; no library handle exists, so every call taking one is
 //!   `cudaErrorInvalidResourceHandle`.
-//! - Graphs: none exists on the shim (capture is not supported), so a graph handle is
-//!   `cudaErrorInvalidValue` as in the other graph calls, a stream never captures
-//!   (`cudaErrorIllegalState` to update its dependencies), and graph memory is always zero.
+//! - Graphs: capture and graphs are the driver's (cuda-shim's `graph` module); the generic
+//!   `cudaGraphAddNode`, conditional handles, user objects retained by a graph and capturing
+//!   into an existing graph are not supported (the first three `cudaErrorInvalidValue`, the
+//!   last `cudaErrorNotSupported` once its arguments are valid), and graph memory is always
+//!   zero (no memory nodes).
 //! - User objects: real reference counting; the destructor runs once, on a thread of its own
 //!   (`cudaUserObjectNoDestructorSync`: nothing waits for it), when the count reaches zero.
 
@@ -158,7 +160,8 @@ runtime_api! {
         }
     }
 
-    /// Graph memory in use and reserved, current and high-water: always 0 (no graph).
+    /// Graph memory in use and reserved, current and high-water: always 0 (the shim has no
+    /// graph memory nodes).
     fn cudaDeviceGetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
         context()?;
         primary(device)?;
@@ -202,7 +205,9 @@ runtime_api! {
         no_graph(graph)
     }
 
-    /// As `cudaStreamBeginCapture`'s checks, then the graph, which cannot exist.
+    /// As `cudaStreamBeginCapture`'s checks, then the graph's (`cudaErrorInvalidValue` for one
+    /// that does not exist); capturing into an existing graph is not supported
+    /// (`cudaErrorNotSupported`).
     fn cudaStreamBeginCaptureToGraph(
         stream: usize,
         graph: usize,
@@ -220,23 +225,24 @@ runtime_api! {
         if stream == 0 || stream == 1 {
             return Err(STREAM_CAPTURE_UNSUPPORTED);
         }
-        no_graph(graph)
+        let mut nodes = 0;
+        // SAFETY: the driver validates the graph; `nodes` is a valid out-parameter.
+        check(unsafe { cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes) })?;
+        Err(NOT_SUPPORTED)
     }
 
-    /// No stream is ever capturing: `cudaErrorIllegalState`.
+    /// The capturing stream's next work follows `dependencies` too (flags 0) or instead of its
+    /// current ones (1); `cudaErrorIllegalState` on a stream not capturing. Only default edges.
     fn cudaStreamUpdateCaptureDependencies(
         stream: usize,
         dependencies: *mut usize,
-        _edge_data: *const c_void,
+        edge_data: *const c_void,
         count: usize,
         flags: u32,
     ) {
         context()?;
-        stream_flags(stream)?;
-        if flags > 1 || !array_ok(dependencies, count) {
-            return Err(INVALID_VALUE);
-        }
-        Err(ILLEGAL_STATE)
+        // SAFETY: the driver validates the handle, the arrays and the flags.
+        check(unsafe { cuStreamUpdateCaptureDependencies_v2(stream, dependencies, edge_data, count, flags) })
     }
 
     fn cudaUserObjectCreate(object: *mut usize, ptr: *mut c_void, destroy: HostFn, initial_count: u32, flags: u32) {

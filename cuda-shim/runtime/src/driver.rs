@@ -39,12 +39,186 @@ pub struct Memcpy2d {
 
 const _: () = assert!(size_of::<Memcpy2d>() == 128);
 
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, 72 bytes), as the driver takes it.
+#[repr(C)]
+pub struct KernelNodeParams {
+    pub function: usize,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+    pub params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kernel: usize,
+    pub context: usize,
+}
+
+const _: () = assert!(size_of::<KernelNodeParams>() == 72);
+
+/// `CUDA_MEMSET_NODE_PARAMS` and `struct cudaMemsetParams` (the same layout).
+#[repr(C)]
+pub struct MemsetParams {
+    pub dst: u64,
+    pub pitch: usize,
+    pub value: u32,
+    pub element_size: u32,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// `CUDA_HOST_NODE_PARAMS` and `struct cudaHostNodeParams` (the same layout).
+#[repr(C)]
+pub struct HostNodeParams {
+    pub function: HostFn,
+    pub data: *mut c_void,
+}
+
+/// `CUDA_MEMCPY3D` (200 bytes), as the driver takes it.
+#[repr(C)]
+pub struct Memcpy3d {
+    pub src_x: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: u32,
+    pub src_host: *const c_void,
+    pub src_device: u64,
+    pub src_array: usize,
+    pub reserved0: *mut c_void,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: u32,
+    pub dst_host: *mut c_void,
+    pub dst_device: u64,
+    pub dst_array: usize,
+    pub reserved1: *mut c_void,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+const _: () = assert!(size_of::<Memcpy3d>() == 200);
+
 /// `struct cudaShimStats` / the driver's `StatsSnapshot`: 14 counters.
 #[repr(C)]
 pub struct Stats(pub [u64; 14]);
 
 unsafe extern "C" {
     pub fn cuInit(flags: u32) -> u32;
+    pub fn cuStreamBeginCapture_v2(stream: usize, mode: u32) -> u32;
+    pub fn cuStreamEndCapture(stream: usize, graph: *mut usize) -> u32;
+    pub fn cuStreamIsCapturing(stream: usize, status: *mut u32) -> u32;
+    #[cfg(not(feature = "cuda13"))]
+    pub fn cuStreamGetCaptureInfo_v2(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
+    ) -> u32;
+    pub fn cuStreamGetCaptureInfo_v3(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) -> u32;
+    pub fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> u32;
+    pub fn cuStreamUpdateCaptureDependencies_v2(
+        stream: usize,
+        dependencies: *mut usize,
+        edge_data: *const c_void,
+        count: usize,
+        flags: u32,
+    ) -> u32;
+    pub fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) -> u32;
+    pub fn cuGraphLaunch(exec: usize, stream: usize) -> u32;
+    pub fn cuGraphExecDestroy(exec: usize) -> u32;
+    pub fn cuGraphDestroy(graph: usize) -> u32;
+    pub fn cuGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) -> u32;
+    pub fn cuGraphDebugDotPrint(graph: usize, path: *const c_char, flags: u32) -> u32;
+    pub fn cuGraphCreate(graph: *mut usize, flags: u32) -> u32;
+    pub fn cuGraphAddKernelNode_v2(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const KernelNodeParams,
+    ) -> u32;
+    pub fn cuGraphAddMemsetNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const MemsetParams,
+        context: usize,
+    ) -> u32;
+    pub fn cuGraphAddMemcpyNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        copy: *const Memcpy3d,
+        context: usize,
+    ) -> u32;
+    pub fn cuGraphAddHostNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const HostNodeParams,
+    ) -> u32;
+    pub fn cuGraphAddEmptyNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+    ) -> u32;
+    pub fn cuGraphAddEventRecordNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) -> u32;
+    pub fn cuGraphAddEventWaitNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) -> u32;
+    pub fn cuGraphAddChildGraphNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        child: usize,
+    ) -> u32;
+    pub fn cuGraphAddDependencies_v2(
+        graph: usize,
+        from: *const usize,
+        to: *const usize,
+        edge_data: *const c_void,
+        count: usize,
+    ) -> u32;
+    pub fn cuGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut c_void)
+    -> u32;
+    pub fn cuGraphExecUpdate_v2(exec: usize, graph: usize, info: *mut c_void) -> u32;
+    pub fn cuGraphUpload(exec: usize, stream: usize) -> u32;
+    pub fn cuGraphExecKernelNodeSetParams_v2(
+        exec: usize,
+        node: usize,
+        params: *const KernelNodeParams,
+    ) -> u32;
     pub fn cuDriverGetVersion(version: *mut i32) -> u32;
     pub fn cuDeviceGetName(name: *mut c_char, len: i32, device: i32) -> u32;
     pub fn cuDeviceTotalMem_v2(bytes: *mut usize, device: i32) -> u32;

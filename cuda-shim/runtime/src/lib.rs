@@ -15,7 +15,7 @@ mod errors;
 mod props;
 
 use driver::*;
-use props::{DeviceProp, Dim3, FuncAttributes, LaunchConfig, PointerAttributes};
+use props::{DeviceProp, Dim3, FuncAttributes, KernelNode, LaunchConfig, PointerAttributes};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -46,8 +46,9 @@ const INVALID_DEVICE_FUNCTION: u32 = 98;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_RESOURCE_HANDLE: u32 = 400;
 const SYMBOL_NOT_FOUND: u32 = 500;
-const ILLEGAL_STATE: u32 = 401;
+#[cfg(feature = "cuda13")]
 const NOT_SUPPORTED: u32 = 801;
+#[cfg(feature = "cuda13")]
 const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
 const UNKNOWN: u32 = 999;
 
@@ -63,8 +64,6 @@ thread_local! {
     static LAST_ERROR: Cell<u32> = const { Cell::new(SUCCESS) };
     /// The device `cudaSetDevice` chose on this thread (0 until then, as on CUDA).
     static DEVICE: Cell<i32> = const { Cell::new(0) };
-    /// `cudaThreadExchangeStreamCaptureMode`'s mode of this thread (global until changed).
-    static CAPTURE_MODE: Cell<u32> = const { Cell::new(0) };
     /// Launch configurations pushed by nvcc-generated stubs (`<<<…>>>`), innermost last.
     static CALL_CONFIGURATIONS: RefCell<Vec<(Dim3, Dim3, usize, usize)>> = const { RefCell::new(Vec::new()) };
 }
@@ -1105,111 +1104,313 @@ runtime_api! {
         check(unsafe { cuStreamAddCallback(stream, callback, data, flags) })
     }
 
-    /// Graphs cannot be captured on the shim: the legacy stream is
-    /// `cudaErrorStreamCaptureUnsupported` (as on CUDA), any other stream
-    /// `cudaErrorNotSupported`.
+    /// The driver's capture (cuda-shim's `graph` module): the legacy stream cannot capture
+    /// (`cudaErrorStreamCaptureUnsupported`), a capturing stream cannot begin again
+    /// (`cudaErrorIllegalState`).
     fn cudaStreamBeginCapture(stream: usize, mode: u32) {
         context()?;
-        stream_flags(stream)?;
-        if mode > 2 {
-            return Err(INVALID_VALUE);
-        }
-        if stream == 0 || stream == 1 {
-            return Err(STREAM_CAPTURE_UNSUPPORTED);
-        }
-        Err(NOT_SUPPORTED)
+        // SAFETY: the driver validates the handle and the mode.
+        check(unsafe { cuStreamBeginCapture_v2(stream, mode) })
     }
 
-    /// No stream is ever capturing: `cudaErrorIllegalState`.
     fn cudaStreamEndCapture(stream: usize, graph: *mut usize) {
         context()?;
-        stream_flags(stream)?;
-        if graph.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        Err(ILLEGAL_STATE)
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuStreamEndCapture(stream, graph) })
     }
 
     fn cudaStreamIsCapturing(stream: usize, status: *mut u32) {
         context()?;
-        stream_flags(stream)?;
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuStreamIsCapturing(stream, status) })
     }
 
-    /// The status is `cudaStreamCaptureStatusNone`; the other outputs, meaningful only during
-    /// a capture, are not written.
+    /// The status and, during a capture, its id, graph and the stream's current dependencies
+    /// (outputs may be NULL).
     #[cfg(not(feature = "cuda13"))]
     fn cudaStreamGetCaptureInfo_v2(
         stream: usize,
         status: *mut u32,
-        _id: *mut u64,
-        _graph: *mut usize,
-        _dependencies: *mut *const usize,
-        _count: *mut usize,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        count: *mut usize,
     ) {
         context()?;
-        stream_flags(stream)?;
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        // SAFETY: the driver validates the handle; each output is NULL or the caller's.
+        check(unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, count) })
     }
 
-    /// CUDA 13's (CUDA 12's `_v3`, with edge data): as CUDA 12's `_v2`.
+    /// CUDA 12.3's, with edge data (always NULL on the shim).
+    #[cfg(not(feature = "cuda13"))]
+    fn cudaStreamGetCaptureInfo_v3(
+        stream: usize,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handle; each output is NULL or the caller's.
+        check(unsafe {
+            cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
+    }
+
+    /// CUDA 13's (CUDA 12's `_v3`, with edge data, always NULL on the shim).
     #[cfg(feature = "cuda13")]
     fn cudaStreamGetCaptureInfo(
         stream: usize,
         status: *mut u32,
-        _id: *mut u64,
-        _graph: *mut usize,
-        _dependencies: *mut *const usize,
-        _edge_data: *mut *const c_void,
-        _count: *mut usize,
+        id: *mut u64,
+        graph: *mut usize,
+        dependencies: *mut *const usize,
+        edge_data: *mut *const c_void,
+        count: *mut usize,
     ) {
         context()?;
-        stream_flags(stream)?;
-        // SAFETY: out-parameter contract of `put`.
-        unsafe { put(status, 0) }
+        // SAFETY: the driver validates the handle; each output is NULL or the caller's.
+        check(unsafe {
+            cuStreamGetCaptureInfo_v3(stream, status, id, graph, dependencies, edge_data, count)
+        })
     }
 
-    /// Swaps the calling thread's capture mode (global, thread-local or relaxed).
+    /// The capturing stream's next work follows `dependencies` too (flags 0) or instead of its
+    /// current ones (1); `cudaErrorIllegalState` on a stream not capturing.
+    #[cfg(not(feature = "cuda13"))]
+    fn cudaStreamUpdateCaptureDependencies(stream: usize, dependencies: *mut usize, count: usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the handle, the array and the flags.
+        check(unsafe {
+            cuStreamUpdateCaptureDependencies_v2(stream, dependencies, std::ptr::null(), count, flags)
+        })
+    }
+
+    /// Swaps the calling thread's capture mode (global, thread-local or relaxed), which the
+    /// driver keeps: it decides which calls a capture prohibits.
     fn cudaThreadExchangeStreamCaptureMode(mode: *mut u32) {
-        // SAFETY: null (rejected) or the caller's in/out parameter.
-        let requested = unsafe { mode.as_ref() }.copied().ok_or(INVALID_VALUE)?;
-        if requested > 2 {
-            return Err(INVALID_VALUE);
-        }
-        let previous = CAPTURE_MODE.try_with(|m| m.replace(requested)).map_err(|_| UNKNOWN)?;
-        // SAFETY: checked non-null above.
-        unsafe { put(mode, previous) }
+        // SAFETY: the driver validates the in/out parameter.
+        check(unsafe { cuThreadExchangeStreamCaptureMode(mode) })
     }
 
-    /// No graph exists on the shim (nothing can be captured), so every graph or executable
-    /// graph handle is `cudaErrorInvalidValue`, as for a handle CUDA does not know.
-    fn cudaGraphInstantiate(exec: *mut usize, _graph: usize, _flags: u64) {
-        no_graph(exec as usize)
+    /// CUDA 12's `cudaGraphInstantiate` takes flags, as `cudaGraphInstantiateWithFlags`.
+    fn cudaGraphInstantiate(exec: *mut usize, graph: usize, flags: u64) {
+        context()?;
+        // SAFETY: the driver validates the handle, the flags and the out-parameter.
+        check(unsafe { cuGraphInstantiateWithFlags(exec, graph, flags) })
     }
 
-    fn cudaGraphInstantiateWithFlags(exec: *mut usize, _graph: usize, _flags: u64) {
-        no_graph(exec as usize)
+    fn cudaGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) {
+        context()?;
+        // SAFETY: the driver validates the handle, the flags and the out-parameter.
+        check(unsafe { cuGraphInstantiateWithFlags(exec, graph, flags) })
+    }
+
+    /// `cudaGraphInstantiateParams` has the driver's layout.
+    fn cudaGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the handle, the parameters and the out-parameter.
+        check(unsafe { cuGraphInstantiateWithParams(exec, graph, params) })
+    }
+
+    /// `cudaGraphExecUpdateResultInfo` has the driver's layout; a failed update is
+    /// `cudaErrorGraphExecUpdateFailure`.
+    fn cudaGraphExecUpdate(exec: usize, graph: usize, info: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the handles and the out-parameter.
+        check(unsafe { cuGraphExecUpdate_v2(exec, graph, info) })
+    }
+
+    fn cudaGraphUpload(exec: usize, stream: usize) {
+        context()?;
+        // SAFETY: the driver validates both handles.
+        check(unsafe { cuGraphUpload(exec, stream) })
     }
 
     fn cudaGraphLaunch(exec: usize, stream: usize) {
         context()?;
-        stream_flags(stream)?;
-        let _ = exec;
-        Err(INVALID_VALUE)
+        // SAFETY: the driver validates both handles.
+        check(unsafe { cuGraphLaunch(exec, stream) })
+    }
+
+    fn cudaGraphCreate(graph: *mut usize, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the flags and the out-parameter.
+        check(unsafe { cuGraphCreate(graph, flags) })
+    }
+
+    /// A kernel node launching the kernel of host stub `func` (checked as `cudaLaunchKernel`
+    /// checks its configuration); its arguments are copied now.
+    fn cudaGraphAddKernelNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const KernelNode,
+    ) {
+        let params = kernel_node_params(params)?;
+        // SAFETY: the driver validates the handles; `params` is a valid parameter block.
+        check(unsafe { cuGraphAddKernelNode_v2(node, graph, dependencies, count, &params) })
+    }
+
+    fn cudaGraphExecKernelNodeSetParams(exec: usize, node: usize, params: *const KernelNode) {
+        let params = kernel_node_params(params)?;
+        // SAFETY: the driver validates the handles; `params` is a valid parameter block.
+        check(unsafe { cuGraphExecKernelNodeSetParams_v2(exec, node, &params) })
+    }
+
+    /// A memset node on the current device.
+    fn cudaGraphAddMemsetNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const MemsetParams,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the parameters (same layout).
+        check(unsafe { cuGraphAddMemsetNode(node, graph, dependencies, count, params, 0) })
+    }
+
+    /// A memcpy node of `count` bytes on the current device, checked as `cudaMemcpyAsync`; it
+    /// reads its source when it runs.
+    #[allow(clippy::too_many_arguments)]
+    fn cudaGraphAddMemcpyNode1D(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        num_dependencies: usize,
+        dst: *mut c_void,
+        src: *const c_void,
+        count: usize,
+        kind: u32,
+    ) {
+        context()?;
+        let (src_type, dst_type) = memory_types(kind)?;
+        let copy = Memcpy3d {
+            src_x: 0,
+            src_y: 0,
+            src_z: 0,
+            src_lod: 0,
+            src_memory_type: src_type,
+            src_host: src,
+            src_device: src as u64,
+            src_array: 0,
+            reserved0: std::ptr::null_mut(),
+            src_pitch: count,
+            src_height: 1,
+            dst_x: 0,
+            dst_y: 0,
+            dst_z: 0,
+            dst_lod: 0,
+            dst_memory_type: dst_type,
+            dst_host: dst,
+            dst_device: dst as u64,
+            dst_array: 0,
+            reserved1: std::ptr::null_mut(),
+            dst_pitch: count,
+            dst_height: 1,
+            width: count,
+            height: 1,
+            depth: 1,
+        };
+        // SAFETY: `copy` is a complete CUDA_MEMCPY3D; the driver validates the rest.
+        check(unsafe { cuGraphAddMemcpyNode(node, graph, dependencies, num_dependencies, &copy, 0) })
+    }
+
+    fn cudaGraphAddHostNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *const HostNodeParams,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the parameters (same layout).
+        check(unsafe { cuGraphAddHostNode(node, graph, dependencies, count, params) })
+    }
+
+    fn cudaGraphAddEmptyNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddEmptyNode(node, graph, dependencies, count) })
+    }
+
+    fn cudaGraphAddEventRecordNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddEventRecordNode(node, graph, dependencies, count, event) })
+    }
+
+    fn cudaGraphAddEventWaitNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        event: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddEventWaitNode(node, graph, dependencies, count, event) })
+    }
+
+    fn cudaGraphAddChildGraphNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        child: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles.
+        check(unsafe { cuGraphAddChildGraphNode(node, graph, dependencies, count, child) })
+    }
+
+    #[cfg(not(feature = "cuda13"))]
+    fn cudaGraphAddDependencies(graph: usize, from: *const usize, to: *const usize, count: usize) {
+        context()?;
+        // SAFETY: the driver validates the handles and the arrays.
+        check(unsafe { cuGraphAddDependencies_v2(graph, from, to, std::ptr::null(), count) })
+    }
+
+    /// CUDA 13's, with edge data (only default edges are supported).
+    #[cfg(feature = "cuda13")]
+    fn cudaGraphAddDependencies(
+        graph: usize,
+        from: *const usize,
+        to: *const usize,
+        edge_data: *const c_void,
+        count: usize,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the arrays.
+        check(unsafe { cuGraphAddDependencies_v2(graph, from, to, edge_data, count) })
     }
 
     fn cudaGraphExecDestroy(exec: usize) {
-        no_graph(exec)
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuGraphExecDestroy(exec) })
     }
 
     fn cudaGraphDestroy(graph: usize) {
-        no_graph(graph)
+        context()?;
+        // SAFETY: the driver validates the handle.
+        check(unsafe { cuGraphDestroy(graph) })
     }
 
-    fn cudaGraphGetNodes(graph: usize, _nodes: *mut usize, _count: *mut usize) {
-        no_graph(graph)
+    fn cudaGraphGetNodes(graph: usize, nodes: *mut usize, count: *mut usize) {
+        context()?;
+        // SAFETY: the driver validates the handle; `nodes` holds `*count` handles or is NULL.
+        check(unsafe { cuGraphGetNodes(graph, nodes, count) })
     }
 
     #[cfg(not(feature = "cuda13"))]
@@ -1228,8 +1429,10 @@ runtime_api! {
         no_graph(node)
     }
 
-    fn cudaGraphDebugDotPrint(graph: usize, _path: *const c_char, _flags: u32) {
-        no_graph(graph)
+    fn cudaGraphDebugDotPrint(graph: usize, path: *const c_char, flags: u32) {
+        context()?;
+        // SAFETY: the driver validates the handle and the path.
+        check(unsafe { cuGraphDebugDotPrint(graph, path, flags) })
     }
 
     /// Page-locks ordinary host memory: afterwards copies treat it as page-locked and it is
@@ -1459,7 +1662,29 @@ pub extern "C" fn cudaShimRaiseDeviceError(error: u32) {
     unsafe { cuShimRaiseDeviceError(error) };
 }
 
+/// The driver's kernel node parameters for a runtime's (`struct cudaKernelNodeParams`): the
+/// host stub's function, with the configuration checked as `cudaLaunchKernel` checks it.
+fn kernel_node_params(params: *const KernelNode) -> Result<KernelNodeParams, u32> {
+    context()?;
+    // SAFETY: null (rejected) or the caller's parameters.
+    let p = unsafe { params.as_ref() }.ok_or(INVALID_VALUE)?;
+    if !launch_configuration_valid(p.grid, p.block) {
+        return Err(INVALID_CONFIGURATION);
+    }
+    Ok(KernelNodeParams {
+        function: function_of(p.func)?,
+        grid: [p.grid.x, p.grid.y, p.grid.z],
+        block: [p.block.x, p.block.y, p.block.z],
+        shared_mem: p.shared_mem,
+        params: p.params,
+        extra: p.extra,
+        kernel: 0,
+        context: 0,
+    })
+}
+
 /// The flags of a stream (validating its handle).
+#[cfg(feature = "cuda13")]
 fn stream_flags(stream: usize) -> Result<u32, u32> {
     let mut flags = 0;
     // SAFETY: `flags` is a valid out-parameter; the driver validates the handle.
@@ -1467,10 +1692,27 @@ fn stream_flags(stream: usize) -> Result<u32, u32> {
     Ok(flags)
 }
 
-/// What every graph call answers: no graph handle is valid on the shim.
+/// What the graph calls the shim does not implement answer (node queries, the generic node
+/// API): `cudaErrorInvalidValue`, as for a handle CUDA does not know.
 fn no_graph(_handle: usize) -> RtResult {
     context()?;
     Err(INVALID_VALUE)
+}
+
+/// The `CUmemorytype`s a `cudaMemcpyKind` declares for the source and the destination
+/// (unified for `cudaMemcpyDefault`, whose direction the driver infers).
+fn memory_types(kind: u32) -> Result<(u32, u32), u32> {
+    const HOST: u32 = 1;
+    const DEVICE: u32 = 2;
+    const UNIFIED: u32 = 4;
+    Ok(match kind {
+        0 => (HOST, HOST),
+        1 => (HOST, DEVICE),
+        2 => (DEVICE, HOST),
+        3 => (DEVICE, DEVICE),
+        4 => (UNIFIED, UNIFIED),
+        _ => return Err(INVALID_MEMCPY_DIRECTION),
+    })
 }
 
 /// Every 2D copy ends here (`stream` None: cudaMemcpy2D's host-side wait). Sides are declared
@@ -1483,18 +1725,8 @@ fn memcpy_2d(
     kind: u32,
     stream: Option<usize>,
 ) -> RtResult {
-    const HOST: u32 = 1;
-    const DEVICE: u32 = 2;
-    const UNIFIED: u32 = 4;
     context()?;
-    let (src_type, dst_type) = match kind {
-        0 => (HOST, HOST),
-        1 => (HOST, DEVICE),
-        2 => (DEVICE, HOST),
-        3 => (DEVICE, DEVICE),
-        4 => (UNIFIED, UNIFIED),
-        _ => return Err(INVALID_MEMCPY_DIRECTION),
-    };
+    let (src_type, dst_type) = memory_types(kind)?;
     if width == 0 || height == 0 {
         return Ok(());
     }

@@ -246,6 +246,17 @@ pub struct Dim3 {
     pub z: u32,
 }
 
+/// `struct cudaKernelNodeParams`.
+#[repr(C)]
+pub struct KernelNode {
+    pub func: *const std::ffi::c_void,
+    pub grid: Dim3,
+    pub block: Dim3,
+    pub shared_mem: u32,
+    pub params: *mut *mut std::ffi::c_void,
+    pub extra: *mut *mut std::ffi::c_void,
+}
+
 /// `cudaLaunchConfig_t` (attributes are not modelled).
 #[repr(C)]
 pub struct LaunchConfig {

@@ -109,7 +109,7 @@ int main(void) {
     EXPECT_ERR(cudaDeviceGetGraphMemAttribute(99, cudaGraphMemAttrUsedMemHigh, &used),
                cudaErrorInvalidDevice);
 
-    /* Graphs and capture: no graph exists, no stream captures. */
+    /* Graphs and capture: a graph that does not exist, a stream that does not capture. */
     cudaStream_t stream;
     CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaGraph_t graph = (cudaGraph_t)(uintptr_t)0x1234;
