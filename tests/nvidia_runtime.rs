@@ -433,8 +433,8 @@ fn without_timings(output: &str) -> String {
 /// `libcudart_static.a` (`-ldl -lpthread -lrt`, as the toolkit documents) or with its shared
 /// runtime (then first on the library path), run on the shim's driver alone, on two devices:
 /// each passes its own checks, with NVIDIA's runtime (it asked for the integrity table), and
-/// prints what it prints on the shim's runtime; under itermem in every mode (record, pool, cnmem, swap), the same,
-/// with the same allocations and frees seen as on the shim's runtime.
+/// prints what it prints on the shim's runtime; under itermem in every mode (record, pool, cnmem,
+/// swap), the same, with the same allocations and frees seen as on the shim's runtime.
 #[test]
 fn c_programs_on_nvidias_static_and_shared_runtimes_12_9_and_13_5() {
     let Some(_) = built() else { return };
