@@ -710,6 +710,7 @@ typedef struct CUgraphEdgeData_st {
 
 #define cuDeviceTotalMem cuDeviceTotalMem_v2
 #define cuMemGetInfo cuMemGetInfo_v2
+#define cuMemGetAddressRange cuMemGetAddressRange_v2
 #define cuMemAlloc cuMemAlloc_v2
 #define cuMemFree cuMemFree_v2
 #define cuMemAllocHost cuMemAllocHost_v2
@@ -875,6 +876,7 @@ CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExp
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr);
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total);
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult CUDAAPI cuMemFreeHost(void *p);

@@ -561,6 +561,27 @@ driver_api! {
         }
     }
 
+    /// The allocation containing `dptr`: device memory of any device, or a mapping of the
+    /// virtual memory API (each `cuMemMap` is an allocation range of its own, as on CUDA);
+    /// `CUDA_ERROR_NOT_FOUND` for any other address. Either out-parameter may be null.
+    fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) {
+        let driver = initialized()?;
+        let Place::Device { start, size: bytes, .. } = driver.place(dptr as usize) else {
+            return Err(NOT_FOUND);
+        };
+        // SAFETY: each out-parameter is null (skipped) or valid for a write (the caller's
+        // contract).
+        unsafe {
+            if !base.is_null() {
+                put(base, start as u64)?;
+            }
+            if !size.is_null() {
+                put(size, bytes)?;
+            }
+        }
+        Ok(())
+    }
+
     fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) {
         // SAFETY: forwards the caller's out-parameter.
         unsafe { host_alloc(pp, size) }
@@ -2551,6 +2572,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemAlloc", 3020, "cuMemAlloc_v2"),
     ("cuMemFree", 3020, "cuMemFree_v2"),
     ("cuMemGetInfo", 3020, "cuMemGetInfo_v2"),
+    ("cuMemGetAddressRange", 3020, "cuMemGetAddressRange_v2"),
     ("cuMemAllocHost", 3020, "cuMemAllocHost_v2"),
     ("cuMemHostAlloc", 2020, "cuMemHostAlloc"),
     (
