@@ -12,6 +12,7 @@
 
 mod bench_cmd;
 mod compare_cmd;
+mod library;
 mod plan_cmd;
 mod replay_cmd;
 mod run_cmd;
@@ -64,6 +65,9 @@ enum Command {
     /// Replay a recorded iteration as a CUDA program that verifies every byte, e.g.
     /// `itermem replay --shim --mode pool --scale 0.02 densenet.log.gz`.
     Replay(replay_cmd::ReplayArgs),
+    /// Print the interposer library `itermem run` preloads (written from the copy this
+    /// executable carries when none is beside it), e.g. `LD_PRELOAD=$(itermem library-path)`.
+    LibraryPath,
     /// The replay process `itermem replay` starts (run it directly under `itermem run`).
     #[command(hide = true)]
     ReplayProgram(replay_cmd::ProgramArgs),
@@ -129,6 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_cmd::run(args),
         Command::ReplayProgram(args) => replay_cmd::run_program(args),
+        Command::LibraryPath => library::print_path().map(|()| ExitCode::SUCCESS),
     }
 }
 
