@@ -14,6 +14,7 @@ mod bench_cmd;
 mod compare_cmd;
 mod library;
 mod plan_cmd;
+mod progress;
 mod replay_cmd;
 mod run_cmd;
 mod trace_cmd;
@@ -46,6 +47,9 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "itermem", version, after_help = EXIT_CODES)]
 pub struct Cli {
+    /// Show no progress bars (they appear only on a terminal, after a second of work).
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -178,6 +182,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 pub fn main() -> ExitCode {
     // Usage errors exit with 2 and `--help`/`--version` with 0, printed by clap.
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
