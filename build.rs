@@ -40,8 +40,10 @@ fn main() {
     if let Err(err) = OpenOptions::new().append(true).create(true).open(&library) {
         panic!("cannot create {}: {err}", library.display());
     }
+    // Not named ITERMEM_*: cargo sets it for the processes of `cargo test` too, and the
+    // interposer in a program they start warns about an ITERMEM_* variable it does not know.
     println!(
-        "cargo::rustc-env=ITERMEM_EMBEDDED_LIBRARY={}",
+        "cargo::rustc-env=INTERPOSER_CDYLIB_PATH={}",
         library.display()
     );
 }

@@ -19,7 +19,7 @@ use super::BadInput;
 
 /// The interposer library of the build that made this executable (empty when it was built by
 /// `cargo check`, which links nothing).
-static CARRIED: &[u8] = include_bytes!(env!("ITERMEM_EMBEDDED_LIBRARY"));
+static CARRIED: &[u8] = include_bytes!(env!("INTERPOSER_CDYLIB_PATH"));
 
 /// `itermem library-path`: prints the library `itermem run` preloads by default (writing the
 /// carried copy first if needed), for `LD_PRELOAD=$(itermem library-path) ./train` and for
