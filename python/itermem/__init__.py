@@ -22,7 +22,7 @@ def executable():
     except metadata.PackageNotFoundError:
         files = []
     for entry in files:
-        if entry.name == "itermem" and entry.parent.name in ("bin", "Scripts"):
+        if entry.name == "itermem" and entry.parent.name == "bin":
             path = os.path.abspath(str(entry.locate()))
             if os.path.isfile(path):
                 return path
