@@ -37,7 +37,11 @@ fn main() {
         }
     };
     // Create it empty if absent (check builds), never truncate a real one.
-    if let Err(err) = OpenOptions::new().append(true).create(true).open(&library) {
+    let created = library
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| OpenOptions::new().append(true).create(true).open(&library));
+    if let Err(err) = created {
         panic!("cannot create {}: {err}", library.display());
     }
     // Not named ITERMEM_*: cargo sets it for the processes of `cargo test` too, and the
