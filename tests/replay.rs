@@ -503,3 +503,51 @@ fn a_trace_itermem_recorded_replays_with_its_copies_as_copies() {
     assert_eq!(outcome["launches"], outcome["kernels_run"], "{json:#}");
     let _ = std::fs::remove_file(recorded);
 }
+
+/// Progress on a terminal (`script` gives the replay a pseudo-terminal, and the replay's child
+/// inherits it): the bar appears once the replay has taken a second, not with `--quiet`; piped,
+/// stderr has nothing but the cost line.
+#[test]
+fn a_long_replay_shows_progress_on_a_terminal_only() {
+    let trace = write_op_trace("replay-progress");
+    // About 0.3 s an iteration (the ops' times, 20 times longer): past the second after 4.
+    let args = ["replay", "--shim", "--iters", "6", "--time-scale", "20"];
+    let on_terminal = |quiet: &[&str]| {
+        let command = std::iter::once(itermem())
+            .chain(args)
+            .chain(quiet.iter().copied())
+            .chain([trace.to_str().unwrap()])
+            .map(|word| format!("'{word}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let output = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .output()
+            .expect("cannot run script (util-linux)");
+        stdout_ok(&output)
+    };
+    let shown = on_terminal(&[]);
+    assert!(
+        shown.contains("replay [") && shown.contains("/6"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("every tensor held what was written"),
+        "{shown}"
+    );
+    let quiet = on_terminal(&["--quiet"]);
+    assert!(!quiet.contains("replay ["), "{quiet}");
+    assert!(
+        quiet.contains("every tensor held what was written"),
+        "{quiet}"
+    );
+
+    let piped = Command::new(itermem())
+        .args(args)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    stdout_ok(&piped);
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}

@@ -169,7 +169,7 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     run_script(&root.join("tools/build-shim"))?;
     run_script(&root.join("tools/build-programs"))?;
     let program = root.join("target/programs/hook_bench");
-    let lib = super::run_cmd::default_library()?;
+    let lib = super::library::default_library()?;
     if !lib.is_file() {
         bail!(
             "{} does not exist (build it with `cargo build --release`)",

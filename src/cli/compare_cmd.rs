@@ -20,6 +20,7 @@ use itermem::policy::sim::{self, Policy as Baseline};
 use itermem::svg;
 use serde::Serialize;
 
+use super::progress::Progress;
 use super::{BadInput, InputArgs, naming_file};
 
 #[derive(Debug, clap::Args)]
@@ -113,13 +114,23 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     }
     let import_options = args.input.import_options();
     let mut reports = Vec::new();
-    for path in &args.traces {
-        let report = naming_file(path, compare_file(path, &options, &import_options))?;
+    // Steps: each file's policies, and the planner on its iteration.
+    let steps = (policy_columns().count() + 1) as u64;
+    let bar = Progress::new("compare", args.traces.len() as u64 * steps);
+    for (file, path) in args.traces.iter().enumerate() {
+        let done = std::cell::Cell::new(file as u64 * steps);
+        let step = || {
+            done.set(done.get() + 1);
+            bar.set(done.get());
+        };
+        let report = naming_file(path, compare_file(path, &options, &import_options, &step))?;
+        bar.set((file as u64 + 1) * steps);
         if let Some(dir) = &args.svg {
             draw(dir, path, &options, &import_options)?;
         }
         reports.push(report);
     }
+    drop(bar);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
@@ -132,6 +143,7 @@ fn compare_file(
     path: &Path,
     options: &PlanOptions,
     import_options: &import::ImportOptions,
+    step: &dyn Fn(),
 ) -> anyhow::Result<TraceReport> {
     let loaded = import::load_with(path, import_options)?;
     let (instance, iteration) = match loaded {
@@ -148,7 +160,7 @@ fn compare_file(
                         period_events: it.period_events,
                         iterations: it.iterations_seen,
                         boundary_event: it.boundary_event,
-                        comparison: compare(&instance, options, &["best"])?,
+                        comparison: compare(&instance, options, &["best"], step)?,
                     })
                 })
                 .transpose()?;
@@ -158,7 +170,7 @@ fn compare_file(
     let all: Vec<&str> = policy_columns().map(|(key, _)| key).collect();
     Ok(TraceReport {
         trace: path.display().to_string(),
-        comparison: compare(&instance, options, &all)?,
+        comparison: compare(&instance, options, &all, step)?,
         iteration,
     })
 }
@@ -168,6 +180,7 @@ fn compare(
     instance: &Instance,
     options: &PlanOptions,
     names: &[&str],
+    step: &dyn Fn(),
 ) -> anyhow::Result<Comparison> {
     let lower_bound = plan::plan(instance, Planner::BestFit, options)?.lower_bound;
     let result = |footprint: u64, elapsed: Duration| PolicyResult {
@@ -181,6 +194,7 @@ fn compare(
         let simulation = sim::simulate(instance, baseline)
             .with_context(|| format!("the {name} simulation failed"))?;
         policies.insert(name, result(simulation.footprint, start.elapsed()));
+        step();
     }
     for &(name, _, planner) in PLANNERS.iter().filter(|p| names.contains(&p.0)) {
         let report = plan::plan(instance, planner, options)?;
@@ -188,6 +202,7 @@ fn compare(
             anyhow::anyhow!("internal error: the {name} plan is invalid: {conflict:?}")
         })?;
         policies.insert(name, result(report.footprint, report.elapsed));
+        step();
     }
     Ok(Comparison {
         buffers: instance.len(),

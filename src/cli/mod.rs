@@ -12,7 +12,9 @@
 
 mod bench_cmd;
 mod compare_cmd;
+mod library;
 mod plan_cmd;
+mod progress;
 mod replay_cmd;
 mod run_cmd;
 mod trace_cmd;
@@ -45,6 +47,9 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "itermem", version, after_help = EXIT_CODES)]
 pub struct Cli {
+    /// Show no progress bars (they appear only on a terminal, after a second of work).
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,6 +69,9 @@ enum Command {
     /// Replay a recorded iteration as a CUDA program that verifies every byte, e.g.
     /// `itermem replay --shim --mode pool --scale 0.02 densenet.log.gz`.
     Replay(replay_cmd::ReplayArgs),
+    /// Print the interposer library `itermem run` preloads (written from the copy this
+    /// executable carries when none is beside it), e.g. `LD_PRELOAD=$(itermem library-path)`.
+    LibraryPath,
     /// The replay process `itermem replay` starts (run it directly under `itermem run`).
     #[command(hide = true)]
     ReplayProgram(replay_cmd::ProgramArgs),
@@ -129,6 +137,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_cmd::run(args),
         Command::ReplayProgram(args) => replay_cmd::run_program(args),
+        Command::LibraryPath => library::print_path().map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -173,6 +182,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 pub fn main() -> ExitCode {
     // Usage errors exit with 2 and `--help`/`--version` with 0, printed by clap.
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     match run(cli) {
         Ok(code) => code,
         Err(err) => {

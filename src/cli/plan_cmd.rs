@@ -23,6 +23,7 @@ use itermem::swap::combined::{self, ExecutorInputs, PlanJson, SwapJson};
 use itermem::swap::{self, AutoSwapOptions, CopyModel, SimOptions, SimResult, SwapPlan, baselines};
 use serde::Serialize;
 
+use super::progress::Progress;
 use super::{BadInput, InputArgs, naming_file};
 
 #[derive(Debug, clap::Args)]
@@ -124,8 +125,13 @@ fn run_planner(
     let start = Instant::now();
     let (plan, weights, evaluations) = match planner {
         Planner::Bo => {
-            let bar = ProgressBar::new(progress, evaluations.max(4));
-            let report = |done: usize, _budget: usize, _best: &bo::Objective| bar.tick(done);
+            let bar =
+                progress.then(|| Progress::new("Bayesian optimisation", evaluations.max(4) as u64));
+            let report = |done: usize, _budget: usize, _best: &bo::Objective| {
+                if let Some(bar) = &bar {
+                    bar.set(done as u64);
+                }
+            };
             let found = combined::bo_plan(
                 trace,
                 limit,
@@ -134,7 +140,7 @@ fn run_planner(
                 &AutoSwapOptions::default(),
                 Some(&report),
             )?;
-            bar.finish();
+            drop(bar);
             (found.plan, Some(found.weights), found.evaluations)
         }
         Planner::Aoa => (
@@ -173,48 +179,6 @@ fn run_planner(
         evaluations,
         elapsed: start.elapsed(),
     })
-}
-
-/// A progress bar on stderr for runs longer than a second (and only on a terminal).
-struct ProgressBar {
-    start: Instant,
-    total: usize,
-    enabled: bool,
-    shown: std::sync::Mutex<Option<indicatif::ProgressBar>>,
-}
-
-impl ProgressBar {
-    fn new(enabled: bool, total: usize) -> ProgressBar {
-        ProgressBar {
-            start: Instant::now(),
-            total,
-            enabled,
-            shown: std::sync::Mutex::new(None),
-        }
-    }
-
-    fn tick(&self, done: usize) {
-        if !self.enabled || self.start.elapsed() < Duration::from_secs(1) {
-            return;
-        }
-        let Ok(mut shown) = self.shown.lock() else {
-            return;
-        };
-        let bar = shown.get_or_insert_with(|| {
-            let bar = indicatif::ProgressBar::new(self.total as u64);
-            bar.set_message("Bayesian optimisation");
-            bar
-        });
-        bar.set_position(done as u64);
-    }
-
-    fn finish(&self) {
-        if let Ok(mut shown) = self.shown.lock()
-            && let Some(bar) = shown.take()
-        {
-            bar.finish_and_clear();
-        }
-    }
 }
 
 fn copy_model(text: &str) -> anyhow::Result<CopyModel> {
@@ -473,8 +437,15 @@ fn sweep(args: &PlanArgs, trace: &OpTrace, peak: u64, copy: CopyModel) -> anyhow
     let mut points = Vec::new();
     let mut zero = std::collections::BTreeMap::new();
     let mut at_15 = std::collections::BTreeMap::new();
+    // Steps: every planner at every grid point (at most 100 / step of them), then the five
+    // bisections of each planner's two reductions.
+    let grid = (100 / SWEEP_STEP_PERCENT + 1) * Planner::ALL.len() as u64;
+    let bar = Progress::new("sweep", grid + 2 * 5 * Planner::ALL.len() as u64);
+    let done = std::cell::Cell::new(0u64);
     let overhead_of = |planner: Planner, limit: u64| -> anyhow::Result<f64> {
         let outcome = run_planner(trace, limit, copy, planner, args.evaluations, false)?;
+        done.set(done.get() + 1);
+        bar.set(done.get());
         Ok(if outcome.result.over_limit {
             f64::INFINITY
         } else {
@@ -505,6 +476,8 @@ fn sweep(args: &PlanArgs, trace: &OpTrace, peak: u64, copy: CopyModel) -> anyhow
         }
         reduction += SWEEP_STEP_PERCENT;
     }
+    // The grid ends where no planner keeps the limit: its remaining steps are skipped.
+    done.set(grid);
     // Refine each planner's reductions between the grid points by bisection (to 1/32 of a
     // step): the largest reduction whose overhead stays within the threshold.
     for (reductions, threshold) in [(&mut zero, 1e-9), (&mut at_15, 0.15)] {
@@ -523,6 +496,7 @@ fn sweep(args: &PlanArgs, trace: &OpTrace, peak: u64, copy: CopyModel) -> anyhow
             reductions.insert(planner.name(), lo);
         }
     }
+    drop(bar);
     let json = SweepJson {
         trace: args.trace.display().to_string(),
         peak_bytes: peak,

@@ -153,6 +153,9 @@ impl ProgramArgs {
             format!("--time-scale={}", self.time_scale),
             format!("--max-decompressed={}", self.input.max_decompressed),
         ];
+        if super::progress::quiet() {
+            args.push("--quiet".to_string());
+        }
         args.extend(
             self.max_host_memory
                 .map(|bytes| format!("--max-host-memory={bytes}")),
@@ -262,7 +265,9 @@ pub fn run_program(args: ProgramArgs) -> anyhow::Result<ExitCode> {
         corrupt_op: args.corrupt,
         kernel_timeline: args.kernel_timeline.is_some(),
     };
-    let outcome = runner::run(&program, &options)?;
+    let bar = super::progress::Progress::new("replay", u64::from(args.iters));
+    let outcome = runner::run(&program, &options, &|done| bar.set(u64::from(done)))?;
+    drop(bar);
     if let Some(path) = &args.kernel_timeline {
         write_timeline(path, &outcome.kernel_timeline)?;
     }

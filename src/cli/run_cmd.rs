@@ -59,7 +59,8 @@ pub struct InterposerArgs {
     /// shim's libcudart.so.13 instead of libcudart.so.12.
     #[arg(long, value_name = "12|13", requires = "shim", value_parser = parse_cuda)]
     pub cuda: Option<u32>,
-    /// The interposer library to preload (default: libitermem.so beside this executable).
+    /// The interposer library to preload (default: libitermem.so beside this executable, else
+    /// the copy this executable carries; see `itermem library-path`).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
 }
@@ -111,7 +112,7 @@ impl InterposerArgs {
         if let Some(mode) = self.mode.or(default.into()) {
             let lib = match &self.lib {
                 Some(lib) => lib.clone(),
-                None => default_library()?,
+                None => super::library::default_library()?,
             };
             if !lib.is_file() {
                 bail!(BadInput(format!(
@@ -163,17 +164,19 @@ impl InterposerArgs {
 /// which a program linked with `-lcudart` loads them.
 const SHIM_DRIVER: &str = "libcuda.so.1";
 
-/// The interposer built with the running executable ([`itermem::interposer::library_beside`]).
-pub fn default_library() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot locate the itermem executable")?;
-    Ok(itermem::interposer::library_beside(&exe))
-}
-
 /// The simulated CUDA libraries of the checkout this executable was built from, brought up to
-/// date by `tools/build-shim`.
+/// date by `tools/build-shim`. An installed executable (`cargo install`, the wheel) finds them
+/// the same way, so `--shim` needs that checkout where it was built.
 fn shim_libraries() -> anyhow::Result<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let build = root.join("tools/build-shim");
+    if !build.is_file() {
+        bail!(BadInput(format!(
+            "--shim builds the simulated CUDA platform from the checkout this itermem was built \
+             from, {}, which is gone; run without --shim on a machine with CUDA",
+            root.display()
+        )));
+    }
     let status = Command::new(&build)
         .stdout(std::process::Stdio::null())
         .status()

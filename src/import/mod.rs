@@ -14,6 +14,7 @@
 //! | PyTorch memory snapshot (`torch.cuda.memory._snapshot()` pickle) | pickle `PROTO` opcode (`80 02..05`), or the start of a protocol 0/1 dict or list | `device_traces`: `alloc` → alloc, `free_requested` (or the older name `free`) → free |
 //! | PyTorch profiler / Chrome trace JSON | first non-blank byte `{` or `[` | instant events `[memory]` of `Device Type` 1 (CUDA), `Bytes` > 0 → alloc at `Addr`, < 0 → free |
 //! | DSA CSV `id,lower,upper,size` | a first line that is that header or four integers | an [`Instance`] ([`read_dsa_csv`]) |
+//! | SINGA memory log (the SmartPool/AutoSwap authors', `singa.rs`) | a first line `Malloc <ptr> <size> <ms>`, `Free <ptr> <ms>`, `Read`/`Mutable <ptr>` or `Layer <name>` | `Malloc` → alloc, `Free` → free (times in ms) |
 //!
 //! Any of them may be gzip-compressed (magic `1f 8b`); the content is recognised after
 //! decompression. The file name plays no part: a `.json` that holds a pickle is read as a
@@ -75,6 +76,7 @@ mod error;
 mod kineto;
 pub(crate) mod pickle;
 mod recording;
+pub(crate) mod singa;
 mod snapshot;
 mod trace_import;
 
@@ -107,6 +109,8 @@ pub enum Format {
     ChromeTrace,
     /// An offline DSA instance, CSV `id,lower,upper,size`.
     DsaCsv,
+    /// A SINGA memory log (`Malloc`/`Free` lines, and in access logs `Read`/`Mutable`).
+    SingaLog,
 }
 
 impl fmt::Display for Format {
@@ -116,6 +120,7 @@ impl fmt::Display for Format {
             Format::TorchSnapshot => "PyTorch memory snapshot",
             Format::ChromeTrace => "PyTorch profiler trace JSON",
             Format::DsaCsv => "DSA CSV",
+            Format::SingaLog => "SINGA memory log",
         })
     }
 }
@@ -179,6 +184,7 @@ pub fn load_with(path: impl AsRef<Path>, options: &ImportOptions) -> Result<Load
             kineto::import(input.bytes(), source, options).map(Loaded::Recording)
         }
         Format::DsaCsv => dsa_csv::parse_dsa_csv(path, input.bytes()).map(Loaded::Instance),
+        Format::SingaLog => singa::import(input.bytes(), source, options).map(Loaded::Recording),
     };
     loaded.map_err(|err| err.in_format(format, gzip))
 }
@@ -224,6 +230,9 @@ pub fn detect_format(content: &[u8]) -> Option<Format> {
     }
     if dsa_csv::looks_like_dsa_csv(text) {
         return Some(Format::DsaCsv);
+    }
+    if singa::looks_like_singa_log(text) {
+        return Some(Format::SingaLog);
     }
     None
 }

@@ -20,7 +20,7 @@ use crate::trace::TraceError;
 pub enum Location {
     /// The file as a whole (cannot be opened, unknown format, nothing usable in it).
     File,
-    /// A 1-based line of a JSON-lines file.
+    /// A 1-based line of a JSON-lines file or a text log.
     Line(u64),
     /// A 0-based index among the access events of an itermem trace (kernel names excluded).
     Event(u64),
@@ -46,6 +46,8 @@ pub enum Problem {
     UnknownFormat { first_bytes: Vec<u8> },
     /// A line that is not a JSON object.
     Json(String),
+    /// A line of a text log (SINGA's) that is none of its records: the message says why.
+    BadLine(String),
     /// A required field is missing.
     MissingField {
         record: &'static str,
@@ -185,6 +187,7 @@ impl fmt::Display for Problem {
                 Excerpt(name)
             ),
             Problem::NoOps(msg) => write!(f, "{}", Bounded(msg)),
+            Problem::BadLine(msg) => write!(f, "{}", Bounded(msg)),
             Problem::Detector(msg) => write!(f, "iteration detection failed: {}", Bounded(msg)),
             Problem::Trace(err) => write!(f, "{err}"),
             Problem::Invariant(err) => write!(f, "the imported trace is inconsistent: {err}"),

@@ -31,6 +31,7 @@
 //! | DTR op log (uwsampl/dtr-prototype, `dtr.rs`) | JSON lines with `"INSTRUCTION"` | measured (`TIME`, ns) |
 //! | generated dispatch trace (`generated.rs`) | JSON lines with `"ev"` | cost model (FLOPs, bytes) |
 //! | itermem trace ([`crate::trace`], `from_trace.rs`) | the magic `ITERMEM\0` | cost model (bytes touched) |
+//! | SINGA memory access log (`singa.rs`) | a first line `Malloc <ptr> <size> <ms>`, `Free`, `Read`, `Mutable` or `Layer` | cost model (bytes touched) |
 //!
 //! Gzip input decompresses to at most [`LoadOptions::max_decompressed`] bytes (1 GiB unless
 //! raised, `--max-decompressed`) and is recognised from its first 64 KiB before more is
@@ -61,6 +62,7 @@ mod error;
 mod from_trace;
 mod generated;
 pub mod random;
+mod singa;
 pub mod tree;
 
 #[cfg(test)]
@@ -315,6 +317,8 @@ pub enum OpFormat {
     Generated,
     /// An itermem trace ([`crate::trace`]).
     ItermemTrace,
+    /// A SINGA memory access log (`Read`/`Mutable` lines between `Malloc` and `Free`).
+    SingaLog,
 }
 
 /// How [`load_with`] converts a file.
@@ -414,6 +418,7 @@ fn read(
         Some(OpFormat::DtrLog) => dtr::parse(name, &bytes, options),
         Some(OpFormat::Generated) => generated::parse(name, &bytes, options),
         Some(OpFormat::ItermemTrace) => from_trace::parse(name, bytes, options),
+        Some(OpFormat::SingaLog) => singa::parse(name, &bytes, options),
         None if bytes.iter().all(u8::is_ascii_whitespace) => {
             Err(OpsError::file(name, Problem::Empty))
         }
@@ -460,6 +465,9 @@ pub(crate) fn read_error(name: &Path, err: crate::content::ReadError) -> OpsErro
 pub fn detect_format(content: &[u8]) -> Option<OpFormat> {
     if content.starts_with(&crate::trace::format::MAGIC) {
         return Some(OpFormat::ItermemTrace);
+    }
+    if crate::import::singa::looks_like_singa_log(content) {
+        return Some(OpFormat::SingaLog);
     }
     let line = content
         .split(|&b| b == b'\n')

@@ -169,9 +169,14 @@ pub(crate) struct Content {
     version: u32,
 }
 
-/// Runs `program` for `options.iterations` iterations. A mismatch ends the replay early and is
-/// in the outcome; a CUDA error is an error.
-pub fn run(program: &Program, options: &RunOptions) -> anyhow::Result<Outcome> {
+/// Runs `program` for `options.iterations` iterations, calling `iterations_done` with the
+/// count after each. A mismatch ends the replay early and is in the outcome; a CUDA error is
+/// an error.
+pub fn run(
+    program: &Program,
+    options: &RunOptions,
+    iterations_done: &dyn Fn(u32),
+) -> anyhow::Result<Outcome> {
     let runtime = Runtime::load()?;
     let Some(register) = runtime.shim_register_kernel else {
         bail!(
@@ -188,7 +193,7 @@ pub fn run(program: &Program, options: &RunOptions) -> anyhow::Result<Outcome> {
     }
     TIMELINE.store(options.kernel_timeline, Ordering::Relaxed);
     let mut replay = Replay::start(&runtime, program)?;
-    let outcome = replay.run(options);
+    let outcome = replay.run(options, iterations_done);
     replay.finish()?;
     let mut outcome = outcome?;
     outcome.kernel_timeline = std::mem::take(&mut *SPANS.lock());
@@ -236,7 +241,11 @@ impl<'a> Replay<'a> {
         unsafe { &*self.report }
     }
 
-    fn run(&mut self, options: &RunOptions) -> anyhow::Result<Outcome> {
+    fn run(
+        &mut self,
+        options: &RunOptions,
+        iterations_done: &dyn Fn(u32),
+    ) -> anyhow::Result<Outcome> {
         for &t in &self.program.resident {
             self.alloc(t, 0)?;
             self.upload(t, 0)?;
@@ -272,6 +281,7 @@ impl<'a> Replay<'a> {
             self.outcome
                 .iteration_seconds
                 .push(started.elapsed().as_secs_f64());
+            iterations_done(iteration + 1);
         }
         self.synchronize()?;
         self.outcome.kernels_run = KERNELS_RUN.iter().map(|k| k.load(Ordering::Relaxed)).sum();
