@@ -848,6 +848,37 @@ driver_api! {
         current()?.memset_2d(dst as usize, 0, value, 4, count, 1, stream)
     }
 
+    /// The shim's driver writes no log, so a callback is accepted and never called; the handle
+    /// names it for `cuLogsUnregisterCallback`.
+    fn cuLogsRegisterCallback(callback: *mut c_void, user_data: *mut c_void, handle: *mut *mut c_void) {
+        initialized()?;
+        if callback.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let _ = user_data;
+        // SAFETY: out-parameter contract of `put_optional` (null is allowed by CUDA).
+        unsafe { put_optional(handle, callback) };
+        Ok(())
+    }
+
+    fn cuLogsUnregisterCallback(handle: *mut c_void) {
+        initialized()?;
+        if handle.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        Ok(())
+    }
+
+    /// Writes `value` at `addr` once the stream's earlier work is done (a 4-byte memset in
+    /// stream order); flags `CU_STREAM_WRITE_VALUE_DEFAULT` or `..._NO_MEMORY_BARRIER` (every
+    /// write of the shim is ordered anyway).
+    fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) {
+        if flags > 1 {
+            return Err(INVALID_VALUE);
+        }
+        current()?.memset_2d(addr as usize, 0, value, 4, 1, 1, stream)
+    }
+
     fn cuMemsetD2D8_v2(dst: u64, pitch: usize, value: u8, width: usize, height: usize) {
         current()?.memset_2d(dst as usize, pitch, value.into(), 1, width, height, 0)
     }
@@ -915,6 +946,60 @@ driver_api! {
     fn cuMemRelease(handle: u64) {
         let driver = initialized()?;
         driver.vmm.release(handle, driver)
+    }
+
+    /// No allocation of the shim's is exportable (`cuMemCreate` takes handle type none only),
+    /// and an allocation not created exportable to a type is `CUDA_ERROR_INVALID_VALUE` on
+    /// CUDA too. The function exists because frameworks (PyTorch's driver table) look it up.
+    fn cuMemExportToShareableHandle(shareable: *mut c_void, handle: u64, kind: u32, flags: u64) {
+        initialized()?;
+        let _ = (shareable, handle, kind, flags);
+        Err(INVALID_VALUE)
+    }
+
+    /// The handle of the memory mapped at `addr`, which the caller releases
+    /// (`cuMemRelease`); `CUDA_ERROR_INVALID_VALUE` for an address no `cuMemMap` mapped.
+    fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) {
+        let driver = initialized()?;
+        if handle.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let retained = driver.vmm.retain(addr as usize)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(handle, retained) }
+    }
+
+    /// The properties `handle` was created with (pinned memory on its device or the host, no
+    /// shareable handle type).
+    fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocationProp, handle: u64) {
+        let driver = initialized()?;
+        if prop.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        const LOCATION_DEVICE: u32 = 1;
+        const LOCATION_HOST: u32 = 2;
+        let (location_type, location_id) = match driver.vmm.location(handle)? {
+            vmm::HOST => (LOCATION_HOST, 0),
+            device => (LOCATION_DEVICE, device as i32),
+        };
+        let properties = AllocationProp {
+            kind: 1,
+            requested_handle_types: 0,
+            location_type,
+            location_id,
+            win32_handle_meta_data: std::ptr::null_mut(),
+            alloc_flags: [0; 8],
+        };
+        // SAFETY: checked non-null; the caller's CUmemAllocationProp to fill.
+        unsafe { put(prop, properties) }
+    }
+
+    /// No shareable handle comes from the shim's allocations (see
+    /// `cuMemExportToShareableHandle`): `CUDA_ERROR_NOT_SUPPORTED`.
+    fn cuMemImportFromShareableHandle(handle: *mut u64, shareable: *mut c_void, kind: u32) {
+        initialized()?;
+        let _ = (handle, shareable, kind);
+        Err(NOT_SUPPORTED)
     }
 
     fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) {
@@ -2641,6 +2726,13 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemsetD32", 3020, "cuMemsetD32_v2"),
     ("cuMemsetD16Async", 3020, "cuMemsetD16Async"),
     ("cuMemsetD32Async", 3020, "cuMemsetD32Async"),
+    ("cuStreamWriteValue32", 11070, "cuStreamWriteValue32_v2"),
+    ("cuLogsRegisterCallback", 12090, "cuLogsRegisterCallback"),
+    (
+        "cuLogsUnregisterCallback",
+        12090,
+        "cuLogsUnregisterCallback",
+    ),
     ("cuMemsetD2D8", 3020, "cuMemsetD2D8_v2"),
     ("cuMemsetD2D16", 3020, "cuMemsetD2D16_v2"),
     ("cuMemsetD2D32", 3020, "cuMemsetD2D32_v2"),
@@ -2662,6 +2754,26 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemAddressFree", 10020, "cuMemAddressFree"),
     ("cuMemCreate", 10020, "cuMemCreate"),
     ("cuMemRelease", 10020, "cuMemRelease"),
+    (
+        "cuMemExportToShareableHandle",
+        10020,
+        "cuMemExportToShareableHandle",
+    ),
+    (
+        "cuMemImportFromShareableHandle",
+        10020,
+        "cuMemImportFromShareableHandle",
+    ),
+    (
+        "cuMemRetainAllocationHandle",
+        11000,
+        "cuMemRetainAllocationHandle",
+    ),
+    (
+        "cuMemGetAllocationPropertiesFromHandle",
+        10020,
+        "cuMemGetAllocationPropertiesFromHandle",
+    ),
     ("cuMemMap", 10020, "cuMemMap"),
     ("cuMemUnmap", 10020, "cuMemUnmap"),
     ("cuMemSetAccess", 10020, "cuMemSetAccess"),

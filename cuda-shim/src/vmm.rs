@@ -46,7 +46,9 @@ struct Physical {
     size: usize,
     device: usize,
     mappings: usize,
-    released: bool,
+    /// Handles the program holds (`cuMemCreate` and each `cuMemRetainAllocationHandle`, less
+    /// each `cuMemRelease`): the memory goes when none is left and nothing maps it.
+    handles: usize,
 }
 
 /// One `cuMemMap`: what `cuPointerGetAttribute` reports as an allocation range.
@@ -262,7 +264,7 @@ impl VirtualMemory {
             size,
             device,
             mappings: 0,
-            released: false,
+            handles: 1,
         };
         state.physical.insert(handle, physical);
         Ok(handle)
@@ -274,10 +276,10 @@ impl VirtualMemory {
         let physical = state
             .physical
             .get_mut(&handle)
-            .filter(|p| !p.released)
+            .filter(|p| p.handles > 0)
             .ok_or(INVALID_VALUE)?;
-        physical.released = true;
-        if physical.mappings == 0 {
+        physical.handles -= 1;
+        if physical.handles == 0 && physical.mappings == 0 {
             let (size, device) = (physical.size, physical.device);
             state.physical.remove(&handle);
             if device != HOST {
@@ -305,7 +307,7 @@ impl VirtualMemory {
         let physical = state
             .physical
             .get_mut(&handle)
-            .filter(|p| !p.released && size <= p.size)
+            .filter(|p| p.handles > 0 && size <= p.size)
             .ok_or(INVALID_VALUE)?;
         // SAFETY: [ptr, end) lies inside a reservation of this module with nothing mapped in it.
         let got = unsafe {
@@ -346,7 +348,7 @@ impl VirtualMemory {
             state.mappings.remove(&tile.start);
             if let Some(physical) = state.physical.get_mut(&tile.handle) {
                 physical.mappings -= 1;
-                if physical.released && physical.mappings == 0 {
+                if physical.handles == 0 && physical.mappings == 0 {
                     let (size, device) = (physical.size, physical.device);
                     state.physical.remove(&tile.handle);
                     if device != HOST {
@@ -356,6 +358,23 @@ impl VirtualMemory {
             }
         }
         Ok(())
+    }
+
+    /// Where the physical memory of a live `handle` is: its device's ordinal, or [`HOST`].
+    pub fn location(&self, handle: u64) -> CuResult<usize> {
+        let state = self.state.lock();
+        let physical = state.physical.get(&handle).filter(|p| p.handles > 0);
+        physical.map(|p| p.device).ok_or(INVALID_VALUE)
+    }
+
+    /// `cuMemRetainAllocationHandle`: the handle of the physical memory mapped at `addr` (the
+    /// start of a mapping or inside it), one more reference to release.
+    pub fn retain(&self, addr: usize) -> CuResult<u64> {
+        let mut state = self.state.lock();
+        let handle = state.mapping(addr).ok_or(INVALID_VALUE)?.handle;
+        let physical = state.physical.get_mut(&handle).ok_or(INVALID_VALUE)?;
+        physical.handles += 1;
+        Ok(handle)
     }
 
     /// `cuMemSetAccess` for `device`: `[ptr, ptr + size)` is exactly a run of whole mappings.
