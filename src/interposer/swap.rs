@@ -241,8 +241,8 @@ pub struct SwapStats {
     pub copy_in_gb_s: f64,
     /// Page-locked host memory of the swap slots.
     pub pinned_host_bytes: u64,
-    /// Device mallocs served from mapped host memory because the device was at the limit, and
-    /// the most such bytes live at once.
+    /// Device mallocs served from host memory (mapped, or at an address of their own) because
+    /// the device was at the limit, and the most such bytes live at once.
     pub warmup_host_allocations: u64,
     pub warmup_host_bytes: u64,
     /// The most mapped host memory of the program's live at once after the first plan
@@ -293,6 +293,8 @@ pub struct Executor {
     away: FxHashMap<AllocId, Away>,
     /// Blocks served from mapped host memory: address → (host address, bytes).
     host_backed: std::collections::BTreeMap<u64, (u64, u64)>,
+    /// Host memory the program's blocks live in: mapped host memory, and the host memory of
+    /// blocks at addresses of their own (`blocks`) that came when the device was full.
     host_backed_bytes: u64,
     /// Freed blocks of mapped host memory not released yet: (host address, events recorded on
     /// every stream that used the block at its free). Released once all have completed.
