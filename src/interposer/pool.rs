@@ -786,15 +786,30 @@ impl PoolState {
             log::debug!("free of {addr:#x} (allocation {id}): no live pool block starts there");
             return false;
         };
-        let base = pool.base;
+        let range = (pool.base + start, pool.base + end);
+        self.retire_block(id, Some(range));
+        self.release_idle_retired_pools();
+        true
+    }
+
+    /// The end of block `id`'s tenancy: its waits are retired and, where it held `range` of a
+    /// pool, the range is fenced on every stream that used the block, for its next tenant.
+    /// Returns those streams.
+    pub(super) fn retire_block(
+        &mut self,
+        id: AllocId,
+        range: Option<(u64, u64)>,
+    ) -> smallvec::SmallVec<[u64; 2]> {
         if let Some(owned) = self.waits.remove(&id).and_then(|w| w.owned) {
             self.retired_events.push(owned);
         }
-        for stream in self.used_on.remove(&id).unwrap_or_default() {
-            self.fence(base + start, base + end, stream);
+        let users = self.used_on.remove(&id).unwrap_or_default();
+        if let Some((start, end)) = range {
+            for &stream in &users {
+                self.fence(start, end, stream);
+            }
         }
-        self.release_idle_retired_pools();
-        true
+        users
     }
 
     /// Fences `[start, end)` with an event recorded now on `stream`: its next tenant waits.

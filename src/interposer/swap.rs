@@ -412,19 +412,29 @@ impl Executor {
         *self.backing.get_or_insert_with(|| {
             let backing = Backing::detect();
             if backing.is_none() {
-                log::info!("the driver has no virtual memory API: blocks allocated before a plan stay where they are");
+                log::info!(
+                    "the driver has no virtual memory API: blocks allocated before a plan stay \
+                     where they are"
+                );
             }
             backing
         })
     }
 
-    /// A block's own memory leaves the accounts (it is released, or aliased to a pool).
-    fn forget_own_memory(&mut self, block: &Block) {
-        match (block.has_own_memory(), block.on_host) {
-            (false, _) => {}
-            (true, true) => self.host_backed_bytes -= block.rounded,
-            (true, false) => self.own_block_bytes -= block.rounded,
+    /// Where the own memory of blocks is counted: host memory with the mapped host memory the
+    /// program lives in, device memory against the limit.
+    fn own_memory(&mut self, on_host: bool) -> &mut u64 {
+        if on_host {
+            &mut self.host_backed_bytes
+        } else {
+            &mut self.own_block_bytes
         }
+    }
+
+    /// The block at an address of its own that `addr` lies in.
+    fn block_at(&self, addr: u64) -> Option<&Block> {
+        let (&va, (block, _)) = self.blocks.range(..=addr).next_back()?;
+        (addr < va + block.rounded).then_some(block)
     }
 
     /// The swap's tensor this iteration: the resident block, or what its slot served.
@@ -500,7 +510,8 @@ impl PoolState {
         exec.limit().is_none_or(|limit| in_use + footprint <= limit)
     }
 
-    /// Swap mode, a malloc no pool serves: mapped host memory if the device would exceed the
+    /// Swap mode, a malloc no pool serves: a block at an address of its own where it is large
+    /// enough (on the device, or on the host past the limit), else mapped host memory past the
     /// limit, else None (the real allocator serves it).
     pub(super) fn overflow(&mut self, size: u64, id: AllocId) -> Option<u64> {
         let in_use = self.device_bytes();
@@ -523,14 +534,12 @@ impl PoolState {
                      ({in_use} bytes in use)",
                     if on_host { "host" } else { "device" }
                 );
+                *exec.own_memory(on_host) += block.rounded;
                 if on_host {
-                    exec.host_backed_bytes += block.rounded;
                     exec.stats.warmup_host_allocations += 1;
                     exec.stats.warmup_host_bytes =
                         exec.stats.warmup_host_bytes.max(exec.host_backed_bytes);
                     exec.note_mapped_after_plan();
-                } else {
-                    exec.own_block_bytes += block.rounded;
                 }
                 exec.blocks.insert(va, (block, id));
                 return Some(va);
@@ -544,12 +553,9 @@ impl PoolState {
 
     /// Whether `addr` lies in a block of the program's at an address of its own.
     pub(super) fn in_block(&self, addr: u64) -> bool {
-        self.executor.as_ref().is_some_and(|exec| {
-            exec.blocks
-                .range(..=addr)
-                .next_back()
-                .is_some_and(|(&va, (block, _))| addr < va + block.rounded)
-        })
+        self.executor
+            .as_ref()
+            .is_some_and(|exec| exec.block_at(addr).is_some())
     }
 
     /// Swap mode: a device malloc served from mapped host memory (the device is at the limit,
@@ -591,9 +597,7 @@ impl PoolState {
                 .next_back()
                 .is_some_and(|(&start, &(_, size))| addr < start + size.max(1));
             let block_on_host =
-                (exec.blocks.range(..=addr).next_back()).is_some_and(|(&va, (block, _))| {
-                    addr < va + block.rounded && block.on_host && block.has_own_memory()
-                });
+                (exec.block_at(addr)).is_some_and(|block| block.on_host && block.has_own_memory());
             mapped || block_on_host
         })
     }
@@ -628,22 +632,18 @@ impl PoolState {
         let Some((block, _)) = exec.blocks.remove(&addr) else {
             return false;
         };
+        // Its range of a pool, unless it is away (the swap-out's fence covers the range then).
         let was_away = exec.away.remove(&id).is_some();
-        let users = self.used_on.remove(&id).unwrap_or_default();
-        if !was_away
-            && let Some((base, start, end)) = self.pools.iter_mut().find_map(|pool| {
+        let range = self
+            .pools
+            .iter_mut()
+            .filter(|_| !was_away)
+            .find_map(|pool| {
                 let (start, end) = pool.offset_of(id)?;
                 pool.take_out(start);
-                Some((pool.base, start, end))
-            })
-        {
-            for &stream in &users {
-                self.fence(base + start, base + end, stream);
-            }
-        }
-        if let Some(owned) = self.waits.remove(&id).and_then(|w| w.owned) {
-            self.spare_events.push(owned);
-        }
+                Some((pool.base + start, pool.base + end))
+            });
+        let users = self.retire_block(id, range);
         // As `cudaFree` does, the host waits for the work that used the block (on its users'
         // streams only, not behind queued swaps): memory held after its free would count
         // against the limit and send the next mallocs to host memory.
@@ -660,7 +660,9 @@ impl PoolState {
             }
         }
         if let Some(exec) = self.executor.as_mut() {
-            exec.forget_own_memory(&block);
+            if block.has_own_memory() {
+                *exec.own_memory(block.on_host) -= block.rounded;
+            }
             block.release();
         }
         true
@@ -699,7 +701,6 @@ impl PoolState {
             }
             !done
         });
-
         self.spare_events.extend(spare);
     }
 
@@ -876,12 +877,9 @@ impl PoolState {
         }
         for r in &schedule.residents {
             if let Some((block, _)) = exec.blocks.get_mut(&r.va) {
-                let (rounded, on_host) = (block.rounded, block.on_host);
                 block.release_own();
-                match on_host {
-                    true => exec.host_backed_bytes -= rounded,
-                    false => exec.own_block_bytes -= rounded,
-                }
+                let on_host = block.on_host;
+                *exec.own_memory(on_host) -= r.rounded;
             }
         }
         let pool = backing.allocate_pool(footprint);
@@ -906,13 +904,11 @@ impl PoolState {
                 continue;
             };
             block.release_own();
-            if !block.remap_own(block.on_host) {
+            let on_host = block.on_host;
+            if !block.remap_own(on_host) {
                 lost_block(r.va, r.rounded);
             }
-            match block.on_host {
-                true => exec.host_backed_bytes += r.rounded,
-                false => exec.own_block_bytes += r.rounded,
-            }
+            *exec.own_memory(on_host) += r.rounded;
         }
         if let Some(pool) = pool {
             pool.release();
@@ -1422,18 +1418,14 @@ impl PoolState {
         let Some((block, _)) = exec.blocks.get_mut(&va) else {
             return false;
         };
-        let rounded = block.rounded;
-        let on_host = if block.remap_own(false) {
-            false
-        } else if block.remap_own(true) {
-            true
-        } else {
+        let Some(on_host) = [false, true]
+            .into_iter()
+            .find(|&on_host| block.remap_own(on_host))
+        else {
             return false;
         };
-        match on_host {
-            true => exec.host_backed_bytes += rounded,
-            false => exec.own_block_bytes += rounded,
-        }
+        let rounded = block.rounded;
+        *exec.own_memory(on_host) += rounded;
         true
     }
 
