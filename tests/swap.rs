@@ -363,14 +363,16 @@ fn allocations_a_device_smaller_than_the_limit_refuses_come_from_mapped_host_mem
 #[test]
 fn the_planner_plans_with_the_host_link_it_measured_unless_told() {
     let args = ["--iters", "10"];
-    let link = [("CUDA_SHIM_H2D_GBPS", "6"), ("CUDA_SHIM_D2H_GBPS", "9")];
+    // Links far from the PCIe 3 the planner would otherwise assume (12.2 and 13.2 GB/s), and
+    // a margin for copies timed while other tests load the machine.
+    let link = [("CUDA_SHIM_H2D_GBPS", "2"), ("CUDA_SHIM_D2H_GBPS", "3")];
     let (_, summary, _) = swapped(&args, &link, "measured-link");
     let swap = &summary["swap"];
     assert_eq!(swap["copy_model"], "measured", "{summary:#}");
-    for (key, gb_s) in [("copy_in_gb_s", 6.0), ("copy_out_gb_s", 9.0)] {
+    for (key, gb_s) in [("copy_in_gb_s", 2.0), ("copy_out_gb_s", 3.0)] {
         let measured = swap[key].as_f64().unwrap();
         assert!(
-            (measured / gb_s - 1.0).abs() < 0.15,
+            (measured / gb_s - 1.0).abs() < 0.4,
             "{key} {measured} for a link of {gb_s} GB/s: {summary:#}"
         );
     }
