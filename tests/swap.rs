@@ -369,10 +369,12 @@ fn the_planner_plans_with_the_host_link_it_measured_unless_told() {
     let (_, summary, _) = swapped(&args, &link, "measured-link");
     let swap = &summary["swap"];
     assert_eq!(swap["copy_model"], "measured", "{summary:#}");
+    // A loaded machine only slows the timed copies (CI once measured 3 GB/s as 0.77), never
+    // speeds them up: the measurement is at most the link, and far below the assumed PCIe 3.
     for (key, gb_s) in [("copy_in_gb_s", 2.0), ("copy_out_gb_s", 3.0)] {
         let measured = swap[key].as_f64().unwrap();
         assert!(
-            (measured / gb_s - 1.0).abs() < 0.4,
+            measured < gb_s * 1.4 && measured > gb_s / 6.0,
             "{key} {measured} for a link of {gb_s} GB/s: {summary:#}"
         );
     }

@@ -12,8 +12,9 @@ const SMALL: u64 = 64 << 10;
 /// and that the device has room for.
 const LARGE: [u64; 4] = [8 << 20, 2 << 20, 512 << 10, 256 << 10];
 /// Timed copies of each size and direction; the fastest counts (a copy of the program's on the
-/// same link only slows one down).
-const RUNS: usize = 2;
+/// same link, or a busy host, only slows one down). Five cost well under a millisecond on PCIe
+/// and leave one undisturbed copy likely on a loaded machine.
+const RUNS: usize = 5;
 
 /// The copy model of this machine's link, with a device buffer of at most `room` bytes; None
 /// when it cannot be measured (no room, or a driver call failed).
