@@ -11,7 +11,7 @@ use super::profile::Profile;
 use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows};
 use crate::bo::{self, BoConfig, BoError, Objective, Progress};
 use crate::ops::{Op, OpTrace, Tensor, TensorId};
-use crate::plan::{self as dsa, Absence, Buffer, Instance, PlanOptions, Policy};
+use crate::plan::{self as dsa, Absence, Alignment, Buffer, Instance, PlanOptions, Policy};
 use std::collections::HashMap;
 
 /// The objective BO minimises: simulated overhead first, swapped bytes second; a plan that
@@ -278,10 +278,22 @@ pub fn combined_pool(
             used.push((lent.swap, [from as usize, to as usize]));
         }
     }
+    // Aligned to every size (512 bytes at least, as before): offsets are then multiples of
+    // whatever all sizes share, so blocks of whole granules land on granules.
+    let alignment = buffers
+        .iter()
+        .map(|b| b.size.next_multiple_of(Alignment::DEFAULT.get()))
+        .reduce(gcd)
+        .and_then(Alignment::new)
+        .unwrap_or(Alignment::DEFAULT);
     let instance = Instance::with_absences(buffers, absences).map_err(|err| {
         anyhow::anyhow!("internal error: the combined plan's instance is invalid: {err}")
     })?;
-    let report = dsa::plan(&instance, Policy::BestOf, &PlanOptions::default())?;
+    let options = PlanOptions {
+        alignment,
+        ..PlanOptions::default()
+    };
+    let report = dsa::plan(&instance, Policy::BestOf, &options)?;
     dsa::validate(&instance, &report.plan).map_err(|conflict| {
         anyhow::anyhow!("internal error: the combined plan is invalid: {conflict}")
     })?;
@@ -295,6 +307,10 @@ pub fn combined_pool(
         lower_bound: report.lower_bound,
         lent: used,
     })
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// What the executor can serve from its pool: the tensors born and freed within the iteration,
@@ -396,7 +412,16 @@ fn distinct_addresses_after(
     lent: &[Lent],
     rounds: usize,
 ) -> anyhow::Result<CombinedPool> {
-    let mut guards: HashMap<TensorId, u64> = lent.iter().map(|l| (l.tensor, GUARD)).collect();
+    // A resident is reached at an address of its own, never at its offset: it needs no guard.
+    let mut guards: HashMap<TensorId, u64> = (lent.iter())
+        .filter(|l| {
+            !trace
+                .tensors
+                .get(l.tensor as usize)
+                .is_some_and(|t| t.resident)
+        })
+        .map(|l| (l.tensor, GUARD))
+        .collect();
     let mut pool = combined_pool(trace, lent, &guards)?;
     for _ in 0..rounds {
         let shared = shared_addresses(trace, &pool);
