@@ -767,12 +767,12 @@ fn on_graph_launch(rec: &Recorder, run: Run, exec: usize, stream: u64) -> u32 {
     let launch = rec.graph_events(&nodes, stream);
     let prepared = rec.before_graph(device, &launch.touched, stream, launch.len());
     let result = run();
-    let first = if result == SUCCESS {
+    let recorded = if result == SUCCESS {
         rec.on_graph_launch(device, exec, stream, launch)
     } else {
-        None
+        Default::default()
     };
-    rec.after_graph(device, prepared, stream, first);
+    rec.after_graph(device, prepared, stream, recorded);
     result
 }
 

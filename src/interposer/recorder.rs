@@ -73,6 +73,14 @@ impl GraphEvents {
     }
 }
 
+/// What recording a graph launch did: the index of its first event (None for a graph without
+/// device work, or a launch that failed) and the detector's answer to each event.
+#[derive(Default)]
+pub struct GraphRecorded {
+    first: Option<u64>,
+    changes: Vec<Change>,
+}
+
 /// The value of pointer word `word` of arguments passed one pointer per parameter.
 ///
 /// # Safety
@@ -423,17 +431,23 @@ impl Recorder {
         prepared
     }
 
-    /// After a graph launch prepared by [`Recorder::before_graph`]; `first` is the index of
-    /// its first event when it succeeded.
+    /// After a graph launch prepared by [`Recorder::before_graph`] (`recorded`: its events,
+    /// when it succeeded): finishes each node's preparation, then follows the changes of
+    /// period its events made.
     pub fn after_graph(
         &self,
         device: u32,
         prepared: Vec<Prepared>,
         stream: StreamHandle,
-        first: Option<u64>,
+        recorded: GraphRecorded,
     ) {
         for (k, prepared) in prepared.into_iter().enumerate() {
-            self.after_use(device, prepared, stream, first.map(|f| f + k as u64));
+            let index = recorded.first.map(|first| first + k as u64);
+            self.after_use(device, prepared, stream, index);
+        }
+        let dev = self.device(device);
+        for change in recorded.changes {
+            self.period_changed(dev, change);
         }
     }
 
@@ -721,15 +735,17 @@ impl Recorder {
     }
 
     /// Records a graph launch that succeeded: its marker, then its nodes' events as if
-    /// launched one by one; returns the index of the first (None for a graph without device
-    /// work). Another thread's events may fall between them: the marker counts the graph's.
+    /// launched one by one. Another thread's events may fall between them: the marker counts
+    /// the graph's. What the events change is followed by [`Recorder::after_graph`], once the
+    /// launch is finished: a timing iteration that ends inside the launch must not be handed
+    /// to the planner before the timing of its last nodes is recorded.
     pub fn on_graph_launch(
         &self,
         device: u32,
         exec: usize,
         stream: StreamHandle,
         launch: GraphEvents,
-    ) -> Option<u64> {
+    ) -> GraphRecorded {
         let dev = self.device(device);
         let marker = EventKind::GraphLaunch {
             exec: exec as u64,
@@ -737,13 +753,13 @@ impl Recorder {
             nodes: launch.events.len() as u64,
         };
         self.record(dev.ordinal, &mut dev.sequencer.lock(), marker);
-        let mut first = None;
+        let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
             let (index, change) = self.emit(dev, kind, None, 0, words);
-            first.get_or_insert(index);
-            self.period_changed(dev, change);
+            recorded.first.get_or_insert(index);
+            recorded.changes.push(change);
         }
-        first
+        recorded
     }
 
     /// Records a launch that succeeded; returns its event index.
