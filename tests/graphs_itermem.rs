@@ -1,0 +1,113 @@
+//! itermem on a program whose training steps are CUDA graphs (`tests/programs/graph_train.c`):
+//! captured in global and in relaxed mode (with an allocation during the capture), or built
+//! node by node, launched every iteration with a kernel node's arguments updated in between.
+//! Under itermem, in every mode and whatever the stream timing, the program computes what it
+//! computes alone; the trace records each graph launch and the work of its nodes, once, so
+//! `itermem trace info` finds the iteration the same program finds launching its work one by
+//! one.
+
+mod support;
+
+use support::{
+    program, read_json, results, run_ok, run_under_itermem, scratch, stdout_ok, trace_info,
+};
+
+/// Iterations of each run: enough for the detector to find the period.
+const ITERS: &str = "16";
+/// The graph variants of the program (`direct` launches the same work one call at a time).
+const VARIANTS: [&str; 3] = ["global", "relaxed", "explicit"];
+const SEEDS: [&str; 5] = ["1", "2", "3", "4", "5"];
+/// Layers, each one graph launched per iteration.
+const LAYERS: u64 = 4;
+
+fn jitter(seed: &str) -> [(&'static str, &str); 2] {
+    [("CUDA_SHIM_JITTER_US", "200"), ("CUDA_SHIM_SEED", seed)]
+}
+
+/// `graph_train variant ITERS` under `itermem run --shim extra…` with `env`: its results.
+fn under_itermem(extra: &[&str], variant: &str, env: &[(&str, &str)]) -> String {
+    let train = program("graph_train");
+    let args = [train.to_str().unwrap(), variant, ITERS];
+    results(&stdout_ok(&run_under_itermem(extra, &args, env)))
+}
+
+#[test]
+fn every_graph_variant_computes_what_the_direct_steps_compute() {
+    let train = program("graph_train");
+    let direct = results(&run_ok(&train, &["direct", ITERS], &[]));
+    assert!(direct.contains("checksum"), "{direct}");
+    for variant in VARIANTS {
+        for seed in ["1", "2"] {
+            let out = run_ok(&train, &[variant, ITERS], &jitter(seed));
+            assert_eq!(results(&out), direct, "{variant}, seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn results_are_identical_with_and_without_itermem_in_record_pool_and_cnmem_modes() {
+    let direct = results(&run_ok(&program("graph_train"), &["direct", ITERS], &[]));
+    for mode in ["record", "pool", "cnmem"] {
+        for variant in VARIANTS {
+            for seed in SEEDS {
+                let out = under_itermem(&["--mode", mode], variant, &jitter(seed));
+                assert_eq!(out, direct, "{mode}, {variant}, seed {seed}");
+            }
+        }
+    }
+}
+
+/// Under a limit below what the program holds (10 MiB of tensors, 1 MiB more each iteration),
+/// on a device of that size, with swapped ranges poisoned: the same results, and the device
+/// never above the limit.
+#[test]
+fn in_swap_mode_under_a_limit_results_are_identical_and_the_device_stays_under_it() {
+    const LIMIT: &str = "7340032";
+    let direct = results(&run_ok(&program("graph_train"), &["direct", ITERS], &[]));
+    for variant in VARIANTS {
+        for seed in SEEDS {
+            let shim_stats = scratch(&format!("graph-swap-{variant}-{seed}.json"));
+            let mut env = jitter(seed).to_vec();
+            env.extend([
+                ("CUDA_SHIM_DEVICE_MEMORY", LIMIT),
+                ("ITERMEM_SWAP_VERIFY", "1"),
+                ("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()),
+            ]);
+            let out = under_itermem(&["--mode", "swap", "--limit", LIMIT], variant, &env);
+            assert_eq!(out, direct, "{variant}, seed {seed}");
+            let peak = read_json(&shim_stats)["peak_device_bytes"].as_u64().unwrap();
+            assert!(peak <= LIMIT.parse().unwrap(), "{variant}: device peak {peak}");
+            std::fs::remove_file(shim_stats).unwrap();
+        }
+    }
+}
+
+/// Issue 33: the captured work is recorded once per launch, never at its capture; each launch
+/// has its record; the iteration found is the direct program's.
+#[test]
+fn trace_info_shows_the_graph_launches_and_the_period_of_the_direct_program() {
+    let info = |variant: &str| {
+        let trace = scratch(&format!("graph-{variant}.trace"));
+        let extra = ["--mode", "record", "--trace", trace.to_str().unwrap()];
+        under_itermem(&extra, variant, &[]);
+        let info = trace_info(&trace);
+        std::fs::remove_file(trace).unwrap();
+        info
+    };
+    let direct = info("direct");
+    assert_eq!(direct["graph_launches"], 0);
+    let period = &direct["period_events"];
+    assert!(period.as_u64().is_some(), "no period: {direct:#}");
+    let iterations: u64 = ITERS.parse().unwrap();
+    for variant in VARIANTS {
+        let graphs = info(variant);
+        assert_eq!(graphs["graph_launches"], LAYERS * iterations, "{variant}");
+        for work in ["launch", "memcpy", "memset"] {
+            assert_eq!(
+                graphs["events"][work], direct["events"][work],
+                "{variant}: {work} events"
+            );
+        }
+        assert_eq!(&graphs["period_events"], period, "{variant}: {graphs:#}");
+    }
+}
