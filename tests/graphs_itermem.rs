@@ -75,8 +75,13 @@ fn in_swap_mode_under_a_limit_results_are_identical_and_the_device_stays_under_i
             ]);
             let out = under_itermem(&["--mode", "swap", "--limit", LIMIT], variant, &env);
             assert_eq!(out, direct, "{variant}, seed {seed}");
-            let peak = read_json(&shim_stats)["peak_device_bytes"].as_u64().unwrap();
-            assert!(peak <= LIMIT.parse().unwrap(), "{variant}: device peak {peak}");
+            let peak = read_json(&shim_stats)["peak_device_bytes"]
+                .as_u64()
+                .unwrap();
+            assert!(
+                peak <= LIMIT.parse().unwrap(),
+                "{variant}: device peak {peak}"
+            );
             std::fs::remove_file(shim_stats).unwrap();
         }
     }

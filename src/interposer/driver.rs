@@ -498,6 +498,7 @@ pub fn captured_node(stream: u64) -> Option<usize> {
 /// going on, which it would invalidate.
 pub fn synchronize() -> bool {
     if capturing_anywhere() {
+        log::debug!("no context synchronisation while a stream capture may be going on");
         return false;
     }
     // SAFETY: no arguments; the thread has the runtime's context current (a hook's thread).

@@ -420,10 +420,12 @@ impl Recorder {
             let mut pool = pool.lock();
             if dev.ordinal == device && pool.executor.is_some() {
                 let next = dev.next_index.load(Relaxed);
-                // Each node's planned swap-ins may start before the launch; the tensors the
-                // graph uses are checked at each, so none is away once all are prepared.
+                // The swap-ins planned before each node start before the launch; then the
+                // tensors the graph uses are checked at once (as the last node's), so none is
+                // away when it is enqueued.
+                let last = (nodes as u64).saturating_sub(1);
                 prepared = (0..nodes as u64)
-                    .map(|k| pool.prepare(ids, stream, next + k))
+                    .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, next + k))
                     .collect();
             }
             pool.before_use(ids.iter().copied(), stream);
@@ -752,7 +754,16 @@ impl Recorder {
             stream,
             nodes: launch.events.len() as u64,
         };
-        self.record(dev.ordinal, &mut dev.sequencer.lock(), marker);
+        {
+            let mut seq = dev.sequencer.lock();
+            let next = seq.next_index;
+            if let Some(capture) = &mut seq.capture {
+                // Its events follow unless another thread's come between (then the planner
+                // keeps a little more resident than needed).
+                capture.graphs.push((next, launch.events.len() as u64));
+            }
+            self.record(dev.ordinal, &mut seq, marker);
+        }
         let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
             let (index, change) = self.emit(dev, kind, None, 0, words);
@@ -926,6 +937,7 @@ impl Recorder {
                             length,
                             events: Vec::new(),
                             synthetic: 0,
+                            graphs: Vec::new(),
                         });
                     }
                     return;

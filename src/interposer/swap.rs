@@ -271,6 +271,45 @@ pub struct Capture {
     /// Synthetic mallocs of the allocations live at the window's start, then its events.
     pub events: Vec<Event>,
     pub synthetic: u64,
+    /// The graph launches that began while the window was being captured: (absolute index
+    /// of the first event, events), for [`Capture::with_graph_launches`].
+    pub graphs: Vec<(u64, u64)>,
+}
+
+impl Capture {
+    /// The captured events with a `GraphLaunch` marker before the window's part of each graph
+    /// launch, so that the planner keeps everything a launch uses resident for all of it
+    /// (`ops::from_trace`). The markers are not in `events`: a launch may begin before the
+    /// window does, and the events of the window are counted by index.
+    fn with_graph_launches(&self) -> Vec<Event> {
+        let (start, end) = (self.start, self.start + self.length);
+        let mut graphs: Vec<(u64, u64)> = (self.graphs.iter())
+            .filter(|&&(first, nodes)| first < end && first + nodes > start)
+            .map(|&(first, nodes)| {
+                let from = first.max(start);
+                (from, (first + nodes).min(end) - from)
+            })
+            .collect();
+        graphs.sort_unstable();
+        let mut events = Vec::with_capacity(self.events.len() + graphs.len());
+        let mut graphs = graphs.into_iter().peekable();
+        for (at, event) in self.events.iter().enumerate() {
+            let index = (at as u64).checked_sub(self.synthetic).map(|i| start + i);
+            while let Some(&(first, nodes)) = graphs.peek()
+                && Some(first) == index
+            {
+                let marker = EventKind::GraphLaunch {
+                    exec: 0,
+                    stream: 0,
+                    nodes,
+                };
+                events.push(Event::new(0, marker));
+                graphs.next();
+            }
+            events.push(event.clone());
+        }
+        events
+    }
 }
 
 /// Everything swap mode adds to the pool.
@@ -1528,7 +1567,8 @@ fn make_schedule(
         window: Some((capture.synthetic, capture.length)),
         ..Default::default()
     };
-    let (loaded, births) = ops::from_events_with_births(&name, &capture.events, &options)?;
+    let events = capture.with_graph_launches();
+    let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
     // The blocks at addresses of their own that are live at the iteration's start: the pool
     // takes them (their own memory then leaves the bytes outside the pool), with a granule
     // more than their size, so that a granule-aligned range of theirs fits wherever it goes.

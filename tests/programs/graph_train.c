@@ -17,7 +17,7 @@
  * graph modes change it in the exec graph (cudaGraphExecKernelNodeSetParams), on the node a
  * capture made (named by cudaStreamGetCaptureInfo) or the explicit API added. Every mode computes
  * the same numbers: each iteration prints the sum of the downloaded activations, the end a
- * checksum of the weights. Tensors are 1 MiB each (4 weights, 5 activations, 1 gradient), so
+ * checksum of the weights. Tensors are 2 MiB each (4 weights, 5 activations, 1 gradient), so
  * swap mode has candidates under a limit; each iteration also allocates (outside the graphs) a
  * copy of the last activations, whose tail it reads back, and frees it.
  */
@@ -39,7 +39,7 @@
         }                                                                                    \
     } while (0)
 
-enum { L = 4, M = 256 * 1024 };
+enum { L = 4, M = 512 * 1024 };
 static const size_t BYTES = M * sizeof(int);
 static const dim3 one = {1, 1, 1};
 
