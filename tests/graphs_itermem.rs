@@ -57,23 +57,39 @@ fn results_are_identical_with_and_without_itermem_in_record_pool_and_cnmem_modes
     }
 }
 
-/// Under a limit below what the program holds (10 MiB of tensors, 1 MiB more each iteration),
-/// on a device of that size, with swapped ranges poisoned: the same results, and the device
-/// never above the limit.
+/// Under a limit below what the program holds (20 MiB of tensors, 2 MiB more each iteration),
+/// on a device of that size, with swapped ranges poisoned: the plan swaps tensors the graphs
+/// read (weights and activations, each used by one or two launches an iteration), and the
+/// results are the direct program's, the device never above the limit.
 #[test]
-fn in_swap_mode_under_a_limit_results_are_identical_and_the_device_stays_under_it() {
-    const LIMIT: &str = "7340032";
-    let direct = results(&run_ok(&program("graph_train"), &["direct", ITERS], &[]));
+fn in_swap_mode_graphs_read_swapped_tensors_exactly_and_the_device_stays_under_the_limit() {
+    const LIMIT: &str = "19922944";
+    const SWAP_ITERS: &str = "60";
+    let train = program("graph_train");
+    let direct = results(&run_ok(&train, &["direct", SWAP_ITERS], &[]));
     for variant in VARIANTS {
         for seed in SEEDS {
-            let shim_stats = scratch(&format!("graph-swap-{variant}-{seed}.json"));
+            let name = format!("graph-swap-{variant}-{seed}");
+            let (stats, shim_stats) = (
+                scratch(&format!("{name}.json")),
+                scratch(&format!("{name}-shim.json")),
+            );
             let mut env = jitter(seed).to_vec();
             env.extend([
                 ("CUDA_SHIM_DEVICE_MEMORY", LIMIT),
                 ("ITERMEM_SWAP_VERIFY", "1"),
                 ("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()),
             ]);
-            let out = under_itermem(&["--mode", "swap", "--limit", LIMIT], variant, &env);
+            let extra = [
+                "--mode",
+                "swap",
+                "--limit",
+                LIMIT,
+                "--stats",
+                stats.to_str().unwrap(),
+            ];
+            let args = [train.to_str().unwrap(), variant, SWAP_ITERS];
+            let out = results(&stdout_ok(&run_under_itermem(&extra, &args, &env)));
             assert_eq!(out, direct, "{variant}, seed {seed}");
             let peak = read_json(&shim_stats)["peak_device_bytes"]
                 .as_u64()
@@ -82,7 +98,16 @@ fn in_swap_mode_under_a_limit_results_are_identical_and_the_device_stays_under_i
                 peak <= LIMIT.parse().unwrap(),
                 "{variant}: device peak {peak}"
             );
-            std::fs::remove_file(shim_stats).unwrap();
+            let summary = read_json(&stats);
+            let swap = &summary["swap"];
+            assert_eq!(swap["plans"], 1, "{variant}: {summary:#}");
+            assert!(
+                swap["swapped_out"].as_u64().unwrap() > 0,
+                "{variant}: {summary:#}"
+            );
+            for path in [stats, shim_stats] {
+                std::fs::remove_file(path).unwrap();
+            }
         }
     }
 }
