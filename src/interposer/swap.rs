@@ -1718,3 +1718,58 @@ fn make_schedule(
         started.elapsed().as_secs_f64() * 1e3,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::MemKind;
+
+    /// The live planner's window gets a marker before each graph launch's part of it: one
+    /// that begins before the window is cut at its start, one that ends after it at its end.
+    #[test]
+    fn a_captured_window_marks_the_graph_launches_in_it() {
+        let launch = |kernel| {
+            Event::new(
+                0,
+                EventKind::Launch {
+                    kernel,
+                    stream: 0,
+                    layout_known: true,
+                    touched: Default::default(),
+                },
+            )
+        };
+        let resident = Event::new(
+            0,
+            EventKind::Malloc {
+                id: 1,
+                addr: 0,
+                size: 8,
+                kind: MemKind::Device,
+                stream: 0,
+            },
+        );
+        // One synthetic malloc, then the window's events 10..16.
+        let mut events = vec![resident];
+        events.extend((0..6).map(launch));
+        let capture = Capture {
+            start: 10,
+            length: 6,
+            events,
+            synthetic: 1,
+            graphs: vec![(8, 3), (12, 2), (15, 4), (30, 1)],
+        };
+        let marked: Vec<Option<u64>> = (capture.with_graph_launches().iter())
+            .map(|e| match e.kind {
+                EventKind::GraphLaunch { nodes, .. } => Some(nodes),
+                _ => None,
+            })
+            .collect();
+        let (g, e) = (Some, None);
+        assert_eq!(
+            marked,
+            [e, g(1), e, e, g(2), e, e, e, g(1), e],
+            "malloc, [10], 11, [12 13], 14, [15]"
+        );
+    }
+}
