@@ -4,7 +4,7 @@
 //! Under itermem, in every mode and whatever the stream timing, the program computes what it
 //! computes alone; the trace records each graph launch and the work of its nodes, once, so
 //! `itermem trace info` finds the iteration the same program finds launching its work one by
-//! one.
+//! one. The shim's own capture checks (`tests/programs/graphs.c`) pass under itermem too.
 
 mod support;
 
@@ -139,5 +139,34 @@ fn trace_info_shows_the_graph_launches_and_the_period_of_the_direct_program() {
             );
         }
         assert_eq!(&graphs["period_events"], period, "{variant}: {graphs:#}");
+    }
+}
+
+/// Every case of the shim's own graph checks (`tests/programs/graphs.c`: captures in each mode,
+/// fork and join, updates, and each call that is illegal in a capture, with CUDA's error code
+/// and the invalidation) behaves the same under itermem in every mode: itermem adds no node to
+/// a program's graph, invalidates no capture and changes no answer.
+#[test]
+fn captures_and_their_illegal_calls_behave_under_itermem_as_without_it() {
+    let graphs = program("graphs");
+    let cases = [
+        "replay",
+        "launch_order",
+        "explicit",
+        "update",
+        "malloc",
+        "sync",
+        "memcpy",
+        "legacy",
+        "event",
+        "fork",
+        "modes",
+    ];
+    for mode in ["record", "pool", "swap", "cnmem"] {
+        for case in cases {
+            let args = [graphs.to_str().unwrap(), case, "4"];
+            let out = stdout_ok(&run_under_itermem(&["--mode", mode], &args, &[]));
+            assert_eq!(out.trim(), "ok", "{mode}, {case}");
+        }
     }
 }
