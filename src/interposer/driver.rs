@@ -7,7 +7,7 @@ use super::real::driver_function;
 use parking_lot::Mutex;
 use std::ffi::c_void;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
 type MemFree = unsafe extern "C" fn(u64) -> u32;
@@ -401,20 +401,23 @@ pub fn fill(device: u64, value: u8, bytes: u64, stream: u64) -> bool {
     )
 }
 
-/// Set once a stream capture has begun: until then no stream can capture, and [`capture`]
-/// asks the driver nothing. `Relaxed`: it is set on the thread that began the capture before
-/// that thread submits work to it, and another thread joins a capture only through the
-/// program's own calls (an event wait), which order it after the begin.
-static CAPTURES_BEGUN: AtomicBool = AtomicBool::new(false);
-
-/// The streams whose capture began and has not ended (a stream twice when two threads' own
-/// per-thread streams capture). Guarded by a mutex: a begin or end is rare.
+/// The streams whose capture began through a hook and has not ended (a stream twice when two
+/// threads' own per-thread streams capture). Guarded by a mutex: a begin or end is rare.
 static CAPTURING: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// `CAPTURING`'s length, for the hooks' fast path: while it is 0 no stream captures (a stream
+/// joins a capture only while its origin captures), and [`capture`] asks the driver nothing.
+/// Written under `CAPTURING`'s lock. `Relaxed`: it changes on the thread that begins or ends a
+/// capture, before that thread submits work to it or after the driver ended it; another thread
+/// uses a capture only through the program's own calls (an event wait), which the driver
+/// orders after the begin.
+static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
 /// A hook's begin of a capture on `stream` succeeded.
 pub fn capture_began(stream: u64) {
-    CAPTURES_BEGUN.store(true, Ordering::Relaxed);
-    CAPTURING.lock().push(stream);
+    let mut capturing = CAPTURING.lock();
+    capturing.push(stream);
+    CAPTURES.store(capturing.len(), Ordering::Relaxed);
 }
 
 /// A hook's end of the capture on `stream` returned: unless the stream still captures (an end
@@ -426,13 +429,14 @@ pub fn capture_ended(stream: u64) {
         if let Some(at) = capturing.iter().position(|&s| s == stream) {
             capturing.swap_remove(at);
         }
+        CAPTURES.store(capturing.len(), Ordering::Relaxed);
     }
 }
 
 /// Whether a capture begun through a hook may still be going on: then nothing may synchronise
 /// a whole context (`cuCtxSynchronize` invalidates every capture of the context).
 pub fn capturing_anywhere() -> bool {
-    CAPTURES_BEGUN.load(Ordering::Relaxed) && !CAPTURING.lock().is_empty()
+    CAPTURES.load(Ordering::Relaxed) > 0
 }
 
 /// `CU_STREAM_CAPTURE_STATUS_NONE`.
@@ -446,7 +450,7 @@ const CAPTURE_STATUS_ACTIVE: u32 = 1;
 /// stream while a blocking stream captures, which the driver answers with an error). Nothing
 /// of itermem's may be enqueued on such a stream.
 pub fn capture(stream: u64) -> Option<Option<usize>> {
-    if !CAPTURES_BEGUN.load(Ordering::Relaxed) {
+    if !capturing_anywhere() {
         return None;
     }
     let info = driver().capture_info?;
