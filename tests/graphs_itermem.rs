@@ -170,3 +170,48 @@ fn captures_and_their_illegal_calls_behave_under_itermem_as_without_it() {
         }
     }
 }
+
+/// The plan a graph program ran under is what `itermem plan --timings` makes from its trace:
+/// the trace's graph-launch records give the offline planner the launches the live one saw.
+#[test]
+fn the_plan_a_graph_program_used_is_what_itermem_plan_makes_from_its_trace() {
+    const LIMIT: &str = "19922944";
+    let train = program("graph_train");
+    let (trace, plan) = (scratch("graph-replan.itrace"), scratch("graph-replan.json"));
+    let extra = [
+        "--mode",
+        "swap",
+        "--limit",
+        LIMIT,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--plan-out",
+        plan.to_str().unwrap(),
+    ];
+    let env = [("CUDA_SHIM_DEVICE_MEMORY", LIMIT)];
+    stdout_ok(&run_under_itermem(
+        &extra,
+        &[train.to_str().unwrap(), "global", "60"],
+        &env,
+    ));
+    let replanned = std::process::Command::new(support::itermem())
+        .args(["plan", "--json", "--limit", LIMIT, "--timings"])
+        .arg(&plan)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let offline: serde_json::Value = serde_json::from_str(&stdout_ok(&replanned)).unwrap();
+    let live = read_json(&plan);
+    assert!(!live["swaps"].as_array().unwrap().is_empty(), "{live:#}");
+    for key in [
+        "swaps",
+        "weights",
+        "pool_footprint_bytes",
+        "peak_after_bytes",
+    ] {
+        assert_eq!(offline[key], live[key], "{key} differs");
+    }
+    for path in [trace, plan] {
+        std::fs::remove_file(path).unwrap();
+    }
+}
