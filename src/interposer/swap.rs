@@ -271,6 +271,45 @@ pub struct Capture {
     /// Synthetic mallocs of the allocations live at the window's start, then its events.
     pub events: Vec<Event>,
     pub synthetic: u64,
+    /// The graph launches that began while the window was being captured: (absolute index
+    /// of the first event, events), for [`Capture::with_graph_launches`].
+    pub graphs: Vec<(u64, u64)>,
+}
+
+impl Capture {
+    /// The captured events with a `GraphLaunch` marker before the window's part of each graph
+    /// launch, so that the planner keeps everything a launch uses resident for all of it
+    /// (`ops::from_trace`). The markers are not in `events`: a launch may begin before the
+    /// window does, and the events of the window are counted by index.
+    fn with_graph_launches(&self) -> Vec<Event> {
+        let (start, end) = (self.start, self.start + self.length);
+        let mut graphs: Vec<(u64, u64)> = (self.graphs.iter())
+            .filter(|&&(first, nodes)| first < end && first + nodes > start)
+            .map(|&(first, nodes)| {
+                let from = first.max(start);
+                (from, (first + nodes).min(end) - from)
+            })
+            .collect();
+        graphs.sort_unstable();
+        let mut events = Vec::with_capacity(self.events.len() + graphs.len());
+        let mut graphs = graphs.into_iter().peekable();
+        for (at, event) in self.events.iter().enumerate() {
+            let index = (at as u64).checked_sub(self.synthetic).map(|i| start + i);
+            while let Some(&(first, nodes)) = graphs.peek()
+                && Some(first) == index
+            {
+                let marker = EventKind::GraphLaunch {
+                    exec: 0,
+                    stream: 0,
+                    nodes,
+                };
+                events.push(Event::new(0, marker));
+                graphs.next();
+            }
+            events.push(event.clone());
+        }
+        events
+    }
 }
 
 /// Everything swap mode adds to the pool.
@@ -1531,7 +1570,8 @@ fn make_schedule(
         window: Some((capture.synthetic, capture.length)),
         ..Default::default()
     };
-    let (loaded, births) = ops::from_events_with_births(&name, &capture.events, &options)?;
+    let events = capture.with_graph_launches();
+    let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
     // The blocks at addresses of their own that are live at the iteration's start: the pool
     // takes them (their own memory then leaves the bytes outside the pool), with a granule
     // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
@@ -1697,4 +1737,59 @@ fn make_schedule(
         Arc::new(schedule),
         started.elapsed().as_secs_f64() * 1e3,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::MemKind;
+
+    /// The live planner's window gets a marker before each graph launch's part of it: one
+    /// that begins before the window is cut at its start, one that ends after it at its end.
+    #[test]
+    fn a_captured_window_marks_the_graph_launches_in_it() {
+        let launch = |kernel| {
+            Event::new(
+                0,
+                EventKind::Launch {
+                    kernel,
+                    stream: 0,
+                    layout_known: true,
+                    touched: Default::default(),
+                },
+            )
+        };
+        let resident = Event::new(
+            0,
+            EventKind::Malloc {
+                id: 1,
+                addr: 0,
+                size: 8,
+                kind: MemKind::Device,
+                stream: 0,
+            },
+        );
+        // One synthetic malloc, then the window's events 10..16.
+        let mut events = vec![resident];
+        events.extend((0..6).map(launch));
+        let capture = Capture {
+            start: 10,
+            length: 6,
+            events,
+            synthetic: 1,
+            graphs: vec![(8, 3), (12, 2), (15, 4), (30, 1)],
+        };
+        let marked: Vec<Option<u64>> = (capture.with_graph_launches().iter())
+            .map(|e| match e.kind {
+                EventKind::GraphLaunch { nodes, .. } => Some(nodes),
+                _ => None,
+            })
+            .collect();
+        let (g, e) = (Some, None);
+        assert_eq!(
+            marked,
+            [e, g(1), e, e, g(2), e, e, e, g(1), e],
+            "malloc, [10], 11, [12 13], 14, [15]"
+        );
+    }
 }
