@@ -277,6 +277,33 @@ pub struct Capture {
 }
 
 impl Capture {
+    /// For a window that allocates and frees nothing: the bytes its calls use and the bytes
+    /// live across it. An iteration under a caching allocator uses nearly all it holds; a loop
+    /// of launches within an iteration (a layer's kernels, repeated) leaves most of it alone.
+    fn use_of_live(&self) -> Option<(u64, u64)> {
+        let (live, window) = self.events.split_at(self.synthetic as usize);
+        let mut used = rustc_hash::FxHashSet::default();
+        for event in window {
+            match &event.kind {
+                EventKind::Malloc { .. } | EventKind::Free { .. } => return None,
+                EventKind::Launch { touched, .. } => used.extend(touched.iter().copied()),
+                EventKind::Memcpy { dst, src, .. } => used.extend(dst.iter().chain(src)),
+                EventKind::Memset { dst, .. } => used.extend(dst.iter()),
+                _ => {}
+            }
+        }
+        let (mut used_bytes, mut live_bytes) = (0, 0);
+        for event in live {
+            if let EventKind::Malloc { id, size, .. } = event.kind {
+                live_bytes += size;
+                if used.contains(&id) {
+                    used_bytes += size;
+                }
+            }
+        }
+        Some((used_bytes, live_bytes))
+    }
+
     /// The captured events with a `GraphLaunch` marker before the window's part of each graph
     /// launch, so that the planner keeps everything a launch uses resident for all of it
     /// (`ops::from_trace`). The markers are not in `events`: a launch may begin before the
@@ -785,6 +812,16 @@ impl PoolState {
             // An iteration of mallocs and frees alone: nothing to time or swap, the pool is
             // planned as in pool mode.
             self.plan_iteration(capture.start + capture.length, capture.length);
+            return;
+        }
+        if let Some((used, live)) = capture.use_of_live()
+            && used < live / 2
+        {
+            log::info!(
+                "period of {} events left alone: it allocates nothing and uses {used} of the \
+                 {live} bytes live across it (a loop within the iteration)",
+                capture.length
+            );
             return;
         }
         self.retire(capture.start + capture.length);
@@ -1572,7 +1609,7 @@ fn make_schedule(
     };
     let events = capture.with_graph_launches();
     let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
-    // The blocks at addresses of their own that are live at the iteration's start: the pool
+    // The blocks at addresses of their own that are live over the whole iteration: the pool
     // takes them (their own memory then leaves the bytes outside the pool), with a granule
     // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
     // but when they are all the pool holds (an iteration that allocates nothing, as under a
@@ -1582,7 +1619,11 @@ fn make_schedule(
         .iter()
         .enumerate()
         .filter_map(|(tensor, birth)| match birth {
-            Birth::Resident(id) if allow_swaps => {
+            // Not one freed in the iteration: the next iteration's block of that role is
+            // another one (allocated in this iteration), which the plan cannot take.
+            Birth::Resident(id)
+                if allow_swaps && loaded.trace.tensors.get(tensor)?.dies_after.is_none() =>
+            {
                 let &(va, rounded, on_host) = blocks.by_id.get(id)?;
                 Some((tensor as TensorId, *id, va, rounded, on_host))
             }
@@ -1742,7 +1783,65 @@ fn make_schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::MemKind;
+    use crate::event::{CopyKind, MemKind};
+
+    /// A window of launches alone is told apart from an inner loop by how much of what is live
+    /// across it its calls use; a window that allocates or frees is no such window.
+    #[test]
+    fn a_window_without_mallocs_counts_the_live_bytes_its_calls_use() {
+        let malloc = |id, size| {
+            Event::new(
+                0,
+                EventKind::Malloc {
+                    id,
+                    addr: id * 4096,
+                    size,
+                    kind: MemKind::Device,
+                    stream: 0,
+                },
+            )
+        };
+        let launch = |touched: &[AllocId]| {
+            Event::new(
+                0,
+                EventKind::Launch {
+                    kernel: 7,
+                    stream: 0,
+                    layout_known: true,
+                    touched: touched.iter().copied().collect(),
+                },
+            )
+        };
+        let copy = Event::new(
+            0,
+            EventKind::Memcpy {
+                dst: Some(3),
+                src: None,
+                bytes: 4,
+                kind: CopyKind::HostToDevice,
+                stream: 0,
+                asynchronous: true,
+            },
+        );
+        let capture = |window: Vec<Event>| {
+            let mut events = vec![malloc(1, 100), malloc(2, 1000), malloc(3, 10)];
+            let length = window.len() as u64;
+            events.extend(window);
+            Capture {
+                start: 50,
+                length,
+                events,
+                synthetic: 3,
+                graphs: Vec::new(),
+            }
+        };
+        let inner_loop = capture(vec![launch(&[1]), launch(&[1]), copy.clone()]);
+        assert_eq!(inner_loop.use_of_live(), Some((110, 1110)));
+        let iteration = capture(vec![launch(&[1, 2]), copy, launch(&[2])]);
+        assert_eq!(iteration.use_of_live(), Some((1110, 1110)));
+        let allocating = capture(vec![launch(&[1]), malloc(4, 10)]);
+        assert_eq!(allocating.use_of_live(), None);
+    }
 
     /// The live planner's window gets a marker before each graph launch's part of it: one
     /// that begins before the window is cut at its start, one that ends after it at its end.
