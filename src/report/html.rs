@@ -108,8 +108,8 @@ fn summary(page: &mut String, report: &Report) {
     for (key, label, value) in cards {
         let _ = writeln!(
             page,
-            "<div class=\"card\" data-key=\"{key}\"><div class=\"label\">{label}</div>\
-             <div class=\"value\">{}</div></div>",
+            "<div class=\"card\"><div class=\"label\">{label}</div>\
+             <div class=\"value\" id=\"card-{key}\">{}</div></div>",
             escape(&value)
         );
     }

@@ -16,6 +16,8 @@
 mod html;
 pub mod schedule;
 pub mod source;
+#[cfg(test)]
+mod tests;
 pub mod timeline;
 
 use std::fmt;
