@@ -31,7 +31,13 @@ fn leading_number(text: &str) -> f64 {
 /// the shown digits allow.
 fn shown_ns(text: &str) -> (f64, f64) {
     let value = leading_number(text);
-    let decimals = text.split_whitespace().next().unwrap().split('.').nth(1).map_or(0, str::len);
+    let decimals = text
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split('.')
+        .nth(1)
+        .map_or(0, str::len);
     let unit = match text.split_whitespace().nth(1) {
         Some("ns") => 1.0,
         Some("µs") => 1e3,
@@ -111,7 +117,10 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
 
     // The summary: the recording's peak is the statistics' peak.
     let peak = text_of(dom, "card-peak");
-    assert_eq!(leading_number(&peak), stats["peak_live_bytes"].as_f64().unwrap());
+    assert_eq!(
+        leading_number(&peak),
+        stats["peak_live_bytes"].as_f64().unwrap()
+    );
 
     // The limit line, above the pool's footprint line.
     assert_eq!(text_of(dom, "limit-label"), "limit 6,000,000 B");
@@ -125,7 +134,10 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
         attribute(tag, "y1").unwrap().parse().unwrap()
     };
     assert!(pool_bytes < 6_000_000);
-    assert!(y("limit-line") < y("pool-line"), "the limit is drawn above the pool");
+    assert!(
+        y("limit-line") < y("pool-line"),
+        "the limit is drawn above the pool"
+    );
 
     // One bar per copy the run made, out and back (every iteration ran the plan).
     let bars = |id: &str| text_of(dom, id).matches("<rect").count() as u64;
@@ -144,7 +156,10 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
             let want = expected[key.as_str()].as_f64().unwrap();
             if key.ends_with("_ns") {
                 let (ns, rounding) = shown_ns(text);
-                assert!((ns - want).abs() <= rounding, "{key}: shown {text}, stats {want}");
+                assert!(
+                    (ns - want).abs() <= rounding,
+                    "{key}: shown {text}, stats {want}"
+                );
             } else {
                 assert_eq!(leading_number(text), want, "{key}: shown {text}");
             }
@@ -158,7 +173,10 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
         .find(|row| row.contains("data-key=\"hooked_calls\""))
         .expect("a hooked_calls row");
     let cell = &hooked[hooked.find("<td>").unwrap() + 4..hooked.find("</td>").unwrap()];
-    assert_eq!(leading_number(cell), stats["hooked_calls"].as_f64().unwrap());
+    assert_eq!(
+        leading_number(cell),
+        stats["hooked_calls"].as_f64().unwrap()
+    );
 
     for path in [stats_path, plan_path, page] {
         std::fs::remove_file(path).unwrap();
@@ -186,8 +204,13 @@ fn a_large_real_recording_makes_a_page_of_bounded_size_that_renders_without_erro
     let rendered = render(&browser, &page);
     assert_eq!(rendered.console, Vec::<String>::new(), "console messages");
     assert!(rendered.dom.contains("<body data-rendered=\"yes\">"));
-    let drawn = text_of(&rendered.dom, "placement-rects").matches("<rect").count();
-    assert_eq!(drawn, 5000, "the largest allocations, as many as the page draws");
+    let drawn = text_of(&rendered.dom, "placement-rects")
+        .matches("<rect")
+        .count();
+    assert_eq!(
+        drawn, 5000,
+        "the largest allocations, as many as the page draws"
+    );
     std::fs::remove_file(page).unwrap();
 }
 

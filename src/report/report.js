@@ -6,7 +6,7 @@
   const data = JSON.parse(document.getElementById("report-data").textContent);
   const t = data.timeline;
   const NS = "http://www.w3.org/2000/svg";
-  const LEFT = 118, RIGHT = 16, TOP = 14, AXIS = 24;
+  const LEFT = 150, RIGHT = 16, TOP = 14, AXIS = 24;
   const span = Math.max(t.end - t.start, 1);
 
   const group = (n) => Math.round(n).toLocaleString("en-US");
@@ -137,7 +137,11 @@
     const most = Math.max(1, ...t.lanes.flatMap((lane) => lane.counts));
     const width = c.plot / t.lane_buckets;
     for (const lane of t.lanes) {
-      label(lane.stream === null ? "other streams" : "kernels, stream " + (lane.stream === 0 ? "0" : "0x" + lane.stream.toString(16)));
+      // Stream handles are pointers, too long for a label: lanes are numbered busiest first, the handle
+      // in the label's tooltip.
+      const name = lane.stream === null ? "other streams" : lane.stream === 0 ? "default stream" : "stream " + (row + 1);
+      const text = label("kernels, " + name);
+      if (lane.stream !== null) el(text, "title", {}, "stream handle 0x" + lane.stream.toString(16));
       const g = el(c.svg, "g", { class: "lane" });
       lane.counts.forEach((count, i) => {
         if (count > 0) el(g, "rect", { class: "kernel", x: (LEFT + i * width).toFixed(1), width: Math.max(width, 1).toFixed(1), y: TOP + row * 24 + 4, height: 16, "fill-opacity": (0.25 + (0.75 * count) / most).toFixed(2) });

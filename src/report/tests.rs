@@ -70,7 +70,11 @@ fn distant_address_ranges_are_stacked_without_the_gap_between_them() {
     // [alloc time, free time (the end when never freed), y, bytes]
     assert_eq!(
         rects,
-        vec![[2, 3, 0, 1024], [0, 3, 1024, 4096], [1, 3, 1024 + 4096, 4096]]
+        vec![
+            [2, 3, 0, 1024],
+            [0, 3, 1024, 4096],
+            [1, 3, 1024 + 4096, 4096]
+        ]
     );
 }
 
@@ -102,8 +106,16 @@ fn planned_copies_start_at_their_ops_in_each_iteration_the_run_swapped() {
     // Iteration at event 2: ops at 100, 110, 120; the next one's at 130, 140, 150.
     assert_eq!(
         s.out,
-        vec![[100, 151, 100], [120, 146, 50], [130, 181, 100], [150, 176, 50]]
+        vec![
+            [100, 151, 100],
+            [120, 146, 50],
+            [130, 181, 100],
+            [150, 176, 50]
+        ]
     );
     // The wrapping swap comes back at op 1 of the next iteration (none after the last).
-    assert_eq!(s.back, vec![[123, 223, 100], [140, 190, 50], [153, 253, 100]]);
+    assert_eq!(
+        s.back,
+        vec![[123, 223, 100], [140, 190, 50], [153, 253, 100]]
+    );
 }

@@ -74,7 +74,10 @@ pub fn render(browser: &Path, page: &Path) -> Rendered {
             "--virtual-time-budget=10000",
             "--dump-dom",
         ])
-        .arg(format!("--user-data-dir={}", profile.join("profile").display()))
+        .arg(format!(
+            "--user-data-dir={}",
+            profile.join("profile").display()
+        ))
         .arg(format!("file://{}", page.canonicalize().unwrap().display()))
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&dom_path).unwrap())
@@ -89,13 +92,21 @@ pub fn render(browser: &Path, page: &Path) -> Rendered {
         if started.elapsed() > PAGE_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{} did not render {} in {PAGE_TIMEOUT:?}", browser.display(), page.display());
+            panic!(
+                "{} did not render {} in {PAGE_TIMEOUT:?}",
+                browser.display(),
+                page.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     let dom = std::fs::read_to_string(&dom_path).unwrap();
     let log = std::fs::read_to_string(&log_path).unwrap();
-    assert!(status.success(), "{} failed ({status}):\n{log}", browser.display());
+    assert!(
+        status.success(),
+        "{} failed ({status}):\n{log}",
+        browser.display()
+    );
     // Chromium logs each console message as `…:CONSOLE:<line>] "<message>", source: …`.
     let console = log
         .lines()
