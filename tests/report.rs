@@ -143,6 +143,9 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
     let bars = |id: &str| text_of(dom, id).matches("<rect").count() as u64;
     assert_eq!(bars("swap-out"), swap["swapped_out"].as_u64().unwrap());
     assert_eq!(bars("swap-in"), swap["swapped_in"].as_u64().unwrap());
+    // The first swapped iteration alone: the plan's swaps, each out and back.
+    let planned = swap["swaps_planned"].as_u64().unwrap();
+    assert_eq!((bars("zoom-out"), bars("zoom-in")), (planned, planned));
 
     // The per-iteration table holds the statistics' numbers.
     let table = text_of(dom, "iterations");

@@ -51,7 +51,8 @@ pub fn page(report: &Report) -> String {
          address (gaps between address ranges left out) over its lifetime.</p>\n\
          <svg id=\"placement\" class=\"chart\"></svg>\n\
          <h2>Swap schedule</h2>\n<p class=\"help\" id=\"schedule-help\"></p>\n\
-         <svg id=\"schedule\" class=\"chart\"></svg>\n",
+         <svg id=\"schedule\" class=\"chart\"></svg>\n\
+         <p class=\"help\" id=\"zoom-help\"></p>\n<svg id=\"zoom\" class=\"chart\"></svg>\n",
     );
     iterations(&mut page, report);
     cost(&mut page, report);

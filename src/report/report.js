@@ -33,16 +33,17 @@
     return node;
   }
   // A chart of `height` plot pixels: the svg sized, the time axis drawn, the x scale returned.
-  function frame(id, height) {
+  function frame(id, height, from = t.start, to = t.end) {
+    const span = Math.max(to - from, 1);
     const svg = document.getElementById(id);
     const width = Math.max(svg.clientWidth || 0, 600);
     svg.setAttribute("viewBox", "0 0 " + width + " " + (TOP + height + AXIS));
     svg.setAttribute("height", TOP + height + AXIS);
     const plot = width - LEFT - RIGHT;
-    const x = (time) => LEFT + ((time - t.start) / span) * plot;
+    const x = (time) => LEFT + ((time - from) / span) * plot;
     el(svg, "line", { class: "axis", x1: LEFT, x2: LEFT + plot, y1: TOP + height, y2: TOP + height });
     for (let i = 0; i <= 6; i++) {
-      const time = t.start + (span * i) / 6;
+      const time = from + (span * i) / 6;
       el(svg, "text", { x: x(time), y: TOP + height + 16, "text-anchor": i === 0 ? "start" : i === 6 ? "end" : "middle" }, when(time));
     }
     return { svg, x, plot, height };
@@ -126,6 +127,15 @@
     help.textContent = text + ".";
   }
 
+  // The label of kernel lane `i`. Stream handles are pointers, too long for a label: lanes are
+  // numbered busiest first, with the handle in the label's tooltip.
+  function laneLabel(c, i) {
+    const lane = t.lanes[i];
+    const name = lane.stream === null ? "other streams" : lane.stream === 0 ? "default stream" : "stream " + (i + 1);
+    const text = el(c.svg, "text", { x: LEFT - 6, y: TOP + i * 24 + 16, "text-anchor": "end" }, "kernels, " + name);
+    if (lane.stream !== null) el(text, "title", {}, "stream handle 0x" + lane.stream.toString(16));
+  }
+
   function schedule() {
     const s = data.schedule;
     const rows = t.lanes.length + (s ? 2 : 0);
@@ -133,15 +143,10 @@
     const help = document.getElementById("schedule-help");
     iterationLines(c);
     let row = 0;
-    const label = (text) => el(c.svg, "text", { x: LEFT - 6, y: TOP + row * 24 + 16, "text-anchor": "end" }, text);
     const most = Math.max(1, ...t.lanes.flatMap((lane) => lane.counts));
     const width = c.plot / t.lane_buckets;
     for (const lane of t.lanes) {
-      // Stream handles are pointers, too long for a label: lanes are numbered busiest first, the handle
-      // in the label's tooltip.
-      const name = lane.stream === null ? "other streams" : lane.stream === 0 ? "default stream" : "stream " + (row + 1);
-      const text = label("kernels, " + name);
-      if (lane.stream !== null) el(text, "title", {}, "stream handle 0x" + lane.stream.toString(16));
+      laneLabel(c, row);
       const g = el(c.svg, "g", { class: "lane" });
       lane.counts.forEach((count, i) => {
         if (count > 0) el(g, "rect", { class: "kernel", x: (LEFT + i * width).toFixed(1), width: Math.max(width, 1).toFixed(1), y: TOP + row * 24 + 4, height: 16, "fill-opacity": (0.25 + (0.75 * count) / most).toFixed(2) });
@@ -154,22 +159,53 @@
       if (!t.lanes.length) el(c.svg, "text", { x: LEFT + 10, y: TOP + 16 }, "No kernel launches: " + (data.format === "itermem trace" ? "the program launched none." : "a " + data.format + " records none."));
       return;
     }
-    for (const [name, copies, cls] of [["copies to host", s.out, "out"], ["copies back", s.back, "in"]]) {
-      label(name);
-      const g = el(c.svg, "g", { id: "swap-" + cls });
-      for (const copy of copies) {
-        el(g, "rect", { class: cls, x: c.x(copy[0]).toFixed(1), width: Math.max(c.x(copy[1]) - c.x(copy[0]), 1.5).toFixed(1), y: TOP + row * 24 + 4, height: 16 });
-      }
-      row++;
-    }
+    copyRows(c, s, row, "swap-", () => true);
     help.textContent = "The program's kernels per stream against the swap plan's copies, " +
       s.out.length + " out and " + s.back.length + " back in " + s.iterations_drawn + " of " + s.iterations +
       " planned iterations. Planned times: the run records no copy times, so each copy starts when the program " +
       "issued the op the plan issues it at, and lasts what the plan's copy model gives.";
   }
 
+  // The copies out and back in two rows from `row` on, those `keep` accepts, in groups with ids
+  // `prefix` + "out" / "in".
+  function copyRows(c, s, row, prefix, keep) {
+    for (const [name, copies, cls] of [["copies to host", s.out, "out"], ["copies back", s.back, "in"]]) {
+      el(c.svg, "text", { x: LEFT - 6, y: TOP + row * 24 + 16, "text-anchor": "end" }, name);
+      const g = el(c.svg, "g", { id: prefix + cls });
+      for (const copy of copies.filter(keep)) {
+        el(g, "rect", { class: cls, x: c.x(copy[0]).toFixed(1), width: Math.max(c.x(copy[1]) - c.x(copy[0]), 1.5).toFixed(1), y: TOP + row * 24 + 4, height: 16 });
+      }
+      row++;
+    }
+  }
+
+  // The first swapped iteration alone: each launch a tick in its stream's lane, and its copies.
+  function zoom() {
+    const s = data.schedule;
+    const help = document.getElementById("zoom-help");
+    if (!s || !s.zoom) {
+      document.getElementById("zoom").style.display = "none";
+      return;
+    }
+    const z = s.zoom;
+    const c = frame("zoom", (t.lanes.length + 2) * 24, z.start, z.end);
+    const lane = new Map(t.lanes.map((l, i) => [l.stream, i]));
+    const other = t.lanes.findIndex((l) => l.stream === null);
+    t.lanes.forEach((_, i) => laneLabel(c, i));
+    const g = el(c.svg, "g", { id: "zoom-launches" });
+    for (const [time, stream] of z.launches) {
+      const row = lane.has(stream) ? lane.get(stream) : other;
+      el(g, "rect", { class: "kernel", x: c.x(time).toFixed(1), width: 1.2, y: TOP + row * 24 + 4, height: 16 });
+    }
+    copyRows(c, s, t.lanes.length, "zoom-", (copy) => copy[1] >= z.start && copy[0] < z.end);
+    help.textContent = "The first swapped iteration alone: its " + group(z.launches.length + z.left_out) +
+      " kernel launches (as the program issued them) against the copies planned in it" +
+      (z.left_out > 0 ? " (the first " + group(z.launches.length) + " launches drawn)." : ".");
+  }
+
   memory();
   placement();
   schedule();
+  zoom();
   document.body.dataset.rendered = "yes";
 })();

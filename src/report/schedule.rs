@@ -9,6 +9,10 @@
 //! starts at the time the program issued that op (plus the swap-in's delay) and lasts what the
 //! copy model gives for its bytes. The page says that these are planned times. At most
 //! [`MAX_COPIES`] copies are drawn: those of the first iterations when there are more.
+//!
+//! Copies last microseconds in a run of seconds, so the page also draws the first swapped
+//! iteration alone ([`Zoom`]): its kernel launches one by one (at most [`MAX_ZOOM_LAUNCHES`])
+//! against its copies.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,6 +20,7 @@ use serde_json::Value;
 use super::source::{Item, Recorded};
 
 pub const MAX_COPIES: usize = 4000;
+pub const MAX_ZOOM_LAUNCHES: usize = 4000;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Schedule {
@@ -25,6 +30,18 @@ pub struct Schedule {
     /// Iterations with copies drawn, of those the statistics list.
     pub iterations_drawn: usize,
     pub iterations: usize,
+    pub zoom: Option<Zoom>,
+}
+
+/// The first swapped iteration, from its first launch or copy to its last.
+#[derive(Clone, Debug, Serialize)]
+pub struct Zoom {
+    pub start: u64,
+    pub end: u64,
+    /// `[time, stream]` of each launch in it, the first [`MAX_ZOOM_LAUNCHES`].
+    pub launches: Vec<[u64; 2]>,
+    /// Launches in it beyond those.
+    pub left_out: usize,
 }
 
 /// A copy direction's cost: `latency + bytes · ns_per_byte`.
@@ -87,5 +104,47 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
             }
         }
     }
+    schedule.zoom = zoom(recorded, starts, schedule.out.iter().chain(&schedule.back));
     schedule
+}
+
+/// The [`Zoom`] of the iteration at `starts[0]`, if the recording reaches it: from its first
+/// launch or copy to its last (not to the next iteration: a program issues an iteration's work
+/// in a burst and then waits for the device, and the wait would squeeze the burst into a
+/// sliver). `copies` are all the copies drawn; those starting in the iteration count.
+fn zoom<'a>(
+    recorded: &Recorded,
+    starts: &[u64],
+    copies: impl Iterator<Item = &'a [u64; 3]>,
+) -> Option<Zoom> {
+    let first = usize::try_from(*starts.first()?).ok()?;
+    let last = starts
+        .get(1)
+        .and_then(|&next| usize::try_from(next).ok())
+        .unwrap_or(recorded.items.len())
+        .min(recorded.items.len());
+    let items = recorded.items.get(first..last)?;
+    let begins = items.first()?.0;
+    let next = recorded.items.get(last).map_or(u64::MAX, |&(time, _)| time);
+    let launches: Vec<[u64; 2]> = items
+        .iter()
+        .filter_map(|&(time, item)| match item {
+            Item::Launch { stream } => Some([time, stream]),
+            _ => None,
+        })
+        .collect();
+    let spans = launches.iter().map(|&[time, _]| (time, time)).chain(
+        copies
+            .filter(|copy| (begins..next).contains(&copy[0]))
+            .map(|copy| (copy[0], copy[1])),
+    );
+    let (start, end) = spans.fold(None, |span: Option<(u64, u64)>, (from, to)| {
+        Some(span.map_or((from, to), |(lo, hi)| (lo.min(from), hi.max(to))))
+    })?;
+    Some(Zoom {
+        start,
+        end: end.max(start + 1),
+        left_out: launches.len().saturating_sub(MAX_ZOOM_LAUNCHES),
+        launches: launches.into_iter().take(MAX_ZOOM_LAUNCHES).collect(),
+    })
 }
