@@ -1,7 +1,9 @@
 //! `itermem report` and `itermem run --report`: the page of a swap-mode run, opened in a real
 //! (headless) browser, shows the limit, the pool, the swaps and the per-iteration numbers of the
-//! run's statistics, with nothing on the console; it loads nothing from anywhere; a large real
-//! recording makes a page of bounded size; bad inputs are refused by name.
+//! run's statistics, with nothing on the console; it loads nothing from anywhere; `run
+//! --report` reads the files the program wrote (`%p` included) and leaves no temporary ones; a
+//! large real recording makes a page of bounded size; bad inputs are refused by name, and a
+//! failed program keeps its exit code.
 
 mod support;
 
@@ -81,6 +83,9 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
         scratch("report-plan.json"),
         scratch("report").with_extension("html"),
     );
+    // No --trace: the run's trace goes to a temporary directory, removed afterwards.
+    let tmp = scratch("report-tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let output = run_under_itermem(
         &[
             "--mode",
@@ -95,9 +100,14 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
             page.to_str().unwrap(),
         ],
         &[mlp.to_str().unwrap(), "--iters", "10"],
-        &[("CUDA_SHIM_DEVICE_MEMORY", LIMIT)],
+        &[
+            ("CUDA_SHIM_DEVICE_MEMORY", LIMIT),
+            ("TMPDIR", tmp.to_str().unwrap()),
+        ],
     );
     stdout_ok(&output);
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "left behind");
+    std::fs::remove_dir(&tmp).unwrap();
     let stats = read_json(&stats_path);
     let swap = &stats["swap"];
     assert!(swap["swaps_planned"].as_u64().unwrap() > 0, "{stats:#}");
@@ -187,6 +197,43 @@ fn the_report_of_a_swap_run_shows_the_limit_the_pool_the_swaps_and_the_iteration
 }
 
 #[test]
+fn the_report_of_a_run_reads_the_trace_its_process_wrote_under_percent_p() {
+    let mlp = program("mlp_train");
+    let dir = scratch("report-pid");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    let output = run_under_itermem(
+        &[
+            "--trace",
+            dir.join("run-%p.itrace").to_str().unwrap(),
+            "--report",
+            page.to_str().unwrap(),
+        ],
+        &[mlp.to_str().unwrap(), "--iters", "3"],
+        &[],
+    );
+    stdout_ok(&output);
+    let traces: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".itrace"))
+        .collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    assert_ne!(traces[0], "run-%p.itrace");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("<title>itermem report: {}</title>", traces[0])),
+        "the report is not of {}",
+        traces[0]
+    );
+    // No --stats given: the run's statistics, written to a temporary file, give the costs;
+    // record mode swaps nothing, and the page says where per-iteration swaps come from.
+    assert!(html.contains("<tr data-key=\"hooked_calls\">"));
+    assert!(html.contains("id=\"iterations-absent\""));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn a_large_real_recording_makes_a_page_of_bounded_size_that_renders_without_errors() {
     let Some(recording) = real_trace("kineto/hta_v100_ddp_rank1_profile_memory.json.gz") else {
         return;
@@ -255,4 +302,28 @@ fn missing_or_malformed_inputs_are_refused_by_name() {
     for path in [trace, bad] {
         std::fs::remove_file(path).unwrap();
     }
+}
+
+#[test]
+fn a_run_with_nothing_to_report_says_so_and_a_failed_program_keeps_its_exit_code() {
+    let page = scratch("report-none").with_extension("html");
+    let run = |script: &str| {
+        run_under_itermem(
+            &["--report", page.to_str().unwrap()],
+            &["sh", "-c", script],
+            &[],
+        )
+    };
+    let output = run("exit 7");
+    assert_eq!(output.status.code(), Some(7));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("itermem: no report: the program wrote no trace"),
+        "{stderr}"
+    );
+    let output = run("exit 0");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the program wrote no trace"), "{stderr}");
+    assert!(!page.exists());
 }
