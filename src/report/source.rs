@@ -2,8 +2,9 @@
 //!
 //! An itermem trace is read event by event (not through [`crate::import`], which keeps only
 //! allocations and frees): the report also draws the kernel launches, and the swap schedule is
-//! placed at the program's ops, which are launches, copies and memsets. Item `i` is the trace's
-//! access event `i` ([`crate::analysis::Numbering`]), the numbering of the statistics'
+//! placed at the program's ops, which are launches, copies and memsets. Item `i` is access event
+//! `i` of one device ([`crate::analysis::Numbering`]; the device chosen as every reader chooses
+//! it, [`crate::import::choose_device`]), the numbering of the statistics'
 //! `start_event`, `boundary_event` and `first_planned_event`, so those indices find their items
 //! here. Other formats (PyTorch snapshots and profiler traces, SINGA logs) come through
 //! [`crate::import`] as allocations and frees only; where they record no time, an item's time
@@ -92,34 +93,40 @@ pub fn read(path: &Path, options: &ImportOptions) -> Result<Recorded, SourceErro
         })
         .is_ok_and(|magic| magic == crate::trace::format::MAGIC);
     if is_trace {
-        read_trace(path, options.device.unwrap_or(0))
+        read_trace(path, options)
     } else {
         read_recording(path, options)
     }
 }
 
-fn read_trace(path: &Path, device: u32) -> Result<Recorded, SourceError> {
+fn read_trace(path: &Path, options: &ImportOptions) -> Result<Recorded, SourceError> {
     let trace = TraceFile::open(path).map_err(SourceError::Trace)?;
-    let mut analyzer = Analyzer::new();
-    let mut items = Vec::new();
     let mut note = None;
+    let mut all = Vec::new();
     let mut events = trace.events();
     for event in events.by_ref() {
-        let event = match event {
-            Ok(event) => event,
+        match event {
+            Ok(event) => all.push(event),
             Err(err) if err.is_cut() => {
                 note = Some(format!("the trace is unfinished: {err}"));
                 break;
             }
             Err(err) => return Err(SourceError::Trace(err)),
-        };
-        if event.device != device && !matches!(event.kind, EventKind::KernelName { .. }) {
+        }
+    }
+    // One device's events, chosen as every reader chooses (kernel names are every device's).
+    let device = import::choose_device(path, &import::device_summaries(&all), options)
+        .map_err(SourceError::Import)?;
+    let mut analyzer = Analyzer::new();
+    let mut items = Vec::new();
+    for event in all {
+        if Some(event.device) != device && !matches!(event.kind, EventKind::KernelName { .. }) {
             continue;
         }
         let before = analyzer.events();
         analyzer.push(&event);
         if analyzer.events() == before {
-            continue; // a kernel name or pinned host memory: no access event
+            continue; // pinned host memory (or a kernel name): no access event
         }
         let item = match event.kind {
             EventKind::Malloc { id, addr, size, .. } => Item::Alloc {
@@ -130,7 +137,7 @@ fn read_trace(path: &Path, device: u32) -> Result<Recorded, SourceError> {
             EventKind::Free { id, .. } => Item::Free { id },
             EventKind::Launch { stream, .. } => Item::Launch { stream },
             EventKind::Memcpy { .. } | EventKind::Memset { .. } => Item::Transfer,
-            EventKind::KernelName { .. } => unreachable!("kernel names take no index"),
+            EventKind::KernelName { .. } => continue,
         };
         items.push((event.time_ns, item));
     }
