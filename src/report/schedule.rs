@@ -84,12 +84,13 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
         let first = ops.partition_point(|&(index, _)| (index as u64) < start);
         let op_time = |k: &Value, later: usize| {
             let k = usize::try_from(k.as_u64()?).ok()?;
-            ops.get(first + later + k).map(|&(_, time)| time)
+            ops.get(first.checked_add(later)?.checked_add(k)?)
+                .map(|&(_, time)| time)
         };
         for swap in swaps {
             let bytes = swap["bytes"].as_u64().unwrap_or(0);
             if let Some(at) = op_time(&swap["out_at_op"], 0) {
-                let end = at + copy_ns(copy, "out", bytes) as u64;
+                let end = at.saturating_add(copy_ns(copy, "out", bytes) as u64);
                 schedule.out.push([at, end, bytes]);
             }
             let later = if swap["wraps"].as_bool() == Some(true) {
@@ -98,8 +99,8 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
                 0
             };
             if let Some(issued) = op_time(&swap["in_issue_op"], later) {
-                let at = issued + swap["in_delay_ns"].as_f64().unwrap_or(0.0) as u64;
-                let end = at + copy_ns(copy, "in", bytes) as u64;
+                let at = issued.saturating_add(swap["in_delay_ns"].as_f64().unwrap_or(0.0) as u64);
+                let end = at.saturating_add(copy_ns(copy, "in", bytes) as u64);
                 schedule.back.push([at, end, bytes]);
             }
         }
@@ -143,7 +144,7 @@ fn zoom<'a>(
     })?;
     Some(Zoom {
         start,
-        end: end.max(start + 1),
+        end: end.max(start.saturating_add(1)),
         left_out: launches.len().saturating_sub(MAX_ZOOM_LAUNCHES),
         launches: launches.into_iter().take(MAX_ZOOM_LAUNCHES).collect(),
     })

@@ -92,12 +92,13 @@ pub fn build(recorded: &Recorded) -> Timeline {
     for &(t, item) in &recorded.items {
         match item {
             Item::Alloc { id, addr, size } => {
-                bytes += size;
+                // Saturating throughout: a corrupt recording's sizes must not overflow.
+                bytes = bytes.saturating_add(size);
                 sizes.insert(id, (size, addr, t));
             }
             Item::Free { id } => {
                 if let Some((size, addr, born)) = sizes.remove(&id) {
-                    bytes -= size;
+                    bytes = bytes.saturating_sub(size);
                     if let Some(addr) = addr {
                         lifetimes.push((born, t, addr, size));
                     }
@@ -160,7 +161,7 @@ pub fn build(recorded: &Recorded) -> Timeline {
 fn placement(mut lifetimes: Vec<(u64, u64, u64, u64)>) -> Placement {
     let allocations = lifetimes.len();
     let weight = |&(born, died, _, size): &(u64, u64, u64, u64)| {
-        u128::from(size) * (u128::from(died - born) + 1)
+        u128::from(size) * (u128::from(died.saturating_sub(born)) + 1)
     };
     let total: u128 = lifetimes.iter().map(weight).sum();
     lifetimes.sort_by_key(|l| std::cmp::Reverse(weight(l)));
@@ -173,17 +174,17 @@ fn placement(mut lifetimes: Vec<(u64, u64, u64, u64)>) -> Placement {
         .collect();
     ranges.sort_unstable();
     let mut clusters: Vec<[u64; 3]> = Vec::new(); // y, first address, bytes
-    let mut height = 0;
+    let mut height = 0u64;
     for (lo, hi) in ranges {
         match clusters.last_mut() {
-            Some(c) if lo <= c[1] + c[2] + ADDRESS_GAP => {
+            Some(c) if lo <= c[1].saturating_add(c[2]).saturating_add(ADDRESS_GAP) => {
                 let grown = hi.saturating_sub(c[1]).max(c[2]);
-                height += grown - c[2];
+                height = height.saturating_add(grown - c[2]);
                 c[2] = grown;
             }
             _ => {
                 clusters.push([height, lo, hi - lo]);
-                height += hi - lo;
+                height = height.saturating_add(hi - lo);
             }
         }
     }
@@ -192,7 +193,7 @@ fn placement(mut lifetimes: Vec<(u64, u64, u64, u64)>) -> Placement {
         .map(|&(born, died, addr, size)| {
             let at = clusters.partition_point(|c| c[1] <= addr) - 1;
             let c = clusters[at];
-            [born, died, c[0] + (addr - c[1]), size]
+            [born, died, c[0].saturating_add(addr - c[1]), size]
         })
         .collect();
     Placement {
