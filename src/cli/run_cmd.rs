@@ -160,8 +160,7 @@ impl ReportFiles {
             .map_or(0, |d| d.subsec_nanos());
         let dir =
             std::env::temp_dir().join(format!("itermem-report-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         env.trace.get_or_insert_with(|| dir.join("run.itrace"));
         env.stats.get_or_insert_with(|| dir.join("stats.json"));
         if env.mode == Some(Mode::Swap) {

@@ -41,7 +41,6 @@ pub enum Item {
 /// One recording of one device.
 #[derive(Clone, Debug)]
 pub struct Recorded {
-    pub path: PathBuf,
     pub format: Format,
     /// Access events in recorded order, each with its time.
     pub items: Vec<(u64, Item)>,
@@ -150,7 +149,6 @@ fn read_trace(path: &Path, options: &ImportOptions) -> Result<Recorded, SourceEr
         .finish(&DetectorConfig::for_cuda_events())
         .map_err(|err| SourceError::Detect(path.to_path_buf(), err))?;
     Ok(Recorded {
-        path: path.to_path_buf(),
         format: Format::ItermemTrace,
         items,
         timed: true,
@@ -183,7 +181,6 @@ fn read_recording(path: &Path, options: &ImportOptions) -> Result<Recorded, Sour
         .iteration(&DetectorConfig::for_cuda_events())
         .map_err(|err| SourceError::Detect(path.to_path_buf(), err))?;
     Ok(Recorded {
-        path: path.to_path_buf(),
         format: recording.source().format,
         items,
         timed,

@@ -1,7 +1,5 @@
 //! The aggregation's bounds and the schedule's placement, on recordings built by hand.
 
-use std::path::PathBuf;
-
 use serde_json::json;
 
 use super::schedule;
@@ -11,7 +9,6 @@ use crate::import::Format;
 
 fn recorded(items: Vec<(u64, Item)>) -> Recorded {
     Recorded {
-        path: PathBuf::from("hand-made"),
         format: Format::ItermemTrace,
         items,
         timed: true,
