@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::InputArgs;
+use super::progress::Progress;
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
@@ -49,7 +50,11 @@ pub fn write(
         plan,
         import: input.import_options(),
     };
+    // One step: reading and aggregating a large recording takes seconds, and the bar (on a
+    // terminal, after a second) shows its time passing.
+    let bar = Progress::new("report", 1);
     let report = itermem::report::build(&inputs)?;
+    bar.set(1);
     std::fs::write(output, itermem::report::render(&report))
         .with_context(|| format!("cannot write {}", output.display()))
 }
