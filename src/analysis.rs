@@ -146,6 +146,8 @@ pub struct Analysis {
     pub host: HostCounts,
     /// `KernelName` records.
     pub kernel_names: u64,
+    /// `GraphLaunch` records: CUDA graph launches, whose nodes' work is among the events.
+    pub graph_launches: u64,
     /// Frees of ids the stream never allocated (or freed twice): not in `counts` or `host`.
     pub unmatched_frees: u64,
     /// Mallocs reusing the id of a live allocation (the older one is forgotten).
@@ -194,7 +196,7 @@ pub fn token(kind: &EventKind, index: u64, malloc_index: Option<u64>) -> Option<
         EventKind::Memcpy { bytes, kind, .. } => detect::transfer_token(*kind as u64, *bytes),
         EventKind::Memset { bytes, .. } => detect::transfer_token(MEMSET_TRANSFER_KIND, *bytes),
         EventKind::Launch { kernel, .. } => detect::launch_token(u64::from(*kernel)),
-        EventKind::KernelName { .. } => return None,
+        EventKind::KernelName { .. } | EventKind::GraphLaunch { .. } => return None,
     })
 }
 
@@ -215,7 +217,7 @@ impl Numbering {
     /// of one.
     pub fn number(&mut self, kind: &EventKind) -> Option<u64> {
         let indexed = match kind {
-            EventKind::KernelName { .. } => false,
+            EventKind::KernelName { .. } | EventKind::GraphLaunch { .. } => false,
             EventKind::Malloc { id, kind, .. } if !kind.is_device() => {
                 self.host.insert(*id);
                 false
@@ -256,6 +258,7 @@ pub struct Analyzer {
     counts: EventCounts,
     host: HostCounts,
     kernel_names: u64,
+    graph_launches: u64,
     unmatched_frees: u64,
     duplicate_ids: u64,
     streams: BTreeSet<StreamHandle>,
@@ -291,6 +294,11 @@ impl Analyzer {
             EventKind::KernelName { kernel, name } => {
                 self.kernel_names += 1;
                 self.names.insert(*kernel, name.clone());
+                return;
+            }
+            EventKind::GraphLaunch { stream, .. } => {
+                self.streams.insert(*stream);
+                self.graph_launches += 1;
                 return;
             }
             EventKind::Malloc {
@@ -386,6 +394,7 @@ impl Analyzer {
             counts: self.counts,
             host: self.host,
             kernel_names: self.kernel_names,
+            graph_launches: self.graph_launches,
             unmatched_frees: self.unmatched_frees,
             duplicate_ids: self.duplicate_ids,
             streams: self.streams.into_iter().collect(),

@@ -118,6 +118,16 @@ pub enum EventKind {
     },
     /// Names kernel `kernel`; recorded once, before its first launch.
     KernelName { kernel: KernelId, name: String },
+    /// A CUDA graph launch (`cuGraphLaunch` of instantiated graph `exec` on `stream`): the
+    /// next `nodes` access events of its device are the kernels, copies and memsets of the
+    /// graph's nodes, recorded as if launched one by one (so iteration detection sees the same
+    /// tokens as without the graph), but enqueued at once, as one unit of stream order. Not an
+    /// access event itself (no index, no token).
+    GraphLaunch {
+        exec: u64,
+        stream: StreamHandle,
+        nodes: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -388,6 +388,43 @@ fn the_planner_plans_with_the_host_link_it_measured_unless_told() {
     assert_eq!(summary["swap"]["copy_out_gb_s"], 75.0, "{summary:#}");
 }
 
+/// Under a caching allocator an iteration allocates nothing: its tensors are blocks kept from
+/// the first iteration, reached by pointers inside them. Swap mode plans that iteration of
+/// launches alone and swaps the blocks between their uses.
+#[test]
+fn blocks_a_caching_allocator_keeps_swap_between_their_uses() {
+    let mlp = program("mlp_train");
+    let args = [
+        "--adam", "--cache", "--width", "1024", "--batch", "16", "--layers", "8", "--iters", "40",
+        "--lr", "0.001", "--gflops", "200",
+    ];
+    // Two thirds of the 135 MB the program holds.
+    let device = "89653418";
+    let on_big_device = run_ok(&mlp, &args, &[]);
+    let env = [
+        ("ITERMEM_SWAP_VERIFY", "1"),
+        ("CUDA_SHIM_JITTER_US", "20"),
+        ("CUDA_SHIM_SEED", "5"),
+    ];
+    let (out, summary, shim) = swapped_under(device, &args, &env, "cached-blocks");
+    assert_eq!(results(&out), results(&on_big_device), "results changed");
+    assert!(
+        shim["peak_device_bytes"].as_u64().unwrap() <= device.parse().unwrap(),
+        "{summary:#}"
+    );
+    let swap = &summary["swap"];
+    assert_eq!(swap["plans"], 1, "{summary:#}");
+    assert_eq!(swap["mapped_host_bytes_after_plan"], 0, "{summary:#}");
+    let iterations = swap["iterations"].as_array().unwrap();
+    assert!(iterations.len() >= 2, "{summary:#}");
+    for iteration in iterations {
+        assert!(
+            iteration["swapped_out_bytes"].as_u64().unwrap() > 0,
+            "{summary:#}"
+        );
+    }
+}
+
 /// A limit the device alone cannot keep is said once, with the smallest one that can; the
 /// program still computes exactly.
 #[test]

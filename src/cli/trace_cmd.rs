@@ -318,6 +318,8 @@ struct InfoJson<'a> {
     events: EventCounts,
     host_events: HostCounts,
     kernel_names: u64,
+    /// CUDA graph launches (their nodes' work is counted in `events`).
+    graph_launches: u64,
     unmatched_frees: u64,
     streams: &'a [u64],
     peak_live_bytes: u64,
@@ -412,6 +414,7 @@ impl<'a> InfoJson<'a> {
             events: a.counts,
             host_events: a.host,
             kernel_names: a.kernel_names,
+            graph_launches: a.graph_launches,
             unmatched_frees: a.unmatched_frees,
             streams: &a.streams,
             peak_live_bytes: a.peak_live_bytes,
@@ -489,6 +492,13 @@ fn print_info(out: &mut impl Write, loaded: &Loaded, top: usize) -> io::Result<(
         "events      malloc {}  free {}  launch {}  memcpy {}  memset {}",
         c.malloc, c.free, c.launch, c.memcpy, c.memset
     )?;
+    if a.graph_launches > 0 {
+        writeln!(
+            out,
+            "graphs      {} graph launches (their nodes' work is in the events above)",
+            a.graph_launches
+        )?;
+    }
     writeln!(
         out,
         "pinned host malloc {}  free {}",

@@ -59,7 +59,8 @@ fn opt(value: Option<u64>) -> String {
 
 /// One row per event under [`CSV_HEADER`]. Cells that do not apply to an event are empty;
 /// `index` is empty for `kernel_name` rows and pinned host mallocs and frees; `addr` is hexadecimal; `touched` lists allocation
-/// ids separated by `;`; launches repeat their kernel's name.
+/// ids separated by `;`; launches repeat their kernel's name. A `graph_launch` row (no index)
+/// gives the instantiated graph's handle as `id` and its recorded node count as `size`.
 pub fn write_csv(events: impl IntoIterator<Item = Event>, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "{CSV_HEADER}")?;
     let mut names: HashMap<KernelId, String> = HashMap::new();
@@ -76,6 +77,14 @@ pub fn write_csv(events: impl IntoIterator<Item = Event>, mut out: impl Write) -
                 )?;
                 names.insert(kernel, name);
             }
+            EventKind::GraphLaunch {
+                exec,
+                stream,
+                nodes,
+            } => writeln!(
+                out,
+                "{index},{t},graph_launch,{exec},,{nodes},,{stream},,,,,,,,,"
+            )?,
             EventKind::Malloc {
                 id,
                 addr,
@@ -212,6 +221,8 @@ pub fn write_chrome(
                 names.insert(*kernel, name.clone());
                 continue;
             }
+            // The nodes' own events follow it and are drawn one by one.
+            EventKind::GraphLaunch { .. } => continue,
             EventKind::Malloc {
                 id,
                 addr,

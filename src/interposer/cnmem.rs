@@ -159,6 +159,11 @@ enum Allocator {
 
 pub struct CnmemState {
     allocator: Option<Allocator>,
+    /// Blocks the program freed while a stream captured: `cudaFree` waits for the device,
+    /// which cannot be waited for then (synchronising a context while one of its streams
+    /// captures invalidates the capture), so each stays allocated until the next malloc or free
+    /// after the capture.
+    deferred: Vec<u64>,
     pub stats: CnmemStats,
 }
 
@@ -183,11 +188,18 @@ impl CnmemState {
             .ok();
         CnmemState {
             allocator,
+            deferred: Vec::new(),
             stats: CnmemStats::default(),
         }
     }
 
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
+        if !self.deferred.is_empty() && !cuda::capturing_anywhere() {
+            cuda::synchronize();
+            for addr in std::mem::take(&mut self.deferred) {
+                self.release(addr);
+            }
+        }
         let served = match self.allocator.as_mut()? {
             Allocator::Recreated(cnmem) => {
                 let addr = cnmem
@@ -246,14 +258,35 @@ impl CnmemState {
 
     /// Frees the block at `addr`; false if no live block starts there.
     pub fn free(&mut self, addr: u64) -> bool {
+        let live = match &self.allocator {
+            Some(Allocator::Recreated(cnmem)) => cnmem.block_size(addr).is_some(),
+            Some(Allocator::Real(cnmem)) => cnmem.live.contains(&addr),
+            None => false,
+        };
+        if !live || self.deferred.contains(&addr) {
+            return false;
+        }
+        if cuda::capturing_anywhere() {
+            self.deferred.push(addr);
+            return true;
+        }
         // `cudaFree` waits for the device, and programs rely on it (a block freed after a
         // kernel on one stream, reallocated for another stream): a block goes back to cnmem
         // only once the device is idle. (Real cnmem leaves that to its caller.)
         cuda::synchronize();
+        let mut freed = true;
+        for addr in std::mem::take(&mut self.deferred).into_iter().chain([addr]) {
+            freed = self.release(addr);
+        }
+        freed
+    }
+
+    /// Gives the live block at `addr` back to the allocator (the device is done with it).
+    fn release(&mut self, addr: u64) -> bool {
         match &mut self.allocator {
             Some(Allocator::Recreated(cnmem)) => cnmem.free(addr).is_ok(),
             Some(Allocator::Real(cnmem)) => {
-                // SAFETY: `addr` is a live block cnmem handed out (checked just before).
+                // SAFETY: `addr` is a live block cnmem handed out (checked by `free`).
                 cnmem.live.remove(&addr) && unsafe { (cnmem.free)(addr as *mut c_void, 0) } == 0
             }
             None => false,

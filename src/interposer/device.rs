@@ -81,7 +81,7 @@ impl Sequencer {
             (EventKind::Launch { .. }, _) => &mut self.counts.launch,
             (EventKind::Memcpy { .. }, _) => &mut self.counts.memcpy,
             (EventKind::Memset { .. }, _) => &mut self.counts.memset,
-            (EventKind::KernelName { .. }, _) => return,
+            (EventKind::KernelName { .. } | EventKind::GraphLaunch { .. }, _) => return,
         };
         *counter += 1;
         self.pointer_words_scanned += words;

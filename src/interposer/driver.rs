@@ -4,8 +4,10 @@
 //! returns None/false when the driver lacks the function or fails: the caller falls back.
 
 use super::real::driver_function;
+use parking_lot::Mutex;
 use std::ffi::c_void;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
 type MemFree = unsafe extern "C" fn(u64) -> u32;
@@ -39,6 +41,14 @@ type MemMap = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32;
 type MemUnmap = unsafe extern "C" fn(u64, usize) -> u32;
 type MemSetAccess = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> u32;
 type MemGetGranularity = unsafe extern "C" fn(*mut usize, *const AllocationProp, u32) -> u32;
+type StreamGetCaptureInfo = unsafe extern "C" fn(
+    usize,
+    *mut u32,
+    *mut u64,
+    *mut usize,
+    *mut *const usize,
+    *mut usize,
+) -> u32;
 
 /// `CUmemAllocationProp` (CUDA 12 and 13: 32 bytes).
 #[repr(C)]
@@ -99,6 +109,7 @@ struct Driver {
     ctx_set_current: Option<CtxSetCurrent>,
     ctx_get_device: Option<CtxGetDevice>,
     device_get_count: Option<DeviceGetCount>,
+    capture_info: Option<StreamGetCaptureInfo>,
     vmm: Option<Vmm>,
 }
 
@@ -110,7 +121,7 @@ fn driver() -> &'static Driver {
     // cuEventDestroy_v2, cuStreamCreate, cuStreamDestroy_v2, cuStreamWaitEvent, cuMemcpyAsync,
     // cuMemsetD8Async, cuCtxSynchronize, cuMemGetInfo_v2, cuInit, cuCtxGetCurrent,
     // cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuCtxGetDevice, cuDeviceGetCount,
-    // cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap,
+    // cuStreamGetCaptureInfo_v2, cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap,
     // cuMemSetAccess, cuMemGetAllocationGranularity).
     DRIVER.get_or_init(|| unsafe {
         Driver {
@@ -138,6 +149,7 @@ fn driver() -> &'static Driver {
             ctx_set_current: driver_function(c"cuCtxSetCurrent"),
             ctx_get_device: driver_function(c"cuCtxGetDevice"),
             device_get_count: driver_function(c"cuDeviceGetCount"),
+            capture_info: driver_function(c"cuStreamGetCaptureInfo_v2"),
             vmm: (|| {
                 Some(Vmm {
                     reserve: driver_function(c"cuMemAddressReserve")?,
@@ -307,7 +319,12 @@ pub fn destroy_event(event: usize) {
     }
 }
 
+/// Records `event` on `stream`; refused (false) while `stream` captures, since the record
+/// would become a node of the program's graph (see [`capture`]).
 pub fn record(event: usize, stream: u64) -> bool {
+    if capture(stream).is_some() {
+        return false;
+    }
     // SAFETY: an event of ours and a stream handle of the program's or ours.
     driver()
         .event_record
@@ -337,7 +354,12 @@ pub fn elapsed_ns(start: usize, end: usize) -> Option<f64> {
     (unsafe { elapsed(&mut ms, start, end) } == SUCCESS).then_some(f64::from(ms) * 1e6)
 }
 
+/// Makes `stream` wait for `event`; refused (false) while `stream` captures: the wait would
+/// join the program's capture to an event recorded outside it, which invalidates the capture.
 pub fn wait(stream: u64, event: usize) -> bool {
+    if capture(stream).is_some() {
+        return false;
+    }
     // SAFETY: the program's stream (or ours) and an event of ours.
     driver()
         .stream_wait_event
@@ -379,8 +401,110 @@ pub fn fill(device: u64, value: u8, bytes: u64, stream: u64) -> bool {
     )
 }
 
-/// Waits on the host for all work of the context.
+/// The streams whose capture began through a hook and has not ended (a stream twice when two
+/// threads' own per-thread streams capture). Guarded by a mutex: a begin or end is rare.
+static CAPTURING: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// `CAPTURING`'s length, for the hooks' fast path: while it is 0 no stream captures (a stream
+/// joins a capture only while its origin captures), and [`capture`] asks the driver nothing.
+/// Written under `CAPTURING`'s lock. `Relaxed`: it changes on the thread that begins or ends a
+/// capture, before that thread submits work to it or after the driver ended it; another thread
+/// uses a capture only through the program's own calls (an event wait), which the driver
+/// orders after the begin.
+static CAPTURES: AtomicUsize = AtomicUsize::new(0);
+
+/// A hook's begin of a capture on `stream` succeeded.
+pub fn capture_began(stream: u64) {
+    let mut capturing = CAPTURING.lock();
+    capturing.push(stream);
+    CAPTURES.store(capturing.len(), Ordering::Relaxed);
+}
+
+/// A hook's end of the capture on `stream` returned: unless the stream still captures (an end
+/// from the wrong thread, or from a stream that joined, leaves the capture going on), the
+/// capture is over.
+pub fn capture_ended(stream: u64) {
+    if capture(stream).is_none() {
+        let mut capturing = CAPTURING.lock();
+        if let Some(at) = capturing.iter().position(|&s| s == stream) {
+            capturing.swap_remove(at);
+        }
+        CAPTURES.store(capturing.len(), Ordering::Relaxed);
+    }
+}
+
+/// Whether a capture begun through a hook may still be going on: then nothing may synchronise
+/// a whole context (`cuCtxSynchronize` invalidates every capture of the context).
+pub fn capturing_anywhere() -> bool {
+    CAPTURES.load(Ordering::Relaxed) > 0
+}
+
+/// `CU_STREAM_CAPTURE_STATUS_NONE`.
+const CAPTURE_STATUS_NONE: u32 = 0;
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+const CAPTURE_STATUS_ACTIVE: u32 = 1;
+
+/// Whether `stream` is capturing, and into which graph: None when it is not (work on it runs
+/// now); `Some(Some(graph))` for an active capture; `Some(None)` when the work would not run
+/// now either but belongs to no graph itermem can name (an invalidated capture, or the legacy
+/// stream while a blocking stream captures, which the driver answers with an error). Nothing
+/// of itermem's may be enqueued on such a stream.
+pub fn capture(stream: u64) -> Option<Option<usize>> {
+    if !capturing_anywhere() {
+        return None;
+    }
+    let info = driver().capture_info?;
+    let (mut status, mut id, mut graph) = (CAPTURE_STATUS_NONE, 0u64, 0usize);
+    let (mut deps, mut count) = (std::ptr::null::<usize>(), 0usize);
+    // SAFETY: cuStreamGetCaptureInfo_v2's prototype, valid out-parameters, a program's stream.
+    let result = unsafe {
+        info(
+            stream as usize,
+            &mut status,
+            &mut id,
+            &mut graph,
+            &mut deps,
+            &mut count,
+        )
+    };
+    match (result, status) {
+        (SUCCESS, CAPTURE_STATUS_NONE) => None,
+        (SUCCESS, CAPTURE_STATUS_ACTIVE) => Some(Some(graph)),
+        _ => Some(None),
+    }
+}
+
+/// The node that work just captured on `stream` became: the capture's only dependency after
+/// it (None when the stream does not capture or follows several nodes).
+pub fn captured_node(stream: u64) -> Option<usize> {
+    let info = driver().capture_info?;
+    let (mut status, mut id, mut graph) = (CAPTURE_STATUS_NONE, 0u64, 0usize);
+    let (mut deps, mut count) = (std::ptr::null::<usize>(), 0usize);
+    // SAFETY: as in `capture`.
+    let result = unsafe {
+        info(
+            stream as usize,
+            &mut status,
+            &mut id,
+            &mut graph,
+            &mut deps,
+            &mut count,
+        )
+    };
+    if result != SUCCESS || status != CAPTURE_STATUS_ACTIVE || count != 1 || deps.is_null() {
+        return None;
+    }
+    // SAFETY: the driver answered one dependency at `deps`, valid until the next capture call.
+    Some(unsafe { *deps })
+}
+
+/// Waits on the host for all work of the context; refused (false) while a capture may be
+/// going on, which it would invalidate.
 pub fn synchronize() -> bool {
+    if capturing_anywhere() {
+        log::debug!("no context synchronisation while a stream capture may be going on");
+        return false;
+    }
     // SAFETY: no arguments; the thread has the runtime's context current (a hook's thread).
     driver()
         .ctx_synchronize

@@ -8,6 +8,8 @@
 //! tests, so a test binary never interposes on anything.
 
 use super::device::current_device;
+use super::driver;
+use super::graphs::{Node, NodeWork};
 use super::real::RealFn;
 use super::recorder::{KernelRef, LaunchArgs};
 use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept, kept_by_itermem};
@@ -266,6 +268,15 @@ fn on_copy(rec: &Recorder, run: Run, layer: Layer, copy: CopyCall) -> u32 {
         // driver's copies take addresses, which mapped host memory is.)
         INFER_COPY_KIND.with(|infer| infer.set(true));
     }
+    if let Some(graph) = driver::capture(copy.stream) {
+        let work = NodeWork::Copy {
+            dst: copy.dst,
+            src: copy.src,
+            bytes: copy.bytes,
+            kind: copy.kind,
+        };
+        return on_captured(rec, run, copy.stream, graph, || work);
+    }
     let device = current_device();
     let (dst, src) = (rec.resolve(copy.dst), rec.resolve(copy.src));
     let ids: smallvec::SmallVec<[u64; 2]> = [dst, src].into_iter().flatten().collect();
@@ -484,6 +495,13 @@ fn on_set(
     stream: u64,
     asynchronous: bool,
 ) -> u32 {
+    if let Some(graph) = driver::capture(stream) {
+        let work = NodeWork::Set {
+            dst,
+            bytes: bytes as u64,
+        };
+        return on_captured(rec, run, stream, graph, || work);
+    }
     let device = current_device();
     let dst = rec.resolve(dst);
     let prepared = rec.before_use(device, dst.as_slice(), stream);
@@ -495,6 +513,11 @@ fn on_set(
 }
 
 fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stream: u64) -> u32 {
+    if let Some(graph) = driver::capture(stream) {
+        // SAFETY: as below; read while the caller is blocked in this call.
+        let work = unsafe { rec.kernel_node(kernel, args) };
+        return on_captured(rec, run, stream, graph, || work);
+    }
     // SAFETY: the caller's arguments hold the kernel's parameters as the launch call requires
     // (the launch's contract); they are read before the launch, while the caller is blocked in
     // this call.
@@ -504,6 +527,252 @@ fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stre
     let result = run();
     let index = (result == SUCCESS).then(|| rec.on_launch(device, accesses, stream));
     rec.after_use(device, prepared, stream, index);
+    result
+}
+
+/// Work submitted to a capturing stream (`graph`: the capture's graph, None when the driver
+/// names none): it does not run now, so nothing is recorded and nothing prepared, which
+/// would enqueue itermem's own work into the capture; once the driver took it, it is kept as a
+/// node of the graph, recorded at each launch of the graph instead (`graphs.rs`).
+fn on_captured(
+    rec: &Recorder,
+    run: Run,
+    stream: u64,
+    graph: Option<usize>,
+    work: impl FnOnce() -> NodeWork,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS
+        && let Some(graph) = graph
+    {
+        let handle = driver::captured_node(stream).unwrap_or(0);
+        let work = work();
+        rec.graphs.add(graph, Node { handle, work });
+    }
+    result
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, CUDA 12 and 13).
+#[repr(C)]
+pub struct KernelNodeParams {
+    function: usize,
+    grid_dim: [u32; 3],
+    block_dim: [u32; 3],
+    shared_mem_bytes: u32,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    kernel: usize,
+    context: usize,
+}
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    element_size: u32,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_MEMCPY3D` (`_v2`).
+#[repr(C)]
+pub struct Memcpy3D {
+    src_x_in_bytes: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_memory_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x_in_bytes: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_memory_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width_in_bytes: usize,
+    height: usize,
+    depth: usize,
+}
+
+const _: () = assert!(
+    size_of::<KernelNodeParams>() == 72
+        && size_of::<MemsetNodeParams>() == 40
+        && size_of::<Memcpy3D>() == 200
+);
+
+/// A kernel node's work (None for parameters the driver will refuse).
+fn kernel_node_work(rec: &Recorder, params: *const KernelNodeParams) -> Option<NodeWork> {
+    if params.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's non-null parameter block, valid for the call.
+    let p = unsafe { &*params };
+    let args = driver_args(p.kernel_params, p.extra);
+    // SAFETY: the node's arguments, as the driver requires them of the call (and copies).
+    Some(unsafe { rec.kernel_node(KernelRef::Function(p.function), args) })
+}
+
+/// `cuGraphAddKernelNode_v2`, `cuGraphAddMemsetNode`, `cuGraphAddMemcpyNode`: once the driver
+/// made the node (its handle in `node`), its work is kept for `graph`'s launches.
+fn on_add_node(
+    rec: &Recorder,
+    run: Run,
+    node: *mut usize,
+    graph: usize,
+    work: Option<NodeWork>,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS
+        && !node.is_null()
+        && let Some(work) = work
+    {
+        // SAFETY: the call succeeded, so the driver wrote the node's handle.
+        let handle = unsafe { *node };
+        rec.graphs.add(graph, Node { handle, work });
+    }
+    result
+}
+
+fn memset_node_work(params: *const MemsetNodeParams) -> Option<NodeWork> {
+    if params.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's non-null parameter block, valid for the call.
+    let p = unsafe { &*params };
+    let row = (p.element_size as usize).saturating_mul(p.width);
+    Some(NodeWork::Set {
+        dst: p.dst,
+        bytes: row.saturating_mul(p.height) as u64,
+    })
+}
+
+/// A memcpy node's work: the first byte of each side, the bytes and the direction (arrays,
+/// which the shim refuses in memcpy nodes, have no address).
+fn memcpy_node_work(copy: *const Memcpy3D) -> Option<NodeWork> {
+    if copy.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's non-null CUDA_MEMCPY3D, valid for the call.
+    let c = unsafe { &*copy };
+    let side = |memory_type,
+                host: u64,
+                device: u64,
+                (x, y, z): (usize, usize, usize),
+                pitch: usize,
+                height: usize| {
+        let offset = (z as u64)
+            .saturating_mul(height as u64)
+            .saturating_add(y as u64)
+            .saturating_mul(pitch as u64)
+            .saturating_add(x as u64);
+        match memory_type {
+            MEMORY_HOST => (host.saturating_add(offset), Some(false)),
+            MEMORY_DEVICE => (device.saturating_add(offset), Some(true)),
+            _ => (device.saturating_add(offset), None),
+        }
+    };
+    let (src, src_device) = side(
+        c.src_memory_type,
+        c.src_host as u64,
+        c.src_device,
+        (c.src_x_in_bytes, c.src_y, c.src_z),
+        c.src_pitch,
+        c.src_height,
+    );
+    let (dst, dst_device) = side(
+        c.dst_memory_type,
+        c.dst_host as u64,
+        c.dst_device,
+        (c.dst_x_in_bytes, c.dst_y, c.dst_z),
+        c.dst_pitch,
+        c.dst_height,
+    );
+    let kind = match (src_device, dst_device) {
+        (Some(false), Some(true)) => CopyKind::HostToDevice,
+        (Some(true), Some(false)) => CopyKind::DeviceToHost,
+        (Some(true), Some(true)) => CopyKind::DeviceToDevice,
+        (Some(false), Some(false)) => CopyKind::HostToHost,
+        _ => CopyKind::Default,
+    };
+    let bytes = c
+        .width_in_bytes
+        .saturating_mul(c.height)
+        .saturating_mul(c.depth);
+    Some(NodeWork::Copy {
+        dst,
+        src,
+        bytes: bytes as u64,
+        kind,
+    })
+}
+
+/// `cuStreamBeginCapture_v2`: from now on the hooks ask whether a stream captures.
+fn on_begin_capture(run: Run, stream: u64) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        driver::capture_began(stream);
+    }
+    result
+}
+
+/// `cuStreamEndCapture`: the capture is over unless the driver says it goes on.
+fn on_end_capture(run: Run, stream: u64) -> u32 {
+    let result = run();
+    driver::capture_ended(stream);
+    result
+}
+
+/// A graph call that changes what graphs hold, applied by `then` once the driver succeeded.
+fn on_graph_call(run: Run, then: impl FnOnce()) -> u32 {
+    let result = run();
+    if result == SUCCESS {
+        then();
+    }
+    result
+}
+
+/// `cuGraphInstantiateWithFlags`/`WithParams`: the new exec graph runs `graph`'s nodes.
+fn on_instantiate(rec: &Recorder, run: Run, exec: *mut usize, graph: usize) -> u32 {
+    on_graph_call(run, || {
+        if !exec.is_null() {
+            // SAFETY: the call succeeded, so the driver wrote the exec graph's handle.
+            rec.graphs.instantiate(unsafe { *exec }, graph);
+        }
+    })
+}
+
+/// `cuGraphLaunch`: the graph's nodes are recorded as the work they run, and every allocation
+/// they touch is made resident before the launch is enqueued, as for one call using them all.
+fn on_graph_launch(rec: &Recorder, run: Run, exec: usize, stream: u64) -> u32 {
+    // A launch into a capture (which the driver may refuse) runs nothing now.
+    if driver::capture(stream).is_some() {
+        return run();
+    }
+    let Some(nodes) = rec.graphs.launched(exec) else {
+        return run();
+    };
+    let device = current_device();
+    let launch = rec.graph_events(&nodes, stream);
+    let prepared = rec.before_graph(device, &launch.touched, stream, launch.len());
+    let result = run();
+    let recorded = if result == SUCCESS {
+        rec.on_graph_launch(device, exec, stream, launch)
+    } else {
+        Default::default()
+    };
+    rec.after_graph(device, prepared, stream, recorded);
     result
 }
 
@@ -811,6 +1080,37 @@ hooks! {
         |rec, run, config, function, params, extra| on_launch(rec, run, KernelRef::Function(function), driver_args(params, extra), config_stream(config, |c| c.stream));
     fn cuLaunchCooperativeKernel(function: usize, grid_x: u32, grid_y: u32, grid_z: u32, block_x: u32, block_y: u32, block_z: u32, shared: u32, stream: usize, params: *mut *mut c_void) =>
         |rec, run, function, _, _, _, _, _, _, _, stream, params| on_launch(rec, run, KernelRef::Function(function), driver_args(params, std::ptr::null_mut()), stream as u64);
+
+    // CUDA graphs (`graphs.rs`): the runtime's graph calls reach these inside the runtime.
+    fn cuStreamBeginCapture_v2(stream: usize, mode: u32) => |_, run, stream, _| on_begin_capture(run, stream as u64);
+    fn cuStreamBeginCapture_v2_ptsz(stream: usize, mode: u32) => |_, run, stream, _| on_begin_capture(run, per_thread(stream));
+    fn cuStreamEndCapture(stream: usize, graph: *mut usize) => |_, run, stream, _| on_end_capture(run, stream as u64);
+    fn cuStreamEndCapture_ptsz(stream: usize, graph: *mut usize) => |_, run, stream, _| on_end_capture(run, per_thread(stream));
+    fn cuGraphAddKernelNode_v2(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, params: *const KernelNodeParams) =>
+        |rec, run, node, graph, _, _, params| on_add_node(rec, run, node, graph, kernel_node_work(rec, params));
+    fn cuGraphAddMemsetNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, params: *const MemsetNodeParams, context: usize) =>
+        |rec, run, node, graph, _, _, params, _| on_add_node(rec, run, node, graph, memset_node_work(params));
+    fn cuGraphAddMemcpyNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, copy: *const Memcpy3D, context: usize) =>
+        |rec, run, node, graph, _, _, copy, _| on_add_node(rec, run, node, graph, memcpy_node_work(copy));
+    fn cuGraphAddChildGraphNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, child: usize) =>
+        |rec, run, _, graph, _, _, child| on_graph_call(run, || rec.graphs.add_child(graph, child));
+    fn cuGraphDestroy(graph: usize) => |rec, run, graph| on_graph_call(run, || rec.graphs.destroy(graph));
+    fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) =>
+        |rec, run, exec, graph, _| on_instantiate(rec, run, exec, graph);
+    fn cuGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut c_void) =>
+        |rec, run, exec, graph, _| on_instantiate(rec, run, exec, graph);
+    fn cuGraphInstantiateWithParams_ptsz(exec: *mut usize, graph: usize, params: *mut c_void) =>
+        |rec, run, exec, graph, _| on_instantiate(rec, run, exec, graph);
+    fn cuGraphExecKernelNodeSetParams_v2(exec: usize, node: usize, params: *const KernelNodeParams) =>
+        |rec, run, exec, node, params| {
+            let work = kernel_node_work(rec, params);
+            on_graph_call(run, || if let Some(work) = work { rec.graphs.set_node(exec, node, work) })
+        };
+    fn cuGraphExecUpdate_v2(exec: usize, graph: usize, info: *mut c_void) =>
+        |rec, run, exec, graph, _| on_graph_call(run, || rec.graphs.update(exec, graph));
+    fn cuGraphExecDestroy(exec: usize) => |rec, run, exec| on_graph_call(run, || rec.graphs.destroy_exec(exec));
+    fn cuGraphLaunch(exec: usize, stream: usize) => |rec, run, exec, stream| on_graph_launch(rec, run, exec, stream as u64);
+    fn cuGraphLaunch_ptsz(exec: usize, stream: usize) => |rec, run, exec, stream| on_graph_launch(rec, run, exec, per_thread(stream));
 
     fn cuStreamCreate(stream: *mut usize, flags: u32) => |_, run, _, _| run();
     fn cuStreamDestroy_v2(stream: usize) => |_, run, _| run();

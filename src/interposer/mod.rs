@@ -18,6 +18,7 @@ mod cnmem;
 mod device;
 mod driver;
 mod ending;
+mod graphs;
 pub mod hooks;
 mod live;
 pub mod pluggable;

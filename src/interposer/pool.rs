@@ -104,6 +104,17 @@ impl History {
         mallocs > 0 && mallocs == frees
     }
 
+    /// Whether no malloc of the history is made or freed in `[start, start + length)`: a
+    /// period of launches and copies alone, as a framework's caching allocator makes once its
+    /// segments exist.
+    pub fn allocation_free(&self, start: u64, length: u64) -> bool {
+        let window = start..start.saturating_add(length);
+        !self
+            .records
+            .iter()
+            .any(|r| window.contains(&r.index) || r.freed_at.is_some_and(|at| window.contains(&at)))
+    }
+
     /// The record of the malloc made at event `index`, if the history still holds it.
     fn at(&self, index: u64) -> Option<&Record> {
         let number = self.records.partition_point(|r| r.index < index);
@@ -638,7 +649,7 @@ impl PoolState {
 
     /// Takes a ready plan, to serve from the first iteration boundary at or after `index`, and
     /// allocates its pool (one real allocation of the footprint) once that boundary is reached.
-    fn install(&mut self, index: u64) {
+    pub(super) fn install(&mut self, index: u64) {
         let pool_plan = self.ready.lock().take().map(|(plan, ms)| (plan, None, ms));
         let swap_plan = || self.swap_ready.lock().take();
         let taken = pool_plan.or_else(|| swap_plan().map(|(plan, s, ms)| (plan, Some(s), ms)));
@@ -663,11 +674,21 @@ impl PoolState {
         // plan) must not stand beside the new one.
         self.release_idle_retired_pools();
         if !self.fits_limit(plan.footprint, schedule.as_deref()) {
-            if !schedule.as_ref().is_some_and(|s| s.reported_unfit) {
-                super::report(format_args!(
+            match &schedule {
+                Some(schedule) => super::report(format_args!(
+                    "ITERMEM_LIMIT of {} bytes cannot be kept with the device alone: {}. No \
+                     plan is used: mallocs past the limit run from mapped host memory, which a \
+                     GPU reads over its host link",
+                    self.executor
+                        .as_ref()
+                        .and_then(|e| e.stats.limit_bytes)
+                        .unwrap_or(0),
+                    schedule.unfit
+                )),
+                None => super::report(format_args!(
                     "a pool of {} bytes would exceed ITERMEM_LIMIT; the plan is not used",
                     plan.footprint
-                ));
+                )),
             }
             return;
         }

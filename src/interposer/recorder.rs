@@ -14,6 +14,7 @@
 use super::clock::Clock;
 use super::cnmem::CnmemStats;
 use super::device::{DeviceState, Devices, Sequencer};
+use super::graphs::{Graphs, Node, NodeWork};
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, allocation_gone, function_layout, kernel_layout, range_start};
@@ -50,10 +51,59 @@ pub struct LaunchAccesses {
 }
 
 /// What the recorder knows about one kernel.
-struct Kernel {
+#[derive(Debug)]
+pub struct Kernel {
     id: KernelId,
     /// 8-byte words of the argument buffer to test as pointers. None when the layout is unknown.
     pointer_words: Option<Vec<PointerWord>>,
+}
+
+/// The events of one graph launch (see [`Recorder::graph_events`]).
+pub struct GraphEvents {
+    /// Each node's event and the pointer words its scan read.
+    events: Vec<(EventKind, u64)>,
+    /// Every allocation the launch touches: all are made resident before it is enqueued.
+    pub touched: Touched,
+}
+
+impl GraphEvents {
+    /// The access events the launch makes.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+}
+
+/// What recording a graph launch did: the index of its first event (None for a graph without
+/// device work, or a launch that failed) and the detector's answer to each event.
+#[derive(Default)]
+pub struct GraphRecorded {
+    first: Option<u64>,
+    changes: Vec<Change>,
+}
+
+/// The value of pointer word `word` of arguments passed one pointer per parameter.
+///
+/// # Safety
+/// `args` holds one valid pointer per parameter of the kernel `word` belongs to.
+unsafe fn pointer_arg(args: *const *const c_void, word: &PointerWord) -> u64 {
+    // SAFETY: `param` < the kernel's parameter count, so args[param] exists and points to that
+    // parameter's value, at least `within` + 8 bytes long.
+    unsafe {
+        ((*args.add(word.param)) as *const u8)
+            .add(word.within)
+            .cast::<u64>()
+            .read_unaligned()
+    }
+}
+
+/// The value of pointer word `word` of arguments packed in one buffer, if it lies inside.
+///
+/// # Safety
+/// `buffer` holds `len` readable bytes.
+unsafe fn packed_arg(buffer: *const u8, len: usize, word: &PointerWord) -> Option<u64> {
+    // SAFETY: the word lies inside the caller's buffer of `len` bytes.
+    (word.packed + 8 <= len)
+        .then(|| unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
 }
 
 /// One 8-byte word of a kernel's arguments that may hold a pointer.
@@ -109,6 +159,8 @@ pub struct Recorder {
     kernels: RwLock<FxHashMap<(bool, usize), &'static Kernel>>,
     /// Kernels known (ids are given under the `kernels` lock, in order).
     kernel_count: AtomicU64,
+    /// The work of CUDA graphs' nodes, for recording their launches.
+    pub graphs: Graphs,
     devices: Devices,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
@@ -125,6 +177,7 @@ impl Recorder {
             live: RwLock::new(LiveIndex::default()),
             kernels: RwLock::new(FxHashMap::default()),
             kernel_count: AtomicU64::new(0),
+            graphs: Graphs::default(),
             devices: Devices::new(),
             trace: OnceLock::new(),
             counters: Counters::default(),
@@ -347,6 +400,59 @@ impl Recorder {
         }
     }
 
+    /// [`Recorder::before_use`] for a graph launch on `stream` whose `nodes` events use
+    /// allocations `ids`: every one of them is made resident, and stays until the graph's
+    /// work on the stream is done (its finishes come after the launch), as for one call that
+    /// uses them all; swap mode's plan is followed at each of the nodes' event indices.
+    pub fn before_graph(
+        &self,
+        device: u32,
+        ids: &[AllocId],
+        stream: StreamHandle,
+        nodes: usize,
+    ) -> Vec<Prepared> {
+        let mut prepared = Vec::new();
+        if !self.allocating() {
+            return prepared;
+        }
+        for dev in self.devices.seen() {
+            let Some(pool) = &dev.pool else { continue };
+            let mut pool = pool.lock();
+            if dev.ordinal == device && pool.executor.is_some() {
+                let next = dev.next_index.load(Relaxed);
+                // The swap-ins planned before each node start before the launch; then the
+                // tensors the graph uses are checked at once (as the last node's), so none is
+                // away when it is enqueued.
+                let last = (nodes as u64).saturating_sub(1);
+                prepared = (0..nodes as u64)
+                    .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, next + k))
+                    .collect();
+            }
+            pool.before_use(ids.iter().copied(), stream);
+        }
+        prepared
+    }
+
+    /// After a graph launch prepared by [`Recorder::before_graph`] (`recorded`: its events,
+    /// when it succeeded): finishes each node's preparation, then follows the changes of
+    /// period its events made.
+    pub fn after_graph(
+        &self,
+        device: u32,
+        prepared: Vec<Prepared>,
+        stream: StreamHandle,
+        recorded: GraphRecorded,
+    ) {
+        for (k, prepared) in prepared.into_iter().enumerate() {
+            let index = recorded.first.map(|first| first + k as u64);
+            self.after_use(device, prepared, stream, index);
+        }
+        let dev = self.device(device);
+        for change in recorded.changes {
+            self.period_changed(dev, change);
+        }
+    }
+
     /// Whether `addr` lies in device memory itermem serves from mapped host memory.
     pub fn host_backed(&self, addr: u64) -> bool {
         self.swapping()
@@ -505,24 +611,17 @@ impl Recorder {
         let touched = match (&kernel.pointer_words, args) {
             (Some(words), LaunchArgs::Pointers(args)) if !args.is_null() => {
                 words_scanned = words.len() as u64;
-                self.scan(words, |word| {
-                    // SAFETY: `param` < the kernel's parameter count, so args[param] exists and
-                    // points to that parameter's value, at least `within` + 8 bytes long.
-                    Some(unsafe {
-                        ((*args.add(word.param)) as *const u8)
-                            .add(word.within)
-                            .cast::<u64>()
-                            .read_unaligned()
-                    })
-                })
+                // SAFETY: the caller's `args` hold one valid pointer per parameter.
+                self.scan(words.iter().map(|word| unsafe { pointer_arg(args, word) }))
             }
             (Some(words), LaunchArgs::Packed { buffer, len }) if !buffer.is_null() => {
                 words_scanned = words.len() as u64;
-                self.scan(words, |word| {
-                    // SAFETY: the word lies inside the caller's buffer of `len` bytes.
-                    (word.packed + 8 <= len)
-                        .then(|| unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
-                })
+                // SAFETY: the caller's buffer holds `len` readable bytes.
+                self.scan(
+                    words
+                        .iter()
+                        .filter_map(|word| unsafe { packed_arg(buffer, len, word) }),
+                )
             }
             (Some(_), _) => Touched::new(),
             (None, _) => {
@@ -537,12 +636,12 @@ impl Recorder {
         }
     }
 
-    /// The live allocations the pointer words `read` finds point into (a reader per way of
-    /// passing arguments, so the loop has no branch on it).
-    fn scan(&self, words: &[PointerWord], read: impl Fn(&PointerWord) -> Option<u64>) -> Touched {
+    /// The live allocations the pointer values `words` point into (read from the arguments by
+    /// one reader per way of passing them, so the loop has no branch on it).
+    fn scan(&self, words: impl Iterator<Item = u64>) -> Touched {
         let mut touched = Touched::new();
         let live = self.live.read();
-        for word in words.iter().filter_map(read) {
+        for word in words {
             if let Some(block) = live.find(word, |a| self.base_of(a))
                 && !touched.contains(&block.id)
             {
@@ -550,6 +649,128 @@ impl Recorder {
             }
         }
         touched
+    }
+
+    /// A kernel node's work: the values of its kernel's pointer words, read now, as the driver
+    /// copies a node's arguments when the node is made (see `graphs.rs`).
+    ///
+    /// # Safety
+    /// As [`Recorder::launch_accesses`].
+    pub unsafe fn kernel_node(&self, kernel: KernelRef, args: LaunchArgs) -> NodeWork {
+        let kernel = self.kernel(kernel);
+        let words = match (&kernel.pointer_words, args) {
+            (Some(words), LaunchArgs::Pointers(args)) if !args.is_null() => words
+                .iter()
+                // SAFETY: the caller's `args` hold one valid pointer per parameter.
+                .map(|word| unsafe { pointer_arg(args, word) })
+                .collect(),
+            (Some(words), LaunchArgs::Packed { buffer, len }) if !buffer.is_null() => words
+                .iter()
+                // SAFETY: the caller's buffer holds `len` readable bytes.
+                .filter_map(|word| unsafe { packed_arg(buffer, len, word) })
+                .collect(),
+            _ => Vec::new(),
+        };
+        NodeWork::Kernel { kernel, words }
+    }
+
+    /// The events a launch of a graph with `nodes` on `stream` makes, resolved against the
+    /// allocations live now, each with the pointer words its scan read; and every allocation
+    /// they touch.
+    pub fn graph_events(&self, nodes: &[Node], stream: StreamHandle) -> GraphEvents {
+        let mut events = Vec::with_capacity(nodes.len());
+        let mut touched = Touched::new();
+        let mut touch = |id: Option<AllocId>| {
+            if let Some(id) = id
+                && !touched.contains(&id)
+            {
+                touched.push(id);
+            }
+        };
+        for node in nodes {
+            let (kind, words) = match &node.work {
+                NodeWork::Kernel { kernel, words } => {
+                    let ids = self.scan(words.iter().copied());
+                    ids.iter().for_each(|&id| touch(Some(id)));
+                    let kind = EventKind::Launch {
+                        kernel: kernel.id,
+                        stream,
+                        layout_known: kernel.pointer_words.is_some(),
+                        touched: ids,
+                    };
+                    (kind, words.len() as u64)
+                }
+                &NodeWork::Copy {
+                    dst,
+                    src,
+                    bytes,
+                    kind,
+                } => {
+                    let (dst, src) = (self.resolve(dst), self.resolve(src));
+                    touch(dst);
+                    touch(src);
+                    let kind = EventKind::Memcpy {
+                        dst,
+                        src,
+                        bytes,
+                        kind,
+                        stream,
+                        asynchronous: true,
+                    };
+                    (kind, 0)
+                }
+                &NodeWork::Set { dst, bytes } => {
+                    let dst = self.resolve(dst);
+                    touch(dst);
+                    let kind = EventKind::Memset {
+                        dst,
+                        bytes,
+                        stream,
+                        asynchronous: true,
+                    };
+                    (kind, 0)
+                }
+            };
+            events.push((kind, words));
+        }
+        GraphEvents { events, touched }
+    }
+
+    /// Records a graph launch that succeeded: its marker, then its nodes' events as if
+    /// launched one by one. Another thread's events may fall between them: the marker counts
+    /// the graph's. What the events change is followed by [`Recorder::after_graph`], once the
+    /// launch is finished: a timing iteration that ends inside the launch must not be handed
+    /// to the planner before the timing of its last nodes is recorded.
+    pub fn on_graph_launch(
+        &self,
+        device: u32,
+        exec: usize,
+        stream: StreamHandle,
+        launch: GraphEvents,
+    ) -> GraphRecorded {
+        let dev = self.device(device);
+        let marker = EventKind::GraphLaunch {
+            exec: exec as u64,
+            stream,
+            nodes: launch.events.len() as u64,
+        };
+        {
+            let mut seq = dev.sequencer.lock();
+            let next = seq.next_index;
+            if let Some(capture) = &mut seq.capture {
+                // Its events follow unless another thread's come between (then the planner
+                // keeps a little more resident than needed).
+                capture.graphs.push((next, launch.events.len() as u64));
+            }
+            self.record(dev.ordinal, &mut seq, marker);
+        }
+        let mut recorded = GraphRecorded::default();
+        for (kind, words) in launch.events {
+            let (index, change) = self.emit(dev, kind, None, 0, words);
+            recorded.first.get_or_insert(index);
+            recorded.changes.push(change);
+        }
+        recorded
     }
 
     /// Records a launch that succeeded; returns its event index.
@@ -698,7 +919,11 @@ impl Recorder {
                 let Some(start) = period.boundary.checked_sub(period.length) else {
                     return;
                 };
-                if !pool.history.balanced(start, period.length) {
+                // Swap mode plans a period of launches alone too: its blocks (a caching
+                // allocator's segments) swap between their uses.
+                let launches_alone =
+                    pool.executor.is_some() && pool.history.allocation_free(start, period.length);
+                if !pool.history.balanced(start, period.length) && !launches_alone {
                     log::info!(
                         "period of {} events left alone: a loop within the iteration (it does \
                          not free the blocks it allocates)",
@@ -716,6 +941,7 @@ impl Recorder {
                             length,
                             events: Vec::new(),
                             synthetic: 0,
+                            graphs: Vec::new(),
                         });
                     }
                     return;

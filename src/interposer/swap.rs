@@ -125,8 +125,8 @@ pub struct Schedule {
     host_bytes: u64,
     predicted_ns: f64,
     predicted_base_ns: f64,
-    /// The plan's pool does not fit the budget, and the planner said so.
-    pub reported_unfit: bool,
+    /// Why no plan keeps the limit, said if this one does not fit it when it would start.
+    pub unfit: String,
 }
 
 impl Schedule {
@@ -271,6 +271,45 @@ pub struct Capture {
     /// Synthetic mallocs of the allocations live at the window's start, then its events.
     pub events: Vec<Event>,
     pub synthetic: u64,
+    /// The graph launches that began while the window was being captured: (absolute index
+    /// of the first event, events), for [`Capture::with_graph_launches`].
+    pub graphs: Vec<(u64, u64)>,
+}
+
+impl Capture {
+    /// The captured events with a `GraphLaunch` marker before the window's part of each graph
+    /// launch, so that the planner keeps everything a launch uses resident for all of it
+    /// (`ops::from_trace`). The markers are not in `events`: a launch may begin before the
+    /// window does, and the events of the window are counted by index.
+    fn with_graph_launches(&self) -> Vec<Event> {
+        let (start, end) = (self.start, self.start + self.length);
+        let mut graphs: Vec<(u64, u64)> = (self.graphs.iter())
+            .filter(|&&(first, nodes)| first < end && first + nodes > start)
+            .map(|&(first, nodes)| {
+                let from = first.max(start);
+                (from, (first + nodes).min(end) - from)
+            })
+            .collect();
+        graphs.sort_unstable();
+        let mut events = Vec::with_capacity(self.events.len() + graphs.len());
+        let mut graphs = graphs.into_iter().peekable();
+        for (at, event) in self.events.iter().enumerate() {
+            let index = (at as u64).checked_sub(self.synthetic).map(|i| start + i);
+            while let Some(&(first, nodes)) = graphs.peek()
+                && Some(first) == index
+            {
+                let marker = EventKind::GraphLaunch {
+                    exec: 0,
+                    stream: 0,
+                    nodes,
+                };
+                events.push(Event::new(0, marker));
+                graphs.next();
+            }
+            events.push(event.clone());
+        }
+        events
+    }
 }
 
 /// Everything swap mode adds to the pool.
@@ -1078,6 +1117,9 @@ impl PoolState {
     /// timing, planned swap-ins, swap-ins waiting for their range, and tensors that are away.
     pub fn prepare(&mut self, ids: &[AllocId], stream: StreamHandle, index: u64) -> Prepared {
         let mut prepared = Prepared::default();
+        // A plan starts at its boundary even when no malloc comes there (an iteration of
+        // launches alone, as under a caching allocator).
+        self.install(index);
         self.roll(index);
         let Some(exec) = self.executor.as_mut() else {
             return prepared;
@@ -1528,10 +1570,14 @@ fn make_schedule(
         window: Some((capture.synthetic, capture.length)),
         ..Default::default()
     };
-    let (loaded, births) = ops::from_events_with_births(&name, &capture.events, &options)?;
+    let events = capture.with_graph_launches();
+    let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
     // The blocks at addresses of their own that are live at the iteration's start: the pool
     // takes them (their own memory then leaves the bytes outside the pool), with a granule
-    // more than their size, so that a granule-aligned range of theirs fits wherever it goes.
+    // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
+    // but when they are all the pool holds (an iteration that allocates nothing, as under a
+    // caching allocator), every size is a multiple of the granule, so is every offset the
+    // pool gives (`combined_pool` aligns to the sizes), and a granule each would be waste.
     let taken: Vec<(TensorId, AllocId, u64, u64, bool)> = births
         .iter()
         .enumerate()
@@ -1552,6 +1598,10 @@ fn make_schedule(
     } else {
         blocks.granularity
     };
+    let allocates = window_events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Malloc { .. }));
+    let slack = if allocates { blocks.granularity } else { 0 };
     let mut inputs = ExecutorInputs {
         window: [capture.start, capture.length],
         op_time_ns,
@@ -1562,7 +1612,7 @@ fn make_schedule(
         min_swap_bytes: config.min_bytes,
         allow_swaps,
         residents: (taken.iter())
-            .map(|&(tensor, _, _, rounded, _)| (tensor, rounded + blocks.granularity))
+            .map(|&(tensor, _, _, rounded, _)| (tensor, rounded + slack))
             .collect(),
     };
     inputs.budget_bytes = inputs.budget_for(limit);
@@ -1596,10 +1646,14 @@ fn make_schedule(
         host_bytes: 0,
         predicted_ns: planned.result.time_ns,
         predicted_base_ns: planned.result.base_time_ns,
-        reported_unfit: false,
+        unfit: String::new(),
     };
     for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
         if let (Some(&(_, id, va, rounded, on_host)), Some(offset)) = (block_of(tensor), offset) {
+            anyhow::ensure!(
+                slack > 0 || offset % blocks.granularity == 0,
+                "internal error: the pool put a block at offset {offset}, off its granule"
+            );
             schedule.residents.push(Resident {
                 id,
                 va,
@@ -1660,21 +1714,82 @@ fn make_schedule(
             ));
         }
     }
-    if !planned.fits {
-        let smallest = outside_pool_bytes + granules(planned.pool.footprint);
-        super::report(format_args!(
-            "ITERMEM_LIMIT of {limit} bytes cannot be kept with the device alone: the program \
-             holds {outside_pool_bytes} bytes outside the iteration's pool, whose smallest plan \
-             takes {} more; the smallest limit that can is {smallest} bytes. No plan is used: \
-             mallocs past the limit run from mapped host memory, which a GPU reads over its \
-             host link",
+    // The program's own peak over the iteration: every allocation, at its own size.
+    let program_peak = loaded.trace.peak().map_or(0, |p| p.bytes);
+    // Said when the plan cannot be installed (`PoolState::install`, which knows the device's
+    // bytes then; the planner counted them at the timing iteration's start).
+    let smallest = outside_pool_bytes + granules(planned.pool.footprint);
+    schedule.unfit = if smallest >= program_peak {
+        format!(
+            "no plan lowers the program's peak of {program_peak} bytes, because every block it \
+             holds at its peak (a caching allocator's segment, say) is used too often to be \
+             away then"
+        )
+    } else {
+        format!(
+            "the program holds {outside_pool_bytes} bytes outside the iteration's pool, whose \
+             smallest plan takes {} more; the smallest limit that can is {smallest} bytes",
             planned.pool.footprint
-        ));
-        schedule.reported_unfit = true;
-    }
+        )
+    };
     Ok((
         plan,
         Arc::new(schedule),
         started.elapsed().as_secs_f64() * 1e3,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::MemKind;
+
+    /// The live planner's window gets a marker before each graph launch's part of it: one
+    /// that begins before the window is cut at its start, one that ends after it at its end.
+    #[test]
+    fn a_captured_window_marks_the_graph_launches_in_it() {
+        let launch = |kernel| {
+            Event::new(
+                0,
+                EventKind::Launch {
+                    kernel,
+                    stream: 0,
+                    layout_known: true,
+                    touched: Default::default(),
+                },
+            )
+        };
+        let resident = Event::new(
+            0,
+            EventKind::Malloc {
+                id: 1,
+                addr: 0,
+                size: 8,
+                kind: MemKind::Device,
+                stream: 0,
+            },
+        );
+        // One synthetic malloc, then the window's events 10..16.
+        let mut events = vec![resident];
+        events.extend((0..6).map(launch));
+        let capture = Capture {
+            start: 10,
+            length: 6,
+            events,
+            synthetic: 1,
+            graphs: vec![(8, 3), (12, 2), (15, 4), (30, 1)],
+        };
+        let marked: Vec<Option<u64>> = (capture.with_graph_launches().iter())
+            .map(|e| match e.kind {
+                EventKind::GraphLaunch { nodes, .. } => Some(nodes),
+                _ => None,
+            })
+            .collect();
+        let (g, e) = (Some, None);
+        assert_eq!(
+            marked,
+            [e, g(1), e, e, g(2), e, e, e, g(1), e],
+            "malloc, [10], 11, [12 13], 14, [15]"
+        );
+    }
 }

@@ -192,6 +192,10 @@ pub fn from_events_with_births(
     let mut ops: Vec<Op> = Vec::new();
     let mut numbering = Numbering::default();
     let mut in_window = false;
+    // Graph launches: the graph being read (its first op in the window, if any, and the events
+    // of its nodes still to come), and each one's ops in the window.
+    let mut graph: Option<(Option<usize>, u64)> = None;
+    let mut graphs: Vec<std::ops::Range<usize>> = Vec::new();
     let make_resident = |pre_live: &mut HashMap<AllocId, u64>,
                          tensors: &mut Vec<Option<Tensor>>,
                          births: &mut Vec<Birth>,
@@ -215,6 +219,26 @@ pub fn from_events_with_births(
         if let EventKind::KernelName { kernel, name } = &event.kind {
             names.insert(*kernel, name.clone());
             continue;
+        }
+        if let EventKind::GraphLaunch { nodes, .. } = &event.kind {
+            graph = (*nodes > 0).then_some((None, *nodes));
+            continue;
+        }
+        let is_op = matches!(
+            event.kind,
+            EventKind::Launch { .. } | EventKind::Memcpy { .. } | EventKind::Memset { .. }
+        );
+        if is_op && let Some((first, left)) = &mut graph {
+            if numbering.count() >= start {
+                first.get_or_insert(ops.len());
+            }
+            *left -= 1;
+            if *left == 0 {
+                if let Some(first) = *first {
+                    graphs.push(first..ops.len() + 1);
+                }
+                graph = None;
+            }
         }
         let Some(index) = numbering.number(&event.kind) else {
             continue;
@@ -363,6 +387,14 @@ pub fn from_events_with_births(
     if !in_window {
         make_resident(&mut pre_live, &mut tensors, &mut births, &mut by_alloc);
     }
+    if let Some((Some(first), _)) = graph {
+        graphs.push(first..ops.len());
+    }
+    let n = ops.len();
+    for range in graphs {
+        let (first, end) = (range.start.min(n), range.end.min(n));
+        one_unit(&mut ops[first..end], &tensors, first);
+    }
     // Births after the last op: the next iteration's blocks (left out by `finish`).
     let n_ops = ops.len();
     for slot in &mut tensors {
@@ -397,6 +429,31 @@ pub fn from_events_with_births(
         stats,
     };
     Ok((loaded, births))
+}
+
+/// The ops of one graph launch (the first being op `first`): the launch is enqueued at once,
+/// so every tensor any of them uses must be resident from the first to the last, as if each
+/// op used them all (where the tensor is alive then: a block another thread allocates or
+/// frees among the launch's events is left as it is).
+fn one_unit(ops: &mut [Op], tensors: &[Option<Tensor>], first: usize) {
+    let mut all: Vec<TensorId> = Vec::new();
+    for op in ops.iter() {
+        for &t in op.reads.iter().chain(&op.writes) {
+            push_unique(&mut all, t);
+        }
+    }
+    for (at, op) in (first..).zip(ops.iter_mut()) {
+        for &t in &all {
+            let alive = tensors[t as usize].as_ref().is_some_and(|tensor| {
+                tensor.born_at.is_none_or(|born| born <= at)
+                    && tensor.dies_after.is_none_or(|dies| at <= dies)
+            });
+            if alive {
+                push_unique(&mut op.reads, t);
+                push_unique(&mut op.writes, t);
+            }
+        }
+    }
 }
 
 /// Ends tensor `t`'s life at a free seen after `op_count` ops: it dies after op

@@ -501,6 +501,42 @@ fn training(iters: u64) -> Vec<Event> {
     out
 }
 
+/// Issue 33: a graph launch is enqueued at once, so what any of its nodes uses is used by all
+/// of them (and stays resident for the whole launch); the op after it keeps its own accesses.
+#[test]
+fn the_nodes_of_a_graph_launch_use_everything_the_launch_uses() {
+    let graph = ev(EventKind::GraphLaunch {
+        exec: 0x10,
+        stream: 0,
+        nodes: 2,
+    });
+    let events = |marker: Option<Event>| {
+        let mut out = vec![malloc(1, 64), malloc(2, 64)];
+        out.extend(marker);
+        out.extend([launch(0, &[1]), launch(1, &[2]), launch(2, &[2])]);
+        out
+    };
+    let options = LoadOptions {
+        window: Some((0, 5)),
+        ..Default::default()
+    };
+    let reads = |events: &[Event]| -> Vec<Vec<TensorId>> {
+        let loaded = from_events(Path::new("graph.trace"), events, &options).unwrap();
+        (loaded.trace.ops.iter())
+            .map(|op| {
+                let mut reads = op.reads.clone();
+                reads.sort_unstable();
+                reads
+            })
+            .collect()
+    };
+    assert_eq!(reads(&events(None)), [vec![0], vec![1], vec![1]]);
+    assert_eq!(
+        reads(&events(Some(graph))),
+        [vec![0, 1], vec![0, 1], vec![1]]
+    );
+}
+
 #[test]
 fn itermem_events_become_one_iteration_of_launches() {
     let loaded = from_events(

@@ -125,7 +125,7 @@ fn read_trace(path: &Path, options: &ImportOptions) -> Result<Recorded, SourceEr
         let before = analyzer.events();
         analyzer.push(&event);
         if analyzer.events() == before {
-            continue; // pinned host memory (or a kernel name): no access event
+            continue; // pinned host memory, a kernel name or a graph launch: no access event
         }
         let item = match event.kind {
             EventKind::Malloc { id, addr, size, .. } => Item::Alloc {
@@ -136,7 +136,7 @@ fn read_trace(path: &Path, options: &ImportOptions) -> Result<Recorded, SourceEr
             EventKind::Free { id, .. } => Item::Free { id },
             EventKind::Launch { stream, .. } => Item::Launch { stream },
             EventKind::Memcpy { .. } | EventKind::Memset { .. } => Item::Transfer,
-            EventKind::KernelName { .. } => continue,
+            EventKind::KernelName { .. } | EventKind::GraphLaunch { .. } => continue,
         };
         items.push((event.time_ns, item));
     }

@@ -46,6 +46,8 @@ pub mod kind {
     pub const MEMSET: u8 = 4;
     pub const LAUNCH: u8 = 5;
     pub const KERNEL_NAME: u8 = 6;
+    /// A graph launch marker (readers before it skip it as an unknown kind).
+    pub const GRAPH_LAUNCH: u8 = 7;
     /// Written once by a writer that finishes cleanly; not an event.
     pub const END: u8 = 16;
 }
@@ -236,6 +238,16 @@ pub fn encode_event(event: &Event, prev_time: &mut u64, body: &mut Vec<u8>, out:
             put_varint(body, name.len() as u64);
             body.extend_from_slice(name.as_bytes());
             kind::KERNEL_NAME
+        }
+        EventKind::GraphLaunch {
+            exec,
+            stream,
+            nodes,
+        } => {
+            put_varint(body, *exec);
+            put_varint(body, *stream);
+            put_varint(body, *nodes);
+            kind::GRAPH_LAUNCH
         }
     };
     if kind != kind::KERNEL_NAME {
@@ -505,6 +517,16 @@ pub(crate) fn decode_body(
             let len = body.varint("name length")?;
             let name = body.str(len, "kernel name")?.to_string();
             EventKind::KernelName { kernel, name }
+        }
+        kind::GRAPH_LAUNCH => {
+            let exec = body.varint("graph exec")?;
+            let stream = body.varint("stream")?;
+            let nodes = body.varint("graph nodes")?;
+            EventKind::GraphLaunch {
+                exec,
+                stream,
+                nodes,
+            }
         }
         kind::END => {
             let events_written = body.varint("events written")?;

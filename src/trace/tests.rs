@@ -114,6 +114,14 @@ fn every_kind() -> Vec<Event> {
             },
         ),
         ev(
+            51,
+            EventKind::GraphLaunch {
+                exec: 0x5555_0000_1230,
+                stream: 7,
+                nodes: 3,
+            },
+        ),
+        ev(
             52,
             EventKind::Memcpy {
                 dst: Some(3),

@@ -32,6 +32,9 @@
  *                                   (zero_grad(set_to_none=True), PyTorch's default) and the
  *                                   loss scalar is freed.
  *   so 6L+1 cudaMalloc, 6L+1 cudaFree and 8L-1 kernel launches per iteration.
+ *   With --cache, a freed block is kept for the next malloc of its size, as PyTorch's caching
+ *   allocator keeps its segments: the first iteration allocates, every later one makes no
+ *   cudaMalloc or cudaFree (the counts below are those of the iteration's tensors).
  * The counts and the peak of live per-iteration bytes are computed by running the same iteration
  * code in a dry mode that only counts (sizes rounded up to 256 bytes, as the shim and real
  * cudaMalloc account them) and are cross-checked against the closed forms (A, G = one
@@ -356,6 +359,7 @@ struct options {
     int change_batch;
     int two_streams;       /* calls alternate between two streams */
     int adam;              /* Adam instead of SGD */
+    int cache;             /* freed blocks are kept for the next malloc of their size */
     int device;            /* the device it trains on */
 };
 
@@ -369,6 +373,13 @@ struct run {
     cudaEvent_t done;
     int on_other;
     unsigned long long live, peak; /* per-iteration device bytes, GRANULE-rounded */
+    /* --cache: blocks freed by the iteration, kept for the next malloc of the same size, as a
+     * framework's caching allocator keeps its segments: from the second iteration on, an
+     * iteration makes no cudaMalloc or cudaFree at all. Of the blocks of a size, the one at the
+     * lowest address is reused first (PyTorch's order), so every iteration gets the same. */
+    int cache;
+    struct cached { size_t bytes; void *p; } *cached;
+    int n_cached, cached_cap;
     unsigned long long mallocs, frees, launches, memcpys;
 };
 
@@ -395,8 +406,18 @@ static float *dev_alloc(struct run *r, size_t bytes)
     r->live += granules(bytes);
     if (r->live > r->peak)
         r->peak = r->live;
-    if (!r->dry)
-        CHECK(cudaMalloc(&p, bytes));
+    if (r->dry)
+        return NULL;
+    int best = -1;
+    for (int i = 0; r->cache && i < r->n_cached; i++)
+        if (r->cached[i].bytes == bytes && (best < 0 || r->cached[i].p < r->cached[best].p))
+            best = i;
+    if (best >= 0) {
+        p = r->cached[best].p;
+        r->cached[best] = r->cached[--r->n_cached];
+        return p;
+    }
+    CHECK(cudaMalloc(&p, bytes));
     return p;
 }
 
@@ -404,8 +425,22 @@ static void dev_free(struct run *r, float *p, size_t bytes)
 {
     r->frees++;
     r->live -= granules(bytes);
-    if (!r->dry)
+    if (r->dry)
+        return;
+    if (!r->cache) {
         CHECK(cudaFree(p));
+        return;
+    }
+    if (r->n_cached == r->cached_cap) {
+        r->cached_cap = r->cached_cap ? 2 * r->cached_cap : 64;
+        r->cached = realloc(r->cached, (size_t)r->cached_cap * sizeof *r->cached);
+        if (r->cached == NULL) {
+            fprintf(stderr, "mlp_train: out of host memory\n");
+            exit(1);
+        }
+    }
+    r->cached[r->n_cached].bytes = bytes;
+    r->cached[r->n_cached++].p = p;
 }
 
 /* The stream of the next call: the one stream, or (--two-streams) the next of the two, made
@@ -622,7 +657,7 @@ static void usage(FILE *to)
 {
     fprintf(to, "usage: mlp_train [--width N] [--batch N] [--iters N] [--layers N] [--seed N] "
                 "[--lr X] [--gflops X] [--extra-read ITER] [--batch-change ITER:B]\n"
-                "       [--two-streams] [--adam] [--device N]\n"
+                "       [--two-streams] [--adam] [--cache] [--device N]\n"
                 "defaults: --width 128 --batch 2048 --iters 10 --layers 6 --seed 1 --lr 0.1\n"
                 "          --device 0\n"
                 "  --gflops X            kernels also take their FLOPs / X GFLOP/s on the device\n"
@@ -630,7 +665,9 @@ static void usage(FILE *to)
                 "                        prints extra_read ITER SUM\n"
                 "  --batch-change ITER:B iteration ITER uses batch B (1 <= B <= --batch)\n"
                 "  --two-streams         calls alternate between two streams, ordered by events\n"
-                "  --adam                Adam (moments m, v persistent on the device) instead of SGD\n");
+                "  --adam                Adam (moments m, v persistent on the device) instead of SGD\n"
+                "  --cache               keep freed blocks for the next malloc of their size (a\n"
+                "                        caching allocator: iterations after the first allocate nothing)\n");
 }
 
 static int parse_int(const char *flag, const char *text, long min, long max)
@@ -660,6 +697,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->change_batch = 0;
     o->two_streams = 0;
     o->adam = 0;
+    o->cache = 0;
     o->device = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -673,6 +711,10 @@ static void parse_args(int argc, char **argv, struct options *o)
         }
         if (strcmp(flag, "--adam") == 0) {
             o->adam = 1;
+            continue;
+        }
+        if (strcmp(flag, "--cache") == 0) {
+            o->cache = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -818,6 +860,7 @@ int main(int argc, char **argv)
     register_kernels(B, W, o.gflops);
     struct run run;
     memset(&run, 0, sizeof run);
+    run.cache = o.cache;
     CHECK(cudaStreamCreate(&run.stream));
     if (o.two_streams) {
         CHECK(cudaStreamCreate(&run.other));
@@ -922,6 +965,9 @@ int main(int argc, char **argv)
             CHECK(cudaFree(vb[l]));
         }
     }
+    for (int i = 0; i < run.n_cached; i++)
+        CHECK(cudaFree(run.cached[i].p));
+    free(run.cached);
     CHECK(cudaFreeHost(net.x_h));
     CHECK(cudaFreeHost(net.y_h));
     CHECK(cudaFreeHost(net.loss_h));
