@@ -224,7 +224,7 @@ pub const OPTIONS: &[Opt] = &[
 ];
 
 /// `path` with `%p` replaced by `pid` and `%%` by `%` (bytes: a path need not be UTF-8).
-fn with_pid(path: &Path, pid: u32) -> PathBuf {
+pub fn with_pid(path: &Path, pid: u32) -> PathBuf {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let bytes = path.as_os_str().as_bytes();
     let mut out = Vec::with_capacity(bytes.len() + 8);

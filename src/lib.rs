@@ -16,6 +16,7 @@ pub mod ops;
 pub mod plan;
 pub mod policy;
 pub mod replay;
+pub mod report;
 pub mod rng;
 pub mod svg;
 pub mod swap;

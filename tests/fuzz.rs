@@ -888,9 +888,10 @@ const RUN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The commands each input goes to, in turn: a replay of two short iterations, scaled down, its
 /// host memory within 128 MiB (a mutated size asks for any amount: above it, refused).
-const COMMANDS: [&[&str]; 4] = [
+const COMMANDS: [&[&str]; 5] = [
     &["trace", "info"],
     &["compare"],
+    &["report", "-o", "/dev/null"],
     &["plan", "--limit", "70%", "--evaluations", "4"],
     &[
         "replay",
@@ -1054,7 +1055,7 @@ fn fuzz_command_line() {
     }
     eprintln!(
         "command line: {cases} runs ({mutations} mutations, {} seeds of which {} gzip bombs) \
-         over trace info, compare, plan, replay: {errors} refused, {panics} panics, {aborts} \
+         over trace info, compare, report, plan, replay: {errors} refused, {panics} panics, {aborts} \
          aborts, {hangs} hangs, peak resident {} bytes ({}), the least {floor} bytes (this \
          test process's own, which every run's figure includes), the most processor time \
          {:?} ({})",

@@ -16,6 +16,7 @@ mod library;
 mod plan_cmd;
 mod progress;
 mod replay_cmd;
+mod report_cmd;
 mod run_cmd;
 mod trace_cmd;
 
@@ -69,6 +70,10 @@ enum Command {
     /// Replay a recorded iteration as a CUDA program that verifies every byte, e.g.
     /// `itermem replay --shim --mode pool --scale 0.02 densenet.log.gz`.
     Replay(replay_cmd::ReplayArgs),
+    /// Write one self-contained HTML page about a run: memory over time, the pool's placement,
+    /// the swap schedule, the iteration, what it cost, e.g. `itermem report t.itrace --stats
+    /// stats.json --plan plan.json -o report.html`.
+    Report(report_cmd::ReportArgs),
     /// Print the interposer library `itermem run` preloads (written from the copy this
     /// executable carries when none is beside it), e.g. `LD_PRELOAD=$(itermem library-path)`.
     LibraryPath,
@@ -137,6 +142,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_cmd::run(args),
         Command::ReplayProgram(args) => replay_cmd::run_program(args),
+        Command::Report(args) => report_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::LibraryPath => library::print_path().map(|()| ExitCode::SUCCESS),
     }
 }
@@ -167,6 +173,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             || cause.is::<plan::PlanError>()
             || cause.is::<PolicyError>()
             || cause.is::<itermem::replay::ProgramError>()
+            || cause.is::<itermem::report::ReportError>()
         {
             return 2;
         }

@@ -16,6 +16,7 @@
 //! unless the environment sets `CUDA_SHIM_DRIVER_VERSION`.
 
 use std::ffi::{OsStr, OsString};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -28,6 +29,11 @@ use super::BadInput;
 pub struct RunArgs {
     #[command(flatten)]
     pub env: InterposerArgs,
+    /// When the program has exited, write the HTML report of the run here (as `itermem
+    /// report`), from its trace, statistics and swap plan: those given with --trace, --stats
+    /// and --plan-out, else written to a temporary directory that is removed afterwards.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
     /// The program to run and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -88,14 +94,86 @@ fn parse_mode(text: &str) -> Result<Mode, String> {
         .ok_or_else(|| format!("'{text}' is not a mode: use off, record, pool, swap or cnmem"))
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let scratch = match &args.report {
+        Some(_) => Some(ReportFiles::fill_in(&mut args.env)?),
+        None => None,
+    };
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     args.env.apply(&mut command, Mode::Record)?;
-    let status = command
-        .status()
+    let mut child = command
+        .spawn()
         .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    let pid = child.id();
+    let status = child
+        .wait()
+        .with_context(|| format!("cannot wait for {}", args.command[0].to_string_lossy()))?;
+    if let Some(report) = &args.report {
+        let written = write_report(&args.env, pid, report);
+        drop(scratch);
+        if let Err(err) = written {
+            // A program that failed keeps its own exit code (what scripts test), the missing
+            // report said once; one that succeeded fails the command with the report's error.
+            if !status.success() {
+                let _ = writeln!(std::io::stderr(), "itermem: no report: {err:#}");
+                return Ok(exit_code_of(status));
+            }
+            return Err(err.context("the run's report"));
+        }
+    }
     Ok(exit_code_of(status))
+}
+
+/// The report of the run of process `pid` from the files `env` named, to `report`.
+fn write_report(env: &InterposerArgs, pid: u32, report: &Path) -> anyhow::Result<()> {
+    // The program's own process wrote the files: `%p` is its id.
+    let path = |p: &Option<PathBuf>| p.as_deref().map(|p| itermem::config::with_pid(p, pid));
+    let trace = path(&env.trace).context("no trace was asked for")?;
+    if !trace.is_file() {
+        bail!(BadInput(
+            "the program wrote no trace (did it use CUDA?), so there is nothing to report".into()
+        ));
+    }
+    let plan = path(&env.plan_out).filter(|plan| plan.is_file());
+    super::report_cmd::write(
+        &trace,
+        path(&env.stats).as_deref(),
+        plan.as_deref(),
+        report,
+        &super::InputArgs {
+            max_decompressed: itermem::import::DEFAULT_MAX_DECOMPRESSED,
+            device: None,
+        },
+    )
+}
+
+/// A temporary directory for the files `--report` needs and the user did not ask for, removed
+/// when dropped.
+struct ReportFiles(PathBuf);
+
+impl ReportFiles {
+    /// Gives `env` a trace, a statistics file and (in swap mode) a plan file where it has none.
+    fn fill_in(env: &mut InterposerArgs) -> anyhow::Result<ReportFiles> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("itermem-report-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        env.trace.get_or_insert_with(|| dir.join("run.itrace"));
+        env.stats.get_or_insert_with(|| dir.join("stats.json"));
+        if env.mode == Some(Mode::Swap) {
+            env.plan_out.get_or_insert_with(|| dir.join("plan.json"));
+        }
+        Ok(ReportFiles(dir))
+    }
+}
+
+impl Drop for ReportFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl InterposerArgs {

@@ -337,6 +337,31 @@ fn read_error(path: &Path, err: crate::content::ReadError) -> ImportError {
     ImportError::new(path, Location::File, problem).gzipped(true)
 }
 
+/// The allocations and frees of each device among itermem's `events`, by device id.
+pub(crate) fn device_summaries<'a>(
+    events: impl IntoIterator<Item = &'a crate::event::Event>,
+) -> Vec<DeviceSummary> {
+    use crate::event::EventKind;
+    let mut devices: Vec<DeviceSummary> = Vec::new();
+    for event in events {
+        let (allocs, frees) = match event.kind {
+            EventKind::Malloc { .. } => (1, 0),
+            EventKind::Free { .. } => (0, 1),
+            _ => continue,
+        };
+        match devices.iter_mut().find(|d| d.device == event.device) {
+            Some(d) => (d.allocs, d.frees) = (d.allocs + allocs, d.frees + frees),
+            None => devices.push(DeviceSummary {
+                device: event.device,
+                allocs,
+                frees,
+            }),
+        }
+    }
+    devices.sort_by_key(|d| d.device);
+    devices
+}
+
 /// Picks the device: the requested one (an error if it has no events), else the one with the
 /// most events (the lowest id on ties). `None` when no device has events and none was asked.
 pub(crate) fn choose_device(

@@ -282,7 +282,7 @@ fn finish(closing: bool) {
     }
 }
 
-/// The statistics file (`ITERMEM_STATS`): stable keys, documented in the README.
+/// The statistics file (`ITERMEM_STATS`): stable keys, documented in `docs/reference.md`.
 #[derive(Serialize)]
 struct Stats {
     mode: Mode,

@@ -42,7 +42,7 @@ use super::{
 use crate::analysis::{Numbering, token};
 use crate::detect::{self, DetectorConfig};
 use crate::event::{AllocId, CopyKind, Event, EventKind, KernelId};
-use crate::import::{DeviceSummary, ImportOptions, choose_device, choose_iteration};
+use crate::import::{ImportOptions, choose_device, choose_iteration, device_summaries};
 use crate::trace::TraceFile;
 
 pub(super) fn parse(
@@ -72,23 +72,7 @@ fn one_device(
     events: Vec<Event>,
     requested: Option<u32>,
 ) -> Result<Vec<Event>, OpsError> {
-    let mut devices: Vec<DeviceSummary> = Vec::new();
-    for event in &events {
-        let (allocs, frees) = match event.kind {
-            EventKind::Malloc { .. } => (1, 0),
-            EventKind::Free { .. } => (0, 1),
-            _ => continue,
-        };
-        match devices.iter_mut().find(|d| d.device == event.device) {
-            Some(d) => (d.allocs, d.frees) = (d.allocs + allocs, d.frees + frees),
-            None => devices.push(DeviceSummary {
-                device: event.device,
-                allocs,
-                frees,
-            }),
-        }
-    }
-    devices.sort_by_key(|d| d.device);
+    let devices = device_summaries(&events);
     if requested.is_none() && devices.len() <= 1 {
         return Ok(events);
     }
