@@ -313,3 +313,253 @@ pub fn context(handle: usize) -> CuResult<usize> {
     let found = green(handle)?;
     Ok(initialized()?.context(found.ordinal)?.handle())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exports::*;
+    use std::ffi::c_void;
+    use std::ptr::{null, null_mut};
+
+    /// A zeroed `CUdevResource`, as a caller declares one.
+    fn blank() -> DevResource {
+        DevResource::empty(0, 0)
+    }
+
+    /// Device 0's SM resource, as `cuDeviceGetDevResource` gives it.
+    fn device_zero() -> DevResource {
+        // SAFETY (all calls in these tests): the arguments are valid as CUDA's prototypes ask.
+        assert_eq!(unsafe { cuInit(0) }, 0);
+        let mut resource = blank();
+        assert_eq!(
+            unsafe { cuDeviceGetDevResource(0, &mut resource, RESOURCE_TYPE_SM) },
+            0
+        );
+        resource
+    }
+
+    #[test]
+    fn a_device_resource_has_the_device_sm_count_and_splits_in_aligned_groups() {
+        let device = device_zero();
+        let sms = attribute(16, 0).unwrap() as u32;
+        let alignment = if initialized().unwrap().config.compute_capability >= 90 {
+            8
+        } else {
+            2
+        };
+        assert_eq!(device.kind, RESOURCE_TYPE_SM);
+        assert_eq!(device.sm.sm_count, sms);
+        assert_eq!(device.sm.coscheduled_alignment, alignment);
+        let mut out = blank();
+        assert_eq!(
+            unsafe { cuDeviceGetDevResource(0, null_mut(), RESOURCE_TYPE_SM) },
+            1
+        );
+        assert_eq!(unsafe { cuDeviceGetDevResource(0, &mut out, 1000) }, 914);
+        assert_eq!(
+            unsafe { cuDeviceGetDevResource(99, &mut out, RESOURCE_TYPE_SM) },
+            101
+        );
+
+        // Query: how many groups of the smallest size fit.
+        let mut count = 0u32;
+        let query = unsafe {
+            cuDevSmResourceSplitByCount(null_mut(), &mut count, &device, null_mut(), 0, 0)
+        };
+        assert_eq!((query, count), (0, sms / alignment));
+
+        // Two groups of at least alignment + 1 SMs: rounded up to 2 x alignment each.
+        let mut groups = [blank(); 2];
+        let mut remainder = blank();
+        let mut count = 2u32;
+        let split = unsafe {
+            cuDevSmResourceSplitByCount(
+                groups.as_mut_ptr(),
+                &mut count,
+                &device,
+                &mut remainder,
+                0,
+                alignment + 1,
+            )
+        };
+        assert_eq!((split, count), (0, 2));
+        for group in groups {
+            assert_eq!(
+                (group.kind, group.sm.sm_count),
+                (RESOURCE_TYPE_SM, 2 * alignment)
+            );
+        }
+        assert_eq!(remainder.kind, RESOURCE_TYPE_SM);
+        assert_eq!(remainder.sm.sm_count, sms - 4 * alignment);
+
+        let split = |input: &DevResource, flags, min| {
+            let mut count = 1u32;
+            let mut group = blank();
+            unsafe {
+                cuDevSmResourceSplitByCount(&mut group, &mut count, input, null_mut(), flags, min)
+            }
+        };
+        assert_eq!(split(&device, 0, sms + 1), 1, "more SMs than the input has");
+        assert_eq!(split(&device, 4, 0), 1, "unknown flag");
+        assert_eq!(split(&blank(), 0, 0), 914, "not an SM resource");
+        let mut forged = device;
+        forged.magic = 0;
+        assert_eq!(split(&forged, 0, 0), 1, "not made by the driver");
+        assert_eq!(
+            unsafe {
+                cuDevSmResourceSplitByCount(null_mut(), null_mut(), &device, null_mut(), 0, 0)
+            },
+            1
+        );
+    }
+
+    #[test]
+    fn a_green_context_runs_streams_on_its_device_until_destroyed() {
+        let device = device_zero();
+        let mut groups = [blank(); 2];
+        let mut count = 2u32;
+        let alignment = device.sm.coscheduled_alignment;
+        assert_eq!(
+            unsafe {
+                cuDevSmResourceSplitByCount(
+                    groups.as_mut_ptr(),
+                    &mut count,
+                    &device,
+                    null_mut(),
+                    0,
+                    0,
+                )
+            },
+            0
+        );
+        let mut descriptor = 0usize;
+        // Resources of different splits (or a whole device's with a group) make no descriptor.
+        let mixed = [device, groups[0]];
+        assert_eq!(
+            unsafe { cuDevResourceGenerateDesc(&mut descriptor, mixed.as_ptr(), 2) },
+            915
+        );
+        assert_eq!(
+            unsafe { cuDevResourceGenerateDesc(&mut descriptor, groups.as_ptr(), 0) },
+            1
+        );
+        assert_eq!(
+            unsafe { cuDevResourceGenerateDesc(&mut descriptor, groups.as_ptr(), 2) },
+            0
+        );
+
+        let mut green = 0usize;
+        assert_eq!(
+            unsafe { cuGreenCtxCreate(&mut green, descriptor + 1000, 0, 0) },
+            1
+        );
+        assert_eq!(unsafe { cuGreenCtxCreate(&mut green, descriptor, 0, 2) }, 1);
+        assert_eq!(unsafe { cuGreenCtxCreate(null_mut(), descriptor, 0, 0) }, 1);
+        assert_eq!(unsafe { cuGreenCtxCreate(&mut green, descriptor, 0, 1) }, 0);
+
+        // The green context holds the SMs of both groups and keeps the primary context active.
+        let mut resource = blank();
+        assert_eq!(
+            unsafe { cuGreenCtxGetDevResource(green, &mut resource, RESOURCE_TYPE_SM) },
+            0
+        );
+        assert_eq!(resource.sm.sm_count, 2 * alignment);
+        let (mut flags, mut active) = (0u32, 0i32);
+        assert_eq!(
+            unsafe { cuDevicePrimaryCtxGetState(0, &mut flags, &mut active) },
+            0
+        );
+        assert_eq!(active, 1);
+        let (mut first, mut second) = (0u64, 0u64);
+        assert_eq!(unsafe { cuGreenCtxGetId(green, &mut first) }, 0);
+        let mut other = 0usize;
+        assert_eq!(unsafe { cuGreenCtxCreate(&mut other, descriptor, 0, 0) }, 0);
+        assert_eq!(unsafe { cuGreenCtxGetId(other, &mut second) }, 0);
+        assert_ne!(first, second);
+        assert_eq!(unsafe { cuGreenCtxDestroy(other) }, 0);
+
+        // Its CUcontext is a usable context: memory and a stream of the green context.
+        let mut context = 0usize;
+        assert_eq!(unsafe { cuCtxFromGreenCtx(null_mut(), green) }, 1);
+        assert_eq!(unsafe { cuCtxFromGreenCtx(&mut context, green) }, 0);
+        assert_eq!(context, initialized().unwrap().context(0).unwrap().handle());
+        assert_eq!(unsafe { cuCtxSetCurrent(context) }, 0);
+        let mut stream = 0usize;
+        assert_eq!(
+            unsafe { cuGreenCtxStreamCreate(&mut stream, green, 0, 0) },
+            1
+        );
+        assert_eq!(
+            unsafe { cuGreenCtxStreamCreate(null_mut(), green, 1, 0) },
+            1
+        );
+        assert_eq!(
+            unsafe { cuGreenCtxStreamCreate(&mut stream, green, 1, -100) },
+            0
+        );
+        let mut priority = 0;
+        assert_eq!(unsafe { cuStreamGetPriority(stream, &mut priority) }, 0);
+        assert_eq!(priority, GREATEST_PRIORITY);
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let mut back = vec![0u8; bytes.len()];
+        let mut memory = 0u64;
+        unsafe {
+            assert_eq!(cuMemAlloc_v2(&mut memory, bytes.len()), 0);
+            let src = bytes.as_ptr() as *const c_void;
+            assert_eq!(cuMemcpyHtoDAsync_v2(memory, src, bytes.len(), stream), 0);
+            assert_eq!(cuStreamSynchronize(stream), 0);
+            assert_eq!(
+                cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), memory, back.len()),
+                0
+            );
+            assert_eq!(cuMemFree_v2(memory), 0);
+            assert_eq!(cuStreamDestroy_v2(stream), 0);
+        }
+        assert_eq!(back, bytes);
+
+        assert_eq!(unsafe { cuGreenCtxDestroy(green) }, 0);
+        // A destroyed green context is an invalid one, for every call.
+        assert_eq!(unsafe { cuGreenCtxDestroy(green) }, 201);
+        assert_eq!(unsafe { cuCtxFromGreenCtx(&mut context, green) }, 201);
+        assert_eq!(unsafe { cuGreenCtxGetId(green, &mut first) }, 201);
+        assert_eq!(
+            unsafe { cuGreenCtxStreamCreate(&mut stream, green, 1, 0) },
+            201
+        );
+        assert_eq!(unsafe { cuGreenCtxDestroy(0) }, 201);
+    }
+
+    #[test]
+    fn multicast_is_not_supported_and_every_green_function_is_found() {
+        device_zero();
+        let prop = [0u64; 4];
+        let mut handle = 0u64;
+        assert_eq!(
+            unsafe { cuMulticastCreate(&mut handle, prop.as_ptr().cast()) },
+            801
+        );
+        assert_eq!(
+            unsafe { cuMulticastCreate(null_mut(), prop.as_ptr().cast()) },
+            1
+        );
+        assert_eq!(unsafe { cuMulticastCreate(&mut handle, null()) }, 1);
+        assert_eq!(unsafe { cuMulticastAddDevice(handle, 0) }, 801);
+        assert_eq!(unsafe { cuMulticastUnbind(handle, 0, 0, 0) }, 801);
+        // The lookups PyTorch 2.15 makes through NVIDIA's runtime (cudaGetDriverEntryPointByVersion).
+        for (name, version) in [
+            ("cuMulticastCreate", 12030),
+            ("cuMulticastAddDevice", 12030),
+            ("cuMulticastBindMem", 12030),
+            ("cuMulticastUnbind", 12030),
+            ("cuCtxFromGreenCtx", 12080),
+            ("cuGreenCtxCreate", 12080),
+            ("cuGreenCtxDestroy", 12080),
+            ("cuGreenCtxStreamCreate", 12080),
+            ("cuDevSmResourceSplitByCount", 12080),
+            ("cuDeviceGetDevResource", 12080),
+            ("cuDevResourceGenerateDesc", 12080),
+        ] {
+            assert!(lookup(name, version, false).is_ok(), "{name} at {version}");
+        }
+    }
+}
