@@ -328,7 +328,8 @@ mod tests {
 
     /// Device 0's SM resource, as `cuDeviceGetDevResource` gives it.
     fn device_zero() -> DevResource {
-        // SAFETY (all calls in these tests): the arguments are valid as CUDA's prototypes ask.
+        // SAFETY (every `unsafe` below): arguments as CUDA's prototypes ask, out-parameters
+        // pointing to locals of their type.
         assert_eq!(unsafe { cuInit(0) }, 0);
         let mut resource = blank();
         assert_eq!(
@@ -340,6 +341,9 @@ mod tests {
 
     #[test]
     fn a_device_resource_has_the_device_sm_count_and_splits_in_aligned_groups() {
+        // SAFETY (every `unsafe` in this test): arguments as CUDA's prototypes ask, NULL where
+        // the test means it, out-parameters and arrays pointing to locals of their type and
+        // length; host buffers outlive the synchronous copies that use them.
         let device = device_zero();
         let sms = attribute(16, 0).unwrap() as u32;
         let alignment = if initialized().unwrap().config.compute_capability >= 90 {
@@ -415,6 +419,9 @@ mod tests {
 
     #[test]
     fn a_green_context_runs_streams_on_its_device_until_destroyed() {
+        // SAFETY (every `unsafe` in this test): arguments as CUDA's prototypes ask, NULL where
+        // the test means it, out-parameters and arrays pointing to locals of their type and
+        // length; host buffers outlive the synchronous copies that use them.
         let device = device_zero();
         let mut groups = [blank(); 2];
         let mut count = 2u32;
@@ -531,6 +538,9 @@ mod tests {
 
     #[test]
     fn multicast_is_not_supported_and_every_green_function_is_found() {
+        // SAFETY (every `unsafe` in this test): arguments as CUDA's prototypes ask, NULL where
+        // the test means it, out-parameters and arrays pointing to locals of their type and
+        // length; host buffers outlive the synchronous copies that use them.
         device_zero();
         let prop = [0u64; 4];
         let mut handle = 0u64;
