@@ -975,6 +975,8 @@ driver_api! {
         unsafe { put(context, handle) }
     }
 
+    /// Releases the primary context the green context retained; its streams stay usable on
+    /// the shim (see `green`).
     fn cuGreenCtxDestroy(context: usize) {
         green::destroy(context)
     }
