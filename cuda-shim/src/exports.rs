@@ -9,6 +9,7 @@ use crate::device::{
     self, Context, Driver, MemoryType, Place, Rect, Shape, current, init, initialized,
 };
 use crate::export_table;
+use crate::green::{self, DevResource};
 use crate::kernel::{Body, Layout, pack_offsets};
 use crate::memory::DeviceKind;
 use crate::module::{Library, Module};
@@ -88,6 +89,30 @@ unsafe fn put<T>(out: *mut T, value: T) -> CuResult<()> {
     // SAFETY: non-null, and valid for writes by the caller's contract.
     unsafe { out.write(value) };
     Ok(())
+}
+
+/// Writes a `CUdevResource` (unaligned: CUDA 12's is 4-aligned).
+///
+/// # Safety
+/// `out` is null (reported as `CUDA_ERROR_INVALID_VALUE`) or valid for a write of 144 bytes.
+unsafe fn put_resource(out: *mut DevResource, value: DevResource) -> CuResult<()> {
+    if out.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: non-null, and valid for writes by the caller's contract.
+    unsafe { out.write_unaligned(value) };
+    Ok(())
+}
+
+/// As [`put_resource`], nothing for a null `out`.
+///
+/// # Safety
+/// `out` is null or valid for a write of 144 bytes.
+unsafe fn put_optional_resource(out: *mut DevResource, value: DevResource) {
+    if !out.is_null() {
+        // SAFETY: non-null, and valid for writes by the caller's contract.
+        unsafe { out.write_unaligned(value) };
+    }
 }
 
 /// `CU_DEVICE_ATTRIBUTE_*` values of simulated device `ordinal` (an A100-class part, every
@@ -867,6 +892,172 @@ driver_api! {
             return Err(INVALID_VALUE);
         }
         Ok(())
+    }
+
+    /// The device's SM resource (see `green`); `CUDA_ERROR_INVALID_RESOURCE_TYPE` for the
+    /// workqueue types, which the shim does not model.
+    fn cuDeviceGetDevResource(device: i32, resource: *mut DevResource, kind: u32) {
+        let found = green::device_resource(device, kind)?;
+        // SAFETY: out-parameter contract of `put_resource`.
+        unsafe { put_resource(resource, found) }
+    }
+
+    /// A context's SM resource: its device's (a green context's `CUcontext` is the primary
+    /// context on the shim, see `green`).
+    fn cuCtxGetDevResource(context: usize, resource: *mut DevResource, kind: u32) {
+        let driver = initialized()?;
+        let ordinal = driver.context_of_handle(context)?.ordinal as i32;
+        let found = green::device_resource(ordinal, kind)?;
+        // SAFETY: out-parameter contract of `put_resource`.
+        unsafe { put_resource(resource, found) }
+    }
+
+    /// The SM resource the green context was made with.
+    fn cuGreenCtxGetDevResource(context: usize, resource: *mut DevResource, kind: u32) {
+        let found = green::green(context)?;
+        let value = green::resource(found.ordinal, found.sm, kind)?;
+        // SAFETY: out-parameter contract of `put_resource`.
+        unsafe { put_resource(resource, value) }
+    }
+
+    /// With `result` NULL, how many groups `*groups` would hold; otherwise at most `*groups`
+    /// groups are written and `*groups` becomes how many were (see `green::split`).
+    fn cuDevSmResourceSplitByCount(
+        result: *mut DevResource,
+        groups: *mut u32,
+        input: *const DevResource,
+        remainder: *mut DevResource,
+        flags: u32,
+        min_count: u32,
+    ) {
+        if groups.is_null() || input.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: both checked non-null; the caller's pointers. CUDA 12's CUdevResource is
+        // 4-aligned, so reads and writes are unaligned ones.
+        unsafe {
+            let input = input.read_unaligned();
+            let wanted = (!result.is_null()).then(|| groups.read_unaligned());
+            let made = green::split(&input, wanted, flags, min_count)?;
+            if !result.is_null() {
+                for (i, group) in made.groups.iter().enumerate() {
+                    result.add(i).write_unaligned(*group);
+                }
+                put_optional_resource(remainder, made.remainder);
+            }
+            groups.write_unaligned(made.groups.len() as u32);
+        }
+        Ok(())
+    }
+
+    /// A descriptor of `count` SM resources of one device (see `green::generate_descriptor`).
+    fn cuDevResourceGenerateDesc(descriptor: *mut usize, resources: *const DevResource, count: u32) {
+        if descriptor.is_null() || resources.is_null() || count == 0 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: `resources` holds `count` resources (the caller's contract), read unaligned
+        // as CUDA 12's are 4-aligned.
+        let resources: Vec<_> =
+            (0..count as usize).map(|i| unsafe { resources.add(i).read_unaligned() }).collect();
+        let handle = green::generate_descriptor(&resources)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(descriptor, handle) }
+    }
+
+    /// A green context on `device` with the descriptor's SMs; it retains the device's primary
+    /// context until `cuGreenCtxDestroy`.
+    fn cuGreenCtxCreate(context: *mut usize, descriptor: usize, device: i32, flags: u32) {
+        if context.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let handle = green::create(descriptor, device, flags)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(context, handle) }
+    }
+
+    /// Releases the primary context the green context retained; its streams stay usable on
+    /// the shim (see `green`).
+    fn cuGreenCtxDestroy(context: usize) {
+        green::destroy(context)
+    }
+
+    /// The `CUcontext` of a green context: the primary context of its device (see `green`).
+    fn cuCtxFromGreenCtx(context: *mut usize, green_context: usize) {
+        if context.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let handle = green::context(green_context)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(context, handle) }
+    }
+
+    /// The id `cuGreenCtxCreate` gave, unique in the process. A NULL green context would
+    /// mean the current one, which the shim cannot tell from the primary context it is
+    /// (`CUDA_ERROR_INVALID_CONTEXT`).
+    fn cuGreenCtxGetId(context: usize, id: *mut u64) {
+        let found = green::green(context)?;
+        // SAFETY: out-parameter contract of `put`.
+        unsafe { put(id, found.id) }
+    }
+
+    /// A stream of the green context's device, used as any stream of its context; `flags`
+    /// must be `CU_STREAM_NON_BLOCKING`, the priority is clamped as `cuStreamCreateWithPriority`
+    /// does.
+    fn cuGreenCtxStreamCreate(stream: *mut usize, green_context: usize, flags: u32, priority: i32) {
+        let found = green::green(green_context)?;
+        if stream.is_null() || flags != 0x1 {
+            return Err(INVALID_VALUE);
+        }
+        let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+        let handle = initialized()?
+            .context(found.ordinal)?
+            .streams
+            .create_with_priority(true, priority);
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(stream, handle) }
+    }
+
+    /// The shim's devices have no multicast (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` is 0),
+    /// so every multicast call is `CUDA_ERROR_NOT_SUPPORTED`, as on such a GPU.
+    fn cuMulticastCreate(handle: *mut u64, prop: *const c_void) {
+        initialized()?;
+        if handle.is_null() || prop.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        Err(NOT_SUPPORTED)
+    }
+
+    fn cuMulticastAddDevice(handle: u64, device: i32) {
+        initialized()?.device(device)?;
+        let _ = handle;
+        Err(NOT_SUPPORTED)
+    }
+
+    fn cuMulticastBindMem(
+        handle: u64,
+        offset: usize,
+        memory: u64,
+        memory_offset: usize,
+        size: usize,
+        flags: u64,
+    ) {
+        initialized()?;
+        let _ = (handle, offset, memory, memory_offset, size, flags);
+        Err(NOT_SUPPORTED)
+    }
+
+    fn cuMulticastUnbind(handle: u64, device: i32, offset: usize, size: usize) {
+        initialized()?.device(device)?;
+        let _ = (handle, offset, size);
+        Err(NOT_SUPPORTED)
+    }
+
+    fn cuMulticastGetGranularity(granularity: *mut usize, prop: *const c_void, option: u32) {
+        initialized()?;
+        if granularity.is_null() || prop.is_null() || option > 1 {
+            return Err(INVALID_VALUE);
+        }
+        Err(NOT_SUPPORTED)
     }
 
     /// Writes `value` at `addr` once the stream's earlier work is done (a 4-byte memset in
@@ -2727,6 +2918,37 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuMemsetD16Async", 3020, "cuMemsetD16Async"),
     ("cuMemsetD32Async", 3020, "cuMemsetD32Async"),
     ("cuStreamWriteValue32", 11070, "cuStreamWriteValue32_v2"),
+    ("cuDeviceGetDevResource", 12040, "cuDeviceGetDevResource"),
+    ("cuCtxGetDevResource", 12040, "cuCtxGetDevResource"),
+    (
+        "cuGreenCtxGetDevResource",
+        12040,
+        "cuGreenCtxGetDevResource",
+    ),
+    (
+        "cuDevSmResourceSplitByCount",
+        12040,
+        "cuDevSmResourceSplitByCount",
+    ),
+    (
+        "cuDevResourceGenerateDesc",
+        12040,
+        "cuDevResourceGenerateDesc",
+    ),
+    ("cuGreenCtxCreate", 12040, "cuGreenCtxCreate"),
+    ("cuGreenCtxDestroy", 12040, "cuGreenCtxDestroy"),
+    ("cuCtxFromGreenCtx", 12040, "cuCtxFromGreenCtx"),
+    ("cuGreenCtxGetId", 12090, "cuGreenCtxGetId"),
+    ("cuGreenCtxStreamCreate", 12050, "cuGreenCtxStreamCreate"),
+    ("cuMulticastCreate", 12010, "cuMulticastCreate"),
+    ("cuMulticastAddDevice", 12010, "cuMulticastAddDevice"),
+    ("cuMulticastBindMem", 12010, "cuMulticastBindMem"),
+    ("cuMulticastUnbind", 12010, "cuMulticastUnbind"),
+    (
+        "cuMulticastGetGranularity",
+        12010,
+        "cuMulticastGetGranularity",
+    ),
     ("cuLogsRegisterCallback", 12090, "cuLogsRegisterCallback"),
     (
         "cuLogsUnregisterCallback",

@@ -20,6 +20,7 @@ pub mod export_table;
 pub mod exports;
 pub mod fatbin;
 pub mod graph;
+pub mod green;
 pub mod kernel;
 pub mod memory;
 pub mod module;

@@ -50,6 +50,8 @@ pub const STREAM_CAPTURE_IMPLICIT: CuError = CuError(906);
 pub const CAPTURED_EVENT: CuError = CuError(907);
 pub const STREAM_CAPTURE_WRONG_THREAD: CuError = CuError(908);
 pub const GRAPH_EXEC_UPDATE_FAILURE: CuError = CuError(910);
+pub const INVALID_RESOURCE_TYPE: CuError = CuError(914);
+pub const INVALID_RESOURCE_CONFIGURATION: CuError = CuError(915);
 pub const UNKNOWN: CuError = CuError(999);
 
 /// Errors that leave the context unusable: once a kernel raised one, every later call returns it
@@ -185,6 +187,14 @@ pub fn describe(code: u32) -> Option<(&'static str, &'static str)> {
         910 => (
             "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE\0",
             "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update\0",
+        ),
+        914 => (
+            "CUDA_ERROR_INVALID_RESOURCE_TYPE\0",
+            "invalid resource type\0",
+        ),
+        915 => (
+            "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\0",
+            "invalid resource configuration\0",
         ),
         999 => ("CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
         _ => return None,
