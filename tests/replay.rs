@@ -335,8 +335,11 @@ fn replay_verified(
     args: &[&str],
     scale: &str,
 ) -> (serde_json::Value, serde_json::Value) {
-    let stats = scratch("replay-real").with_extension("json");
-    let shim = scratch("replay-real-shim").with_extension("json");
+    // Tests of this file run at once in one process: each call has files of its own.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stats = scratch(&format!("replay-real-{call}")).with_extension("json");
+    let shim = scratch(&format!("replay-real-shim-{call}")).with_extension("json");
     let output = Command::new(itermem())
         .args(["replay", "--shim"])
         .args(args)
