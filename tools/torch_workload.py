@@ -9,7 +9,9 @@ with events, and every tensor copied back into pinned host memory and compared w
 hold. Prints key=value lines (tools/torch-check reads them) and "workload ok"; exits 1 on the
 first wrong byte or error.
 
-Usage: python torch_workload.py [--iters N] [--snapshot FILE.pickle] [--pluggable LIBITERMEM]
+Usage: python torch_workload.py [--iters N] [--snapshot FILE.pickle] [--pluggable]
+(--pluggable: torch's allocations go through ``itermem.torch.use(mode="pool")`` of the itermem
+wheel installed in this Python)
 """
 
 import argparse
@@ -63,14 +65,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--snapshot", help="dump torch.cuda.memory._snapshot() here (pickle)")
-    parser.add_argument("--pluggable", help="route torch's allocations through this libitermem.so")
+    parser.add_argument(
+        "--pluggable",
+        action="store_true",
+        help="route torch's allocations through itermem.torch.use() (the installed wheel), pool mode",
+    )
     args = parser.parse_args()
 
     if args.pluggable:
-        allocator = torch.cuda.memory.CUDAPluggableAllocator(
-            args.pluggable, "itermem_malloc", "itermem_free"
-        )
-        torch.cuda.memory.change_current_allocator(allocator)
+        import itermem.torch
+
+        itermem.torch.use(mode="pool")
     if not torch.cuda.is_available():
         raise SystemExit("torch_workload: torch.cuda.is_available() is False")
     device = torch.device("cuda", 0)
