@@ -453,6 +453,26 @@ pub fn capture(stream: u64) -> Option<Option<usize>> {
     if !capturing_anywhere() {
         return None;
     }
+    match capture_info(stream) {
+        Some((CAPTURE_STATUS_NONE, ..)) => None,
+        Some((CAPTURE_STATUS_ACTIVE, graph, _)) => Some(Some(graph)),
+        _ => Some(None),
+    }
+}
+
+/// The node that work just captured on `stream` became: the capture's only dependency after
+/// it (None when the stream does not capture or follows several nodes).
+pub fn captured_node(stream: u64) -> Option<usize> {
+    match capture_info(stream)? {
+        (CAPTURE_STATUS_ACTIVE, _, &[node]) => Some(node),
+        _ => None,
+    }
+}
+
+/// `cuStreamGetCaptureInfo_v2` of `stream`: its capture status, the capture's graph and the
+/// nodes the next captured work will depend on (valid until the next capture call on it);
+/// None when the driver lacks the function or refuses.
+fn capture_info(stream: u64) -> Option<(u32, usize, &'static [usize])> {
     let info = driver().capture_info?;
     let (mut status, mut id, mut graph) = (CAPTURE_STATUS_NONE, 0u64, 0usize);
     let (mut deps, mut count) = (std::ptr::null::<usize>(), 0usize);
@@ -467,35 +487,17 @@ pub fn capture(stream: u64) -> Option<Option<usize>> {
             &mut count,
         )
     };
-    match (result, status) {
-        (SUCCESS, CAPTURE_STATUS_NONE) => None,
-        (SUCCESS, CAPTURE_STATUS_ACTIVE) => Some(Some(graph)),
-        _ => Some(None),
-    }
-}
-
-/// The node that work just captured on `stream` became: the capture's only dependency after
-/// it (None when the stream does not capture or follows several nodes).
-pub fn captured_node(stream: u64) -> Option<usize> {
-    let info = driver().capture_info?;
-    let (mut status, mut id, mut graph) = (CAPTURE_STATUS_NONE, 0u64, 0usize);
-    let (mut deps, mut count) = (std::ptr::null::<usize>(), 0usize);
-    // SAFETY: as in `capture`.
-    let result = unsafe {
-        info(
-            stream as usize,
-            &mut status,
-            &mut id,
-            &mut graph,
-            &mut deps,
-            &mut count,
-        )
-    };
-    if result != SUCCESS || status != CAPTURE_STATUS_ACTIVE || count != 1 || deps.is_null() {
+    if result != SUCCESS {
         return None;
     }
-    // SAFETY: the driver answered one dependency at `deps`, valid until the next capture call.
-    Some(unsafe { *deps })
+    let deps = if deps.is_null() || count == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the driver answered `count` dependencies at `deps`, which stay valid until
+        // the stream's next capture call (read at once by the callers).
+        unsafe { std::slice::from_raw_parts(deps, count) }
+    };
+    Some((status, graph, deps))
 }
 
 /// Waits on the host for all work of the context; refused (false) while a capture may be
