@@ -15,34 +15,67 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static cudaError_t (*real_cudaMalloc)(void **, size_t);
-static cudaError_t (*real_cudaFree)(void *);
-static cudaError_t (*real_cudaLaunchKernel)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
-static CUresult (*real_cuMemAlloc_v2)(CUdeviceptr *, size_t);
-static CUresult (*real_cuMemFree_v2)(CUdeviceptr);
-static CUresult (*real_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                       unsigned, unsigned, CUstream, void **, void **);
-
-/* The next definition of `name` after this library; a missing one ends the process here
- * rather than with a jump to address 0 at the first call. */
-static void *next(const char *name) {
-    void *symbol = dlsym(RTLD_NEXT, name);
-    if (symbol == NULL) {
-        fprintf(stderr, "libforward: no %s after this library (is libcudart loaded?)\n", name);
-        exit(127);
-    }
-    return symbol;
+/* A process without CUDA loads this library too (LD_PRELOAD reaches every program a command
+ * starts, valgrind's launcher among them), so a function that is not found is no error until it
+ * is called: each pointer starts at a stub saying so, which the constructor replaces when the
+ * real function is there. */
+static _Noreturn void missing(const char *name) {
+    fprintf(stderr, "libforward: no %s after this library (is libcudart loaded?)\n", name);
+    exit(127);
 }
+
+static cudaError_t missing_cudaMalloc(void **p, size_t n) {
+    (void)p, (void)n;
+    missing("cudaMalloc");
+}
+static cudaError_t missing_cudaFree(void *p) {
+    (void)p;
+    missing("cudaFree");
+}
+static cudaError_t missing_cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **a, size_t m,
+                                            cudaStream_t s) {
+    (void)f, (void)g, (void)b, (void)a, (void)m, (void)s;
+    missing("cudaLaunchKernel");
+}
+static CUresult missing_cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    (void)p, (void)n;
+    missing("cuMemAlloc_v2");
+}
+static CUresult missing_cuMemFree_v2(CUdeviceptr p) {
+    (void)p;
+    missing("cuMemFree_v2");
+}
+static CUresult missing_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, unsigned bz, unsigned m,
+                                       CUstream s, void **p, void **e) {
+    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)m, (void)s, (void)p,
+        (void)e;
+    missing("cuLaunchKernel");
+}
+
+static cudaError_t (*real_cudaMalloc)(void **, size_t) = missing_cudaMalloc;
+static cudaError_t (*real_cudaFree)(void *) = missing_cudaFree;
+static cudaError_t (*real_cudaLaunchKernel)(const void *, dim3, dim3, void **, size_t,
+                                            cudaStream_t) = missing_cudaLaunchKernel;
+static CUresult (*real_cuMemAlloc_v2)(CUdeviceptr *, size_t) = missing_cuMemAlloc_v2;
+static CUresult (*real_cuMemFree_v2)(CUdeviceptr) = missing_cuMemFree_v2;
+static CUresult (*real_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                       unsigned, unsigned, unsigned, CUstream, void **,
+                                       void **) = missing_cuLaunchKernel;
 
 /* Every library the program was linked with is mapped before any constructor runs, so the
  * real functions can all be found here, once, and no call pays for a check. */
 __attribute__((constructor)) static void resolve(void) {
-    *(void **)&real_cudaMalloc = next("cudaMalloc");
-    *(void **)&real_cudaFree = next("cudaFree");
-    *(void **)&real_cudaLaunchKernel = next("cudaLaunchKernel");
-    *(void **)&real_cuMemAlloc_v2 = next("cuMemAlloc_v2");
-    *(void **)&real_cuMemFree_v2 = next("cuMemFree_v2");
-    *(void **)&real_cuLaunchKernel = next("cuLaunchKernel");
+    void *symbol;
+#define RESOLVE(name) \
+    if ((symbol = dlsym(RTLD_NEXT, #name)) != NULL) *(void **)&real_##name = symbol
+    RESOLVE(cudaMalloc);
+    RESOLVE(cudaFree);
+    RESOLVE(cudaLaunchKernel);
+    RESOLVE(cuMemAlloc_v2);
+    RESOLVE(cuMemFree_v2);
+    RESOLVE(cuLaunchKernel);
+#undef RESOLVE
 }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size) { return real_cudaMalloc(devPtr, size); }
