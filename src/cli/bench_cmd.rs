@@ -12,8 +12,8 @@
 //! swapped), and reports the medians of each and, as the added cost, the median of each
 //! hooked run's difference to the shim-alone run of the same round. Alternating runs and
 //! pairing them keeps a noisy machine from favouring either side. `--callgrind` adds one run
-//! of each under callgrind: instructions per operation on the calling thread, which noise does
-//! not move.
+//! of each under callgrind: instructions per operation on the calling threads, which noise
+//! does not move on one thread (on several, time spent waiting on a lock shows as spinning).
 //!
 //! `itermem bench plan`, `swap` and `bo`: planning times (SmartPool best-fit, AutoSwap's plan
 //! and evaluation, Bayesian optimisation's own cost), medians over runs. `bench plan
