@@ -243,3 +243,97 @@ fn planning_benchmarks_report_their_timings() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// `bench hooks` runs the shim alone, the forwarding-only floor and every mode, on one thread
+/// and on several, and prints a row of each operation with a column of each (timings are
+/// reported, never asserted).
+#[test]
+fn hook_benchmark_reports_every_mode_and_the_forwarding_floor() {
+    let output = Command::new(itermem())
+        .args([
+            "bench",
+            "hooks",
+            "--runs",
+            "1",
+            "--pairs",
+            "1000",
+            "--launches",
+            "1000",
+        ])
+        .args([
+            "--live",
+            "100",
+            "--threads",
+            "2",
+            "--mode",
+            "record,pool,swap,cnmem",
+        ])
+        .output()
+        .unwrap();
+    let text = stdout_ok(&output);
+    let columns = ["shim", "forward", "record", "pool", "swap", "cnmem"];
+    let headers: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some("operation"))
+        .collect();
+    assert_eq!(
+        headers.len(),
+        2,
+        "a table of times and one of throughput:\n{text}"
+    );
+    for header in headers {
+        assert_eq!(
+            header.split_whitespace().skip(1).collect::<Vec<_>>(),
+            columns,
+            "{text}"
+        );
+    }
+    assert!(text.contains("2 thread(s)"), "{text}");
+    for operation in [
+        "malloc+free pair",
+        "launch (8 params)",
+        "cuMemAlloc+cuMemFree",
+        "cuLaunchKernel (8)",
+    ] {
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with(operation)).collect();
+        assert_eq!(rows.len(), 2, "{operation}:\n{text}");
+        for row in rows {
+            // The shim alone, then each column's figure with its added cost or ratio.
+            let figures = row[operation.len()..].split_whitespace().count();
+            assert_eq!(figures, 1 + 2 * (columns.len() - 1), "{row}");
+        }
+    }
+}
+
+/// With `--callgrind`, `bench hooks` reports instructions per operation of each configuration
+/// (when valgrind is installed; the counts themselves are reported, never asserted).
+#[test]
+fn hook_benchmark_counts_instructions_under_callgrind() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("skipped: valgrind is not installed");
+        return;
+    }
+    let output = Command::new(itermem())
+        .args([
+            "bench",
+            "hooks",
+            "--runs",
+            "1",
+            "--pairs",
+            "200",
+            "--launches",
+            "200",
+        ])
+        .args(["--live", "100", "--mode", "pool", "--callgrind", "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&stdout_ok(&output)).unwrap();
+    let entries = json.as_array().unwrap();
+    // Four operations, each under the forwarding floor and pool mode.
+    assert_eq!(entries.len(), 8, "{json}");
+    for entry in entries {
+        for key in ["shim_instructions", "interposed_instructions"] {
+            assert!(entry[key].as_f64().is_some_and(|n| n > 0.0), "{entry}");
+        }
+    }
+}

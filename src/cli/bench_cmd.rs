@@ -4,12 +4,16 @@
 //! `itermem bench hooks`: what the interposer's hooks add to each CUDA call. Runs
 //! `tests/programs/hook_bench` (allocate+free pairs, and launches of an 8-parameter kernel whose
 //! pointers point into some of the 10,000 allocations it keeps live, through the runtime API
-//! and through the driver API) alternately
-//! on the simulated platform alone and under `LD_PRELOAD=libitermem.so` in each mode asked for
+//! and through the driver API; on `--threads` host threads at once) alternately
+//! on the simulated platform alone, under `LD_PRELOAD=libforward.so` (an interposer that only
+//! forwards: the floor any interposer pays, `tests/programs/libforward.c`) and under
+//! `LD_PRELOAD=libitermem.so` in each mode asked for
 //! (record with the trace on by default; swap with a limit of the whole device, so nothing is
 //! swapped), and reports the medians of each and, as the added cost, the median of each
 //! hooked run's difference to the shim-alone run of the same round. Alternating runs and
-//! pairing them keeps a noisy machine from favouring either side.
+//! pairing them keeps a noisy machine from favouring either side. `--callgrind` adds one run
+//! of each under callgrind: instructions per operation on the calling threads, which noise
+//! does not move on one thread (on several, time spent waiting on a lock shows as spinning).
 //!
 //! `itermem bench plan`, `swap` and `bo`: planning times (SmartPool best-fit, AutoSwap's plan
 //! and evaluation, Bayesian optimisation's own cost), medians over runs. `bench plan
@@ -127,6 +131,15 @@ struct HooksArgs {
     /// Modes to measure (repeat or comma-separate: record, pool, swap, cnmem).
     #[arg(long = "mode", value_delimiter = ',', default_value = "record", value_parser = parse_mode)]
     modes: Vec<Mode>,
+    /// Host threads allocating and launching at once, each on a stream of its own (the
+    /// operation counts are per thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: u64,
+    /// Also run each configuration once under `valgrind --tool=callgrind` and report the
+    /// instructions per operation on the calling thread (smaller counts suffice, e.g.
+    /// `--pairs 30000 --launches 30000`).
+    #[arg(long)]
+    callgrind: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -140,17 +153,68 @@ fn parse_mode(text: &str) -> Result<Mode, String> {
         })
 }
 
+/// What runs under `hook_bench` besides the simulated platform: the forwarding-only floor, or
+/// itermem in one mode.
+#[derive(Clone, Copy, Debug)]
+enum Interposer {
+    Forward,
+    Itermem(Mode),
+}
+
+impl std::fmt::Display for Interposer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interposer::Forward => f.write_str("forward"),
+            Interposer::Itermem(mode) => write!(f, "{mode}"),
+        }
+    }
+}
+
 /// Which figure of a [`Sample`] a row shows.
 type Pick = fn(&Sample) -> f64;
 
-/// One run's figures, in ns per operation.
+/// One run's figures: ns per operation as a thread saw it, and operations of all threads per
+/// second.
 #[derive(Clone, Copy, Debug, Default)]
 struct Sample {
     pair_ns: f64,
     launch_ns: f64,
     driver_pair_ns: f64,
     driver_launch_ns: f64,
+    pairs_per_s: f64,
+    launches_per_s: f64,
+    driver_pairs_per_s: f64,
+    driver_launches_per_s: f64,
 }
+
+/// The operations `hook_bench` times: the row's name, its ns per operation, its operations per
+/// second, and the phase function of `hook_bench` that callgrind attributes its instructions to.
+const OPERATIONS: [(&str, Pick, Pick, &str); 4] = [
+    (
+        "malloc+free pair",
+        |s| s.pair_ns,
+        |s| s.pairs_per_s,
+        "phase_pairs",
+    ),
+    (
+        "launch (8 params)",
+        |s| s.launch_ns,
+        |s| s.launches_per_s,
+        "phase_launches",
+    ),
+    (
+        "cuMemAlloc+cuMemFree",
+        |s| s.driver_pair_ns,
+        |s| s.driver_pairs_per_s,
+        "phase_driver_pairs",
+    ),
+    (
+        "cuLaunchKernel (8)",
+        |s| s.driver_launch_ns,
+        |s| s.driver_launches_per_s,
+        "phase_driver_launches",
+    ),
+];
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
@@ -168,7 +232,6 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     run_script(&root.join("tools/build-shim"))?;
     run_script(&root.join("tools/build-programs"))?;
-    let program = root.join("target/programs/hook_bench");
     let lib = super::library::default_library()?;
     if !lib.is_file() {
         bail!(
@@ -176,16 +239,37 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
             lib.display()
         );
     }
-    let trace = std::env::temp_dir().join(format!("itermem-bench-{}.itrace", std::process::id()));
+    let bench = HookBench {
+        args: &args,
+        root,
+        program: root.join("target/programs/hook_bench"),
+        forward: root.join("target/programs/libforward.so"),
+        lib,
+        trace: std::env::temp_dir().join(format!("itermem-bench-{}.itrace", std::process::id())),
+    };
+    let columns: Vec<Interposer> = std::iter::once(Interposer::Forward)
+        .chain(args.modes.iter().map(|&mode| Interposer::Itermem(mode)))
+        .collect();
     let mut plain = Vec::new();
-    let mut hooked = vec![Vec::new(); args.modes.len()];
+    let mut hooked = vec![Vec::new(); columns.len()];
     for _ in 0..args.runs {
-        plain.push(measure(&program, &args, root, None)?);
-        for (mode, samples) in args.modes.iter().zip(&mut hooked) {
-            samples.push(measure(&program, &args, root, Some((&lib, &trace, *mode)))?);
+        plain.push(bench.measure(None)?);
+        for (&column, samples) in columns.iter().zip(&mut hooked) {
+            samples.push(bench.measure(Some(column))?);
         }
     }
-    let _ = std::fs::remove_file(&trace);
+    // Instructions per operation of each configuration, in the order of `OPERATIONS`: the shim
+    // alone, then each column.
+    let instructions = if args.callgrind {
+        let mut counts = vec![bench.instructions(None)?];
+        for &column in &columns {
+            counts.push(bench.instructions(Some(column))?);
+        }
+        Some(counts)
+    } else {
+        None
+    };
+    let _ = std::fs::remove_file(&bench.trace);
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
@@ -193,58 +277,238 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     let typical = |samples: &[Sample], pick: Pick| median(samples.iter().map(pick).collect());
     // The added cost is the median of each round's difference to the shim alone in the same
     // round, not the difference of two medians: the shim's own launch time swings (its stream
-    // thread sleeps or not) between rounds far more than the hooks cost.
-    let added = |samples: &[Sample], pick: Pick| {
+    // thread sleeps or not) between rounds far more than the hooks cost. Throughput is
+    // compared the same way, as each round's ratio.
+    let paired = |samples: &[Sample], pick: Pick, compare: fn(f64, f64) -> f64| {
         median(
             samples
                 .iter()
                 .zip(&plain)
-                .map(|(with, alone)| pick(with) - pick(alone))
+                .map(|(with, alone)| compare(pick(with), pick(alone)))
                 .collect(),
         )
     };
-    let operations: [(&str, Pick); 4] = [
-        ("malloc+free pair", |s| s.pair_ns),
-        ("launch (8 params)", |s| s.launch_ns),
-        ("cuMemAlloc+cuMemFree", |s| s.driver_pair_ns),
-        ("cuLaunchKernel (8)", |s| s.driver_launch_ns),
-    ];
+    let added = |with: f64, alone: f64| with - alone;
+    let ratio = |with: f64, alone: f64| with / alone;
     if args.json {
         let mut json = Vec::new();
-        for (name, pick) in operations {
-            let base = typical(&plain, pick);
-            for (mode, samples) in args.modes.iter().zip(&hooked) {
-                let with = typical(samples, pick);
-                let added = added(samples, pick);
-                json.push(serde_json::json!({"operation": name, "mode": mode, "shim_ns": base, "itermem_ns": with, "added_ns": added}));
+        for (row, (name, ns, per_s, _)) in OPERATIONS.into_iter().enumerate() {
+            for (index, (column, samples)) in columns.iter().zip(&hooked).enumerate() {
+                let mut entry = serde_json::json!({
+                    "operation": name,
+                    "mode": column.to_string(),
+                    "threads": args.threads,
+                    "shim_ns": typical(&plain, ns),
+                    "interposed_ns": typical(samples, ns),
+                    "added_ns": paired(samples, ns, added),
+                    "shim_per_s": typical(&plain, per_s),
+                    "interposed_per_s": typical(samples, per_s),
+                    "per_s_ratio": paired(samples, per_s, ratio),
+                });
+                if let Some(counts) = &instructions {
+                    entry["shim_instructions"] = counts[0][row].into();
+                    entry["interposed_instructions"] = counts[index + 1][row].into();
+                }
+                json.push(entry);
             }
         }
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
-    println!(
-        "hook overhead, {} live allocations, median of {} runs (ns per operation; in brackets \
-         the added cost: the median of each run's difference to the shim alone run beside it):",
-        args.live, args.runs
-    );
-    print!("{:<20} {:>10}", "operation", "shim");
-    for mode in &args.modes {
-        print!(" {:>18}", mode.to_string());
-    }
-    println!();
-    for (name, pick) in operations {
-        let base = typical(&plain, pick);
-        print!("{name:<20} {base:>10.1}");
+    let header = |what: &str| {
+        println!("{what}");
+        print!("{:<20} {:>12}", "operation", "shim");
+        for column in &columns {
+            print!(" {:>20}", column.to_string());
+        }
+        println!();
+    };
+    header(&format!(
+        "hook overhead, {} live allocations, {} thread(s), median of {} runs (ns per operation \
+         as each thread saw it; in brackets the added cost: the median of each run's difference \
+         to the shim alone run beside it):",
+        args.live, args.threads, args.runs
+    ));
+    for (name, ns, _, _) in OPERATIONS {
+        print!("{name:<20} {:>12.1}", typical(&plain, ns));
         for samples in &hooked {
-            let with = typical(samples, pick);
-            print!(
-                " {:>18}",
-                format!("{with:.1} ({:+.1})", added(samples, pick))
+            let cell = format!(
+                "{:.1} ({:+.1})",
+                typical(samples, ns),
+                paired(samples, ns, added)
             );
+            print!(" {cell:>20}");
         }
         println!();
     }
+    header(
+        "operations per second, all threads together (in brackets: the median of each run's \
+         ratio to the shim alone run beside it):",
+    );
+    for (name, _, per_s, _) in OPERATIONS {
+        print!("{name:<20} {:>12.0}", typical(&plain, per_s));
+        for samples in &hooked {
+            let cell = format!(
+                "{:.0} ({:.3})",
+                typical(samples, per_s),
+                paired(samples, per_s, ratio)
+            );
+            print!(" {cell:>20}");
+        }
+        println!();
+    }
+    if let Some(counts) = &instructions {
+        header(
+            "instructions per operation on the calling thread (callgrind, one run each; in \
+             brackets the added instructions):",
+        );
+        for (row, (name, _, _, _)) in OPERATIONS.into_iter().enumerate() {
+            let alone = counts[0][row];
+            print!("{name:<20} {alone:>12.0}");
+            for count in &counts[1..] {
+                let cell = format!("{:.0} ({:+.0})", count[row], count[row] - alone);
+                print!(" {cell:>20}");
+            }
+            println!();
+        }
+    }
     Ok(())
+}
+
+/// One `itermem bench hooks` invocation: the workload and what can be preloaded under it.
+struct HookBench<'a> {
+    args: &'a HooksArgs,
+    root: &'a Path,
+    program: PathBuf,
+    forward: PathBuf,
+    lib: PathBuf,
+    trace: PathBuf,
+}
+
+impl HookBench<'_> {
+    /// `hook_bench` with the arguments asked for, on the shim, under `interposer` if any,
+    /// behind `wrapper` (a program and its arguments) if any.
+    fn command(&self, wrapper: &[&str], interposer: Option<Interposer>) -> Command {
+        let mut command = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(&self.program);
+                command
+            }
+            None => Command::new(&self.program),
+        };
+        command
+            .args(["--live", &self.args.live.to_string()])
+            .args(["--pairs", &self.args.pairs.to_string()])
+            .args(["--launches", &self.args.launches.to_string()])
+            .args(["--threads", &self.args.threads.to_string()])
+            .env("LD_LIBRARY_PATH", self.root.join("target/shim/lib"));
+        match interposer {
+            None => {}
+            Some(Interposer::Forward) => {
+                command.env("LD_PRELOAD", &self.forward);
+            }
+            Some(Interposer::Itermem(mode)) => {
+                command
+                    .env("LD_PRELOAD", &self.lib)
+                    .env("ITERMEM_MODE", mode.to_string());
+                match mode {
+                    Mode::Record => {
+                        command.env("ITERMEM_TRACE", &self.trace);
+                    }
+                    Mode::Swap => {
+                        command.env("ITERMEM_LIMIT", "100%");
+                    }
+                    _ => {}
+                }
+            }
+        }
+        command
+    }
+
+    /// Runs `command` to success and returns its stdout.
+    fn output(&self, mut command: Command) -> anyhow::Result<String> {
+        let output = command
+            .output()
+            .with_context(|| format!("cannot run {}", self.program.display()))?;
+        if !output.status.success() {
+            bail!(
+                "{} failed ({}): {}",
+                self.program.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// One timed run.
+    fn measure(&self, interposer: Option<Interposer>) -> anyhow::Result<Sample> {
+        let text = self.output(self.command(&[], interposer))?;
+        let value = |key: &str| -> anyhow::Result<f64> {
+            text.lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+                .with_context(|| format!("no {key} in the output of {}", self.program.display()))
+        };
+        Ok(Sample {
+            pair_ns: value("malloc_free_pair_ns")?,
+            launch_ns: value("launch_ns")?,
+            driver_pair_ns: value("driver_malloc_free_pair_ns")?,
+            driver_launch_ns: value("driver_launch_ns")?,
+            pairs_per_s: value("malloc_free_pairs_per_s")?,
+            launches_per_s: value("launches_per_s")?,
+            driver_pairs_per_s: value("driver_malloc_free_pairs_per_s")?,
+            driver_launches_per_s: value("driver_launches_per_s")?,
+        })
+    }
+
+    /// One run under callgrind: the instructions per operation of each of [`OPERATIONS`], from
+    /// the inclusive cost of its phase function in `hook_bench` (only the calling threads'
+    /// work; a thread of itermem's own, like the trace writer, is not in it).
+    fn instructions(&self, interposer: Option<Interposer>) -> anyhow::Result<Vec<f64>> {
+        let out =
+            std::env::temp_dir().join(format!("itermem-bench-{}.callgrind", std::process::id()));
+        let out_arg = format!("--callgrind-out-file={}", out.display());
+        let wrapper = ["valgrind", "--tool=callgrind", out_arg.as_str()];
+        self.output(self.command(&wrapper, interposer))?;
+        let annotated = Command::new("callgrind_annotate")
+            .args(["--inclusive=yes", "--threshold=100"])
+            .arg(&out)
+            .output()
+            .context("cannot run callgrind_annotate (is valgrind installed?)");
+        let _ = std::fs::remove_file(&out);
+        let annotated = annotated?;
+        if !annotated.status.success() {
+            bail!(
+                "callgrind_annotate failed: {}",
+                String::from_utf8_lossy(&annotated.stderr)
+            );
+        }
+        let text = String::from_utf8_lossy(&annotated.stdout);
+        let threads = self.args.threads as f64;
+        // Operations per thread of each of `OPERATIONS`, in its order.
+        let counts = [
+            self.args.pairs,
+            self.args.launches,
+            self.args.pairs,
+            self.args.launches,
+        ];
+        OPERATIONS
+            .iter()
+            .zip(counts)
+            .map(|(&(_, _, _, phase), count)| {
+                // A line reads `24,877,049 (15.35%)  ???:phase_pairs [/path/hook_bench]`.
+                let needle = format!(":{phase} [");
+                let total: f64 = text
+                    .lines()
+                    .find(|line| line.contains(&needle))
+                    .and_then(|line| line.split_whitespace().next())
+                    .and_then(|number| number.replace(',', "").parse().ok())
+                    .with_context(|| format!("callgrind reports no {phase}"))?;
+                Ok(total / (threads * count as f64))
+            })
+            .collect()
+    }
 }
 
 fn plan(args: PlanArgs) -> anyhow::Result<()> {
@@ -429,55 +693,4 @@ fn run_script(script: &Path) -> anyhow::Result<()> {
         bail!("{} failed ({status})", script.display());
     }
     Ok(())
-}
-
-fn measure(
-    program: &Path,
-    args: &HooksArgs,
-    root: &Path,
-    hooks: Option<(&PathBuf, &PathBuf, Mode)>,
-) -> anyhow::Result<Sample> {
-    let mut command = Command::new(program);
-    command
-        .args(["--live", &args.live.to_string()])
-        .args(["--pairs", &args.pairs.to_string()])
-        .args(["--launches", &args.launches.to_string()])
-        .env("LD_LIBRARY_PATH", root.join("target/shim/lib"));
-    if let Some((lib, trace, mode)) = hooks {
-        command
-            .env("LD_PRELOAD", lib)
-            .env("ITERMEM_MODE", mode.to_string());
-        match mode {
-            Mode::Record => {
-                command.env("ITERMEM_TRACE", trace);
-            }
-            Mode::Swap => {
-                command.env("ITERMEM_LIMIT", "100%");
-            }
-            _ => {}
-        }
-    }
-    let output = command
-        .output()
-        .with_context(|| format!("cannot run {}", program.display()))?;
-    if !output.status.success() {
-        bail!(
-            "{} failed ({}): {}",
-            program.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    let value = |key: &str| -> anyhow::Result<f64> {
-        text.lines()
-            .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
-            .with_context(|| format!("no {key} in the output of {}", program.display()))
-    };
-    Ok(Sample {
-        pair_ns: value("malloc_free_pair_ns")?,
-        launch_ns: value("launch_ns")?,
-        driver_pair_ns: value("driver_malloc_free_pair_ns")?,
-        driver_launch_ns: value("driver_launch_ns")?,
-    })
 }

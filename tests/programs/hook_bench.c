@@ -2,19 +2,30 @@
  * hook_bench.c — the workload of `itermem bench hooks`: times CUDA calls whose cost itermem's
  * hooks add to. Run it with and without LD_PRELOAD=libitermem.so; the difference is the hooks'.
  *
- * Usage: hook_bench [--live N] [--pairs N] [--launches N]
+ * Usage: hook_bench [--live N] [--pairs N] [--launches N] [--threads N]
  *   --live N      allocations kept live during the measurement (default 10000)
  *   --pairs N     cudaMalloc+cudaFree pairs timed, and as many cuMemAlloc+cuMemFree pairs
- *                 (default 200000)
+ *                 (default 200000), on each thread
  *   --launches N  launches of an 8-parameter kernel (all pointers to live blocks) timed, through
- *                 cudaLaunchKernel and as many through cuLaunchKernel (default 200000)
+ *                 cudaLaunchKernel and as many through cuLaunchKernel (default 200000), on each
+ *                 thread
+ *   --threads N   host threads doing all of it at once, each launching on a stream of its own
+ *                 (default 1)
  * Prints: malloc_free_pair_ns X, launch_ns X, driver_malloc_free_pair_ns X and driver_launch_ns X
- * (mean wall-clock ns per operation).
+ * (mean wall-clock ns per operation as each thread saw it, averaged over the threads), then
+ * malloc_free_pairs_per_s X, launches_per_s X, driver_malloc_free_pairs_per_s X and
+ * driver_launches_per_s X (operations of all threads together per second of the phase's wall
+ * time, launches' stream synchronisations included).
+ *
+ * Each phase is a function of its own (phase_pairs, phase_driver_pairs, phase_launches,
+ * phase_driver_launches) so that callgrind can report the instructions spent inside it: its
+ * inclusive cost divided by its operations is what one operation costs on the calling thread.
  */
-#define _POSIX_C_SOURCE 199309L
+#define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,68 +55,156 @@ static long option(int argc, char **argv, const char *name, long fallback) {
     return fallback;
 }
 
-int main(int argc, char **argv) {
-    long live = option(argc, argv, "--live", 10000);
-    long pairs = option(argc, argv, "--pairs", 200000);
-    long launches = option(argc, argv, "--launches", 200000);
-    if (live < 8 || pairs < 1 || launches < 1) {
-        fprintf(stderr, "hook_bench: --live must be >= 8, --pairs and --launches >= 1\n");
-        return 2;
-    }
-    size_t sizes[8] = {8, 8, 8, 8, 8, 8, 8, 8};
-    CHECK(cudaShimRegisterKernel(k_eight, "eight", 8, sizes, 0));
-    void **blocks = malloc((size_t)live * sizeof *blocks);
-    for (long i = 0; i < live; i++) CHECK(cudaMalloc(&blocks[i], 4096));
-    cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+/* What every thread shares: read-only once the threads start. */
+static long live, pairs, launches;
+static void **blocks;
+static CUfunction eight;
+/* Each phase starts when every worker reaches `start`, and the next one when they all reach
+ * `done`. */
+static pthread_barrier_t start, done;
 
+#define PHASES 4
+
+__attribute__((noinline)) static double phase_pairs(void) {
     double t0 = now_ns();
     for (long i = 0; i < pairs; i++) {
         void *p;
         CHECK(cudaMalloc(&p, 4096));
         CHECK(cudaFree(p));
     }
-    double pair_ns = (now_ns() - t0) / (double)pairs;
+    return (now_ns() - t0) / (double)pairs;
+}
 
-    t0 = now_ns();
+__attribute__((noinline)) static double phase_driver_pairs(void) {
+    double t0 = now_ns();
     for (long i = 0; i < pairs; i++) {
         CUdeviceptr p;
         CHECK((cudaError_t)cuMemAlloc(&p, 4096));
         CHECK((cudaError_t)cuMemFree(p));
     }
-    double driver_pair_ns = (now_ns() - t0) / (double)pairs;
+    return (now_ns() - t0) / (double)pairs;
+}
 
+/* Only the launch calls are timed; choosing the pointers and synchronising are not. Thread
+ * `id` starts at its own place in the live blocks. */
+__attribute__((noinline)) static double phase_launches(long id, cudaStream_t s) {
     dim3 one = {1, 1, 1};
     void *p[6];
     long n = 42;
     double x = 1.5;
     void *args[8] = {&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &n, &x};
-    double launch_total = 0;
+    double total = 0;
     for (long i = 0; i < launches; i++) {
-        for (int k = 0; k < 6; k++) p[k] = blocks[(i * 6 + k * 997) % live];
+        for (int k = 0; k < 6; k++) p[k] = blocks[(id * 131 + i * 6 + k * 997) % live];
         double t = now_ns();
         CHECK(cudaLaunchKernel((const void *)k_eight, one, one, args, 0, s));
-        launch_total += now_ns() - t;
+        total += now_ns() - t;
         if (i % 4096 == 4095) CHECK(cudaStreamSynchronize(s));
     }
     CHECK(cudaStreamSynchronize(s));
+    return total / (double)launches;
+}
 
-    CUfunction eight;
-    CHECK(cudaGetFuncBySymbol((cudaFunction_t *)&eight, (const void *)k_eight));
-    double driver_launch_total = 0;
+__attribute__((noinline)) static double phase_driver_launches(long id, cudaStream_t s) {
+    void *p[6];
+    long n = 42;
+    double x = 1.5;
+    void *args[8] = {&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &n, &x};
+    double total = 0;
     for (long i = 0; i < launches; i++) {
-        for (int k = 0; k < 6; k++) p[k] = blocks[(i * 6 + k * 997) % live];
+        for (int k = 0; k < 6; k++) p[k] = blocks[(id * 131 + i * 6 + k * 997) % live];
         double t = now_ns();
         CHECK((cudaError_t)cuLaunchKernel(eight, 1, 1, 1, 1, 1, 1, 0, (CUstream)s, args, NULL));
-        driver_launch_total += now_ns() - t;
+        total += now_ns() - t;
         if (i % 4096 == 4095) CHECK(cudaStreamSynchronize(s));
     }
     CHECK(cudaStreamSynchronize(s));
-    printf("malloc_free_pair_ns %.1f\n", pair_ns);
-    printf("launch_ns %.1f\n", launch_total / (double)launches);
-    printf("driver_malloc_free_pair_ns %.1f\n", driver_pair_ns);
-    printf("driver_launch_ns %.1f\n", driver_launch_total / (double)launches);
+    return total / (double)launches;
+}
+
+/* A worker's figures: its ns per operation, and when it began and ended each phase (the phase's
+ * wall time is from the first begin to the last end: a thread that times the others could be
+ * descheduled while they run, on a machine with fewer cores than threads). */
+struct worker {
+    pthread_t thread;
+    long id;
+    double ns[PHASES], begin[PHASES], end[PHASES];
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int phase = 0; phase < PHASES; phase++) {
+        pthread_barrier_wait(&start);
+        w->begin[phase] = now_ns();
+        switch (phase) {
+        case 0: w->ns[phase] = phase_pairs(); break;
+        case 1: w->ns[phase] = phase_driver_pairs(); break;
+        case 2: w->ns[phase] = phase_launches(w->id, s); break;
+        default: w->ns[phase] = phase_driver_launches(w->id, s); break;
+        }
+        w->end[phase] = now_ns();
+        pthread_barrier_wait(&done);
+    }
+    CHECK(cudaStreamDestroy(s));
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    live = option(argc, argv, "--live", 10000);
+    pairs = option(argc, argv, "--pairs", 200000);
+    launches = option(argc, argv, "--launches", 200000);
+    long threads = option(argc, argv, "--threads", 1);
+    if (live < 8 || pairs < 1 || launches < 1 || threads < 1 || threads > 1024) {
+        fprintf(stderr, "hook_bench: --live must be >= 8, --pairs and --launches >= 1, "
+                        "--threads 1 to 1024\n");
+        return 2;
+    }
+    size_t sizes[8] = {8, 8, 8, 8, 8, 8, 8, 8};
+    CHECK(cudaShimRegisterKernel(k_eight, "eight", 8, sizes, 0));
+    CHECK(cudaGetFuncBySymbol((cudaFunction_t *)&eight, (const void *)k_eight));
+    blocks = malloc((size_t)live * sizeof *blocks);
+    for (long i = 0; i < live; i++) CHECK(cudaMalloc(&blocks[i], 4096));
+
+    if (pthread_barrier_init(&start, NULL, (unsigned)threads) != 0 ||
+        pthread_barrier_init(&done, NULL, (unsigned)threads) != 0) {
+        fprintf(stderr, "hook_bench: cannot make the barriers\n");
+        return 1;
+    }
+    struct worker *workers = calloc((size_t)threads, sizeof *workers);
+    for (long t = 0; t < threads; t++) {
+        workers[t].id = t;
+        if (pthread_create(&workers[t].thread, NULL, work, &workers[t]) != 0) {
+            fprintf(stderr, "hook_bench: cannot start thread %ld\n", t);
+            return 1;
+        }
+    }
+    for (long t = 0; t < threads; t++) pthread_join(workers[t].thread, NULL);
+
+    double ns[PHASES] = {0}, wall[PHASES];
+    for (int phase = 0; phase < PHASES; phase++) {
+        double first = workers[0].begin[phase], last = workers[0].end[phase];
+        for (long t = 0; t < threads; t++) {
+            ns[phase] += workers[t].ns[phase];
+            if (workers[t].begin[phase] < first) first = workers[t].begin[phase];
+            if (workers[t].end[phase] > last) last = workers[t].end[phase];
+        }
+        ns[phase] /= (double)threads;
+        wall[phase] = last - first;
+    }
+    double pair_ops = (double)threads * (double)pairs * 1e9;
+    double launch_ops = (double)threads * (double)launches * 1e9;
+    printf("malloc_free_pair_ns %.1f\n", ns[0]);
+    printf("launch_ns %.1f\n", ns[2]);
+    printf("driver_malloc_free_pair_ns %.1f\n", ns[1]);
+    printf("driver_launch_ns %.1f\n", ns[3]);
+    printf("malloc_free_pairs_per_s %.0f\n", pair_ops / wall[0]);
+    printf("launches_per_s %.0f\n", launch_ops / wall[2]);
+    printf("driver_malloc_free_pairs_per_s %.0f\n", pair_ops / wall[1]);
+    printf("driver_launches_per_s %.0f\n", launch_ops / wall[3]);
     for (long i = 0; i < live; i++) CHECK(cudaFree(blocks[i]));
     free(blocks);
+    free(workers);
     return 0;
 }
