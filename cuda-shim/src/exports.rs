@@ -2549,12 +2549,19 @@ driver_api! {
     }
 
     fn cuGraphInstantiateWithParams_ptsz(exec: *mut usize, graph: usize, params: *mut InstantiateParams) {
-        // SAFETY: null (rejected) or the caller's parameters.
-        if let Some(p) = unsafe { params.as_mut() } {
-            p.upload_stream = per_thread(p.upload_stream);
-        }
+        // SAFETY: null (rejected) or the caller's parameters. The upload stream is resolved
+        // for the call and given back as the caller wrote it: the driver writes only the
+        // error node and the result.
+        let Some(p) = (unsafe { params.as_mut() }) else {
+            // SAFETY: the caller's arguments; the null parameters are refused there.
+            return code_result(unsafe { cuGraphInstantiateWithParams(exec, graph, params) });
+        };
+        let upload_stream = p.upload_stream;
+        p.upload_stream = per_thread(upload_stream);
         // SAFETY: the caller's arguments, forwarded with the stream resolved.
-        code_result(unsafe { cuGraphInstantiateWithParams(exec, graph, params) })
+        let result = unsafe { cuGraphInstantiateWithParams(exec, graph, p) };
+        p.upload_stream = upload_stream;
+        code_result(result)
     }
 
     fn cuGraphUpload_ptsz(exec: usize, stream: usize) {
