@@ -597,12 +597,8 @@ driver_api! {
         // SAFETY: each out-parameter is null (skipped) or valid for a write (the caller's
         // contract).
         unsafe {
-            if !base.is_null() {
-                put(base, start as u64)?;
-            }
-            if !size.is_null() {
-                put(size, bytes)?;
-            }
+            put_optional(base, start as u64);
+            put_optional(size, bytes);
         }
         Ok(())
     }
@@ -955,10 +951,11 @@ driver_api! {
         if descriptor.is_null() || resources.is_null() || count == 0 {
             return Err(INVALID_VALUE);
         }
-        // SAFETY: `resources` holds `count` resources (the caller's contract), read unaligned
-        // as CUDA 12's are 4-aligned.
-        let resources: Vec<_> =
-            (0..count as usize).map(|i| unsafe { resources.add(i).read_unaligned() }).collect();
+        let resources: Vec<_> = (0..count as usize)
+            // SAFETY: `resources` holds `count` resources (the caller's contract), read
+            // unaligned as CUDA 12's are 4-aligned.
+            .map(|i| unsafe { resources.add(i).read_unaligned() })
+            .collect();
         let handle = green::generate_descriptor(&resources)?;
         // SAFETY: out-parameter contract of `put`.
         unsafe { put(descriptor, handle) }
@@ -2676,20 +2673,15 @@ const HOST_TASK_SPINWAIT: u32 = 1;
 pub const GREATEST_PRIORITY: i32 = -5;
 pub const LEAST_PRIORITY: i32 = 0;
 
-/// Non-blocking flag and priority of a stream of any device.
 /// The context owning `stream` (the current one for the special handles).
 fn stream_context(stream: usize) -> CuResult<&'static Context> {
     let context = current()?;
     initialized()?.stream_owner(Some(context), stream)
 }
 
+/// Non-blocking flag and priority of a stream of any device.
 fn stream_properties(stream: usize) -> CuResult<(bool, i32)> {
-    let context = current()?;
-    let driver = initialized()?;
-    driver
-        .stream_owner(Some(context), stream)?
-        .streams
-        .properties(stream)
+    stream_context(stream)?.streams.properties(stream)
 }
 
 /// The device whose default pool `pool` is (`CUDA_ERROR_INVALID_VALUE` for any other value).
@@ -3469,7 +3461,13 @@ pub struct KernelNodeParams {
     context: usize,
 }
 
-const _: () = assert!(size_of::<KernelNodeParams>() == 72);
+const _: () = assert!(
+    size_of::<KernelNodeParams>() == 72
+        && size_of::<InstantiateParams>() == 32
+        && size_of::<ExecUpdateResultInfo>() == 24
+        && size_of::<MemsetNodeParams>() == 40
+        && size_of::<HostNodeParams>() == 16
+);
 
 /// `CUDA_MEMSET_NODE_PARAMS`.
 #[repr(C)]

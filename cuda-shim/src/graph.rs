@@ -24,7 +24,6 @@ use crate::stream::{Identity, Marker};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::ThreadId;
@@ -966,7 +965,5 @@ impl Default for CaptureInfo {
 
 /// Writes `text` to `path` (`cuGraphDebugDotPrint`): `CUDA_ERROR_OPERATING_SYSTEM` if it fails.
 pub fn write_file(path: &str, text: &str) -> CuResult<()> {
-    std::fs::File::create(path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|_| OPERATING_SYSTEM)
+    std::fs::write(path, text).map_err(|_| OPERATING_SYSTEM)
 }

@@ -102,7 +102,11 @@ pub struct Memcpy3d {
     pub depth: usize,
 }
 
-const _: () = assert!(size_of::<Memcpy3d>() == 200);
+const _: () = assert!(
+    size_of::<Memcpy3d>() == 200
+        && size_of::<MemsetParams>() == 40
+        && size_of::<HostNodeParams>() == 16
+);
 
 /// `struct cudaShimStats` / the driver's `StatsSnapshot`: 14 counters.
 #[repr(C)]
