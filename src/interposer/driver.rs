@@ -464,15 +464,15 @@ pub fn capture(stream: u64) -> Option<Option<usize>> {
 /// it (None when the stream does not capture or follows several nodes).
 pub fn captured_node(stream: u64) -> Option<usize> {
     match capture_info(stream)? {
-        (CAPTURE_STATUS_ACTIVE, _, &[node]) => Some(node),
+        (CAPTURE_STATUS_ACTIVE, _, node) => node,
         _ => None,
     }
 }
 
 /// `cuStreamGetCaptureInfo_v2` of `stream`: its capture status, the capture's graph and the
-/// nodes the next captured work will depend on (valid until the next capture call on it);
-/// None when the driver lacks the function or refuses.
-fn capture_info(stream: u64) -> Option<(u32, usize, &'static [usize])> {
+/// node the next captured work will depend on when it is exactly one; None when the driver
+/// lacks the function or refuses.
+fn capture_info(stream: u64) -> Option<(u32, usize, Option<usize>)> {
     let info = driver().capture_info?;
     let (mut status, mut id, mut graph) = (CAPTURE_STATUS_NONE, 0u64, 0usize);
     let (mut deps, mut count) = (std::ptr::null::<usize>(), 0usize);
@@ -490,14 +490,12 @@ fn capture_info(stream: u64) -> Option<(u32, usize, &'static [usize])> {
     if result != SUCCESS {
         return None;
     }
-    let deps = if deps.is_null() || count == 0 {
-        &[][..]
-    } else {
-        // SAFETY: the driver answered `count` dependencies at `deps`, which stay valid until
-        // the stream's next capture call (read at once by the callers).
-        unsafe { std::slice::from_raw_parts(deps, count) }
-    };
-    Some((status, graph, deps))
+    let only = (count == 1 && !deps.is_null()).then(|| {
+        // SAFETY: the driver answered one dependency at `deps`, valid until the stream's next
+        // capture call; it is read here, at once.
+        unsafe { *deps }
+    });
+    Some((status, graph, only))
 }
 
 /// Waits on the host for all work of the context; refused (false) while a capture may be

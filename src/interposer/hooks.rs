@@ -434,6 +434,18 @@ const MEMORY_HOST: u32 = 1;
 const MEMORY_DEVICE: u32 = 2;
 const MEMORY_UNIFIED: u32 = 4;
 
+/// The direction of a copy from whether each side is device memory (None: unified, or an
+/// array, which the memory type alone does not place).
+fn copy_kind_between(src_device: Option<bool>, dst_device: Option<bool>) -> CopyKind {
+    match (src_device, dst_device) {
+        (Some(false), Some(true)) => CopyKind::HostToDevice,
+        (Some(true), Some(false)) => CopyKind::DeviceToHost,
+        (Some(true), Some(true)) => CopyKind::DeviceToDevice,
+        (Some(false), Some(false)) => CopyKind::HostToHost,
+        _ => CopyKind::Default,
+    }
+}
+
 /// A 2D copy as the first byte of each side, the bytes copied and the direction.
 fn on_copy_2d(
     rec: &Recorder,
@@ -475,13 +487,7 @@ fn on_copy_2d(
         c.dst_y,
         c.dst_pitch,
     );
-    let kind = match (src.and_then(|s| s.1), dst.and_then(|d| d.1)) {
-        (Some(false), Some(true)) => CopyKind::HostToDevice,
-        (Some(true), Some(false)) => CopyKind::DeviceToHost,
-        (Some(true), Some(true)) => CopyKind::DeviceToDevice,
-        (Some(false), Some(false)) => CopyKind::HostToHost,
-        _ => CopyKind::Default,
-    };
+    let kind = copy_kind_between(src.and_then(|s| s.1), dst.and_then(|d| d.1));
     let bytes = c.width_in_bytes.saturating_mul(c.height);
     let addresses = (dst.map_or(0, |d| d.0), src.map_or(0, |s| s.0), bytes);
     on_driver_copy(rec, run, addresses, kind, stream, asynchronous)
@@ -699,13 +705,7 @@ fn memcpy_node_work(copy: *const Memcpy3D) -> Option<NodeWork> {
         c.dst_pitch,
         c.dst_height,
     );
-    let kind = match (src_device, dst_device) {
-        (Some(false), Some(true)) => CopyKind::HostToDevice,
-        (Some(true), Some(false)) => CopyKind::DeviceToHost,
-        (Some(true), Some(true)) => CopyKind::DeviceToDevice,
-        (Some(false), Some(false)) => CopyKind::HostToHost,
-        _ => CopyKind::Default,
-    };
+    let kind = copy_kind_between(src_device, dst_device);
     let bytes = c
         .width_in_bytes
         .saturating_mul(c.height)

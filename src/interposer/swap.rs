@@ -74,12 +74,21 @@ const NOT_AN_OP: u32 = u32::MAX;
 /// The slot position of a resident tensor's swap (it has no malloc in the iteration).
 const NOT_A_SLOT: u64 = u64::MAX;
 
-/// The blocks at addresses of their own, with their own memory, when a plan is made: by
-/// allocation, (address, rounded bytes, on the host); and the granularity they are rounded to.
+/// The blocks at addresses of their own, with their own memory, when a plan is made, by
+/// allocation; and the granularity they are rounded to.
 #[derive(Default)]
 struct Blocks {
-    by_id: FxHashMap<AllocId, (u64, u64, bool)>,
+    by_id: FxHashMap<AllocId, OwnBlock>,
     granularity: u64,
+}
+
+/// A block at an address of its own, as the planner sees it.
+#[derive(Clone, Copy)]
+struct OwnBlock {
+    va: u64,
+    rounded: u64,
+    /// Its own memory is page-locked host memory (it came when the device was full).
+    on_host: bool,
 }
 
 fn granules(bytes: u64) -> u64 {
@@ -842,7 +851,17 @@ impl PoolState {
         let blocks = Blocks {
             by_id: (exec.blocks.iter())
                 .filter(|(_, (block, _))| block.has_own_memory())
-                .map(|(&va, (block, id))| (*id, (va, block.rounded, block.on_host)))
+                .map(|(&va, (block, id))| {
+                    let (rounded, on_host) = (block.rounded, block.on_host);
+                    (
+                        *id,
+                        OwnBlock {
+                            va,
+                            rounded,
+                            on_host,
+                        },
+                    )
+                })
                 .collect(),
             granularity: exec.backing.flatten().map_or(0, |b| b.granularity),
         };
@@ -1615,7 +1634,7 @@ fn make_schedule(
     // but when they are all the pool holds (an iteration that allocates nothing, as under a
     // caching allocator), every size is a multiple of the granule, so is every offset the
     // pool gives (`combined_pool` aligns to the sizes), and a granule each would be waste.
-    let taken: Vec<(TensorId, AllocId, u64, u64, bool)> = births
+    let taken: Vec<(TensorId, AllocId, OwnBlock)> = births
         .iter()
         .enumerate()
         .filter_map(|(tensor, birth)| match birth {
@@ -1624,14 +1643,16 @@ fn make_schedule(
             Birth::Resident(id)
                 if allow_swaps && loaded.trace.tensors.get(tensor)?.dies_after.is_none() =>
             {
-                let &(va, rounded, on_host) = blocks.by_id.get(id)?;
-                Some((tensor as TensorId, *id, va, rounded, on_host))
+                Some((tensor as TensorId, *id, *blocks.by_id.get(id)?))
             }
             _ => None,
         })
         .collect();
     // Device memory the blocks leave outside the pool (those on the host never counted).
-    let taken_bytes: u64 = (taken.iter()).filter(|t| !t.4).map(|t| t.3).sum();
+    let taken_bytes: u64 = (taken.iter())
+        .filter(|(_, _, block)| !block.on_host)
+        .map(|(_, _, block)| block.rounded)
+        .sum();
     // A pool that takes blocks is made of granules: its last one may reach past the plan's
     // footprint, and counts as outside.
     let rounding = if taken.is_empty() {
@@ -1653,7 +1674,7 @@ fn make_schedule(
         min_swap_bytes: config.min_bytes,
         allow_swaps,
         residents: (taken.iter())
-            .map(|&(tensor, _, _, rounded, _)| (tensor, rounded + slack))
+            .map(|&(tensor, _, block)| (tensor, block.rounded + slack))
             .collect(),
     };
     inputs.budget_bytes = inputs.budget_for(limit);
@@ -1690,24 +1711,24 @@ fn make_schedule(
         unfit: String::new(),
     };
     for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
-        if let (Some(&(_, id, va, rounded, on_host)), Some(offset)) = (block_of(tensor), offset) {
+        if let (Some(&(_, id, block)), Some(offset)) = (block_of(tensor), offset) {
             anyhow::ensure!(
                 slack > 0 || offset % blocks.granularity == 0,
                 "internal error: the pool put a block at offset {offset}, off its granule"
             );
             schedule.residents.push(Resident {
                 id,
-                va,
-                on_host,
+                va: block.va,
+                on_host: block.on_host,
                 offset: offset.next_multiple_of(blocks.granularity),
-                rounded,
+                rounded: block.rounded,
                 away_at_start: None,
             });
         }
     }
     for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
         let tensor = swap.tensor as usize;
-        let resident = block_of(tensor).map(|&(_, id, va, _, _)| (id, va));
+        let resident = block_of(tensor).map(|&(_, id, block)| (id, block.va));
         let Some(position) = position_of(tensor).or(resident.map(|_| NOT_A_SLOT)) else {
             continue;
         };
