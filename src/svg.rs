@@ -14,7 +14,7 @@ const HEIGHT: f64 = 360.0;
 const MARGIN: f64 = 48.0;
 
 /// Escapes text for an SVG text node.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

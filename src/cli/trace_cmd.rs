@@ -121,11 +121,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
 /// profiler trace), converted to an in-memory itermem trace of its mallocs and frees.
 /// The trace of `path`, and the format it was converted from (None for an itermem trace).
 fn open(path: &Path, input: &InputArgs) -> anyhow::Result<(TraceFile, Option<String>)> {
-    let mut magic = [0u8; 8];
-    let is_itermem = File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .map_or(true, |()| &magic == b"ITERMEM\0");
-    if is_itermem {
+    if itermem::trace::format::starts_with_magic(path).unwrap_or(true) {
         // (An unreadable or short file is reported by the trace reader, with its offset.)
         return Ok((TraceFile::open(path)?, None));
     }

@@ -234,19 +234,10 @@ pub fn group(n: u64) -> String {
 
 /// Bytes exactly, with a binary-prefixed reading: `9,833,476 B (9.4 MiB)`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = n as f64;
-    let mut unit = None;
-    for u in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = Some(u);
-    }
-    match unit {
-        Some(unit) => format!("{} B ({value:.1} {unit})", group(n)),
-        None => format!("{} B", group(n)),
+    if n < 1024 {
+        format!("{} B", group(n))
+    } else {
+        format!("{} B ({})", group(n), crate::export::human_bytes(n))
     }
 }
 
@@ -263,11 +254,9 @@ pub fn duration(ns: f64) -> String {
     }
 }
 
+/// [`crate::svg::escape`], and quotes, for attribute values too.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    crate::svg::escape(text).replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::source::{Item, Recorded};
+use crate::swap::CopyModel;
 
 pub const MAX_COPIES: usize = 4000;
 pub const MAX_ZOOM_LAUNCHES: usize = 4000;
@@ -44,12 +45,6 @@ pub struct Zoom {
     pub left_out: usize,
 }
 
-/// A copy direction's cost: `latency + bytes · ns_per_byte`.
-fn copy_ns(copy: &Value, direction: &str, bytes: u64) -> f64 {
-    let get = |name: &str| copy[format!("{direction}_{name}")].as_f64().unwrap_or(0.0);
-    get("latency_ns") + bytes as f64 * get("ns_per_byte")
-}
-
 /// The planned copies of `plan` (`itermem plan --json`'s JSON) in the iterations that start at
 /// `starts` (access-event indices).
 pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
@@ -57,7 +52,8 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let copy = &plan["executor"]["copy"];
+    // The plan's copy model (no copy time without one).
+    let copy: Option<CopyModel> = serde_json::from_value(plan["executor"]["copy"].clone()).ok();
     let ops: Vec<(usize, u64)> = recorded
         .items
         .iter()
@@ -70,11 +66,7 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
         .as_array()
         .map_or(0, Vec::len);
     let per_iteration = (2 * swaps.len()).max(1);
-    let drawn = starts
-        .len()
-        .min(MAX_COPIES / per_iteration)
-        .max(1)
-        .min(starts.len());
+    let drawn = (MAX_COPIES / per_iteration).max(1).min(starts.len());
     let mut schedule = Schedule {
         iterations_drawn: drawn,
         iterations: starts.len(),
@@ -90,7 +82,7 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
         for swap in swaps {
             let bytes = swap["bytes"].as_u64().unwrap_or(0);
             if let Some(at) = op_time(&swap["out_at_op"], 0) {
-                let end = at.saturating_add(copy_ns(copy, "out", bytes) as u64);
+                let end = at.saturating_add(copy.map_or(0.0, |c| c.out_ns(bytes)) as u64);
                 schedule.out.push([at, end, bytes]);
             }
             let later = if swap["wraps"].as_bool() == Some(true) {
@@ -100,7 +92,7 @@ pub fn build(recorded: &Recorded, plan: &Value, starts: &[u64]) -> Schedule {
             };
             if let Some(issued) = op_time(&swap["in_issue_op"], later) {
                 let at = issued.saturating_add(swap["in_delay_ns"].as_f64().unwrap_or(0.0) as u64);
-                let end = at.saturating_add(copy_ns(copy, "in", bytes) as u64);
+                let end = at.saturating_add(copy.map_or(0.0, |c| c.in_ns(bytes)) as u64);
                 schedule.back.push([at, end, bytes]);
             }
         }

@@ -85,13 +85,7 @@ impl std::error::Error for SourceError {
 
 /// Reads `path` (any format [`crate::import`] recognises; an itermem trace in full).
 pub fn read(path: &Path, options: &ImportOptions) -> Result<Recorded, SourceError> {
-    let is_trace = std::fs::File::open(path)
-        .and_then(|mut file| {
-            let mut magic = [0u8; 8];
-            std::io::Read::read_exact(&mut file, &mut magic).map(|()| magic)
-        })
-        .is_ok_and(|magic| magic == crate::trace::format::MAGIC);
-    if is_trace {
+    if crate::trace::format::starts_with_magic(path).is_ok_and(|yes| yes) {
         read_trace(path, options)
     } else {
         read_recording(path, options)

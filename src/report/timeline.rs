@@ -68,7 +68,7 @@ pub struct Lane {
     pub counts: Vec<u32>,
 }
 
-/// The time of item `index` (the end of the recording for an index past it).
+/// The time of item `index` (None for an index past the recording).
 pub fn time_of(recorded: &Recorded, index: u64) -> Option<u64> {
     recorded
         .items

@@ -16,6 +16,14 @@ use crate::event::{Event, EventKind, Touched};
 
 /// The first 8 bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"ITERMEM\0";
+
+/// Whether the file at `path` starts with [`MAGIC`] (an error for a file that cannot be read
+/// or is shorter than it): how every reader tells an itermem trace from other recordings.
+pub fn starts_with_magic(path: &std::path::Path) -> std::io::Result<bool> {
+    let mut magic = [0u8; 8];
+    std::io::Read::read_exact(&mut std::fs::File::open(path)?, &mut magic)?;
+    Ok(magic == MAGIC)
+}
 /// The format version this build writes. Version 2 added the device of each event; version-1
 /// files are still read (every event on device 0).
 pub const VERSION: u16 = 2;
