@@ -519,7 +519,12 @@ typedef struct CUmemPoolProps_st {
     void *win32SecurityAttributes;
     size_t maxSize;
     unsigned short usage;
+#if CUDA_VERSION >= 13000
+    unsigned char gpuDirectRDMACapable;
+    unsigned char reserved[53];
+#else
     unsigned char reserved[54];
+#endif
 } CUmemPoolProps_v1;
 typedef CUmemPoolProps_v1 CUmemPoolProps;
 

@@ -734,7 +734,12 @@ struct cudaMemPoolProps {
     void *win32SecurityAttributes;
     size_t maxSize;
     unsigned short usage;
+#if CUDART_VERSION >= 13000
+    unsigned char reserved[53];
+    unsigned char reserved1;
+#else
     unsigned char reserved[54];
+#endif
 };
 
 struct cudaMemAllocNodeParams {
