@@ -505,8 +505,21 @@ impl State {
         };
         if result.is_err() {
             self.graphs.remove(&capture.graph);
+            self.graph_gone(capture.graph);
         }
         result
+    }
+
+    /// `graph` was destroyed: its allocations that are not live and belong to no executable
+    /// graph go back to the heap.
+    fn graph_gone(&mut self, graph: usize) {
+        self.memory_execs.remove(&graph);
+        for alloc in self.allocs.values_mut() {
+            if alloc.graph == Some(graph) {
+                alloc.graph = None;
+            }
+        }
+        self.release_unused();
     }
 
     /// `from` and every node they depend on, directly or not.
@@ -599,13 +612,7 @@ impl Graphs {
             return Err(INVALID_VALUE);
         }
         state.graphs.remove(&graph).ok_or(INVALID_VALUE)?;
-        state.memory_execs.remove(&graph);
-        for alloc in state.allocs.values_mut() {
-            if alloc.graph == Some(graph) {
-                alloc.graph = None;
-            }
-        }
-        state.release_unused();
+        state.graph_gone(graph);
         Ok(())
     }
 

@@ -706,6 +706,12 @@ static int case_memnodes(int iters) {
     OK(cudaGraphExecDestroy(frees));
     OK(cudaGraphDestroy(other));
     OK(cudaGraphDestroy(g));
+
+    /* A capture that fails takes its allocations with its graph. */
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaMallocAsync((void **)&p, 256, s));
+    EXPECT_CODE(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    EXPECT_CODE(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
     OK(cudaDeviceGraphMemTrim(0));
     OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
     EXPECT(reserved == 0);
