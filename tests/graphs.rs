@@ -77,3 +77,26 @@ fn a_forked_stream_must_join_and_only_the_origin_ends_the_capture() {
 fn capture_modes_prohibit_unsafe_calls_on_the_threads_cuda_names() {
     check("modes", &[], &[]);
 }
+
+#[test]
+fn graph_memory_nodes_follow_cuda_rules_on_their_allocations() {
+    check("memnodes", &["4"], &[]);
+    for seed in ["1", "2", "3"] {
+        let env = [("CUDA_SHIM_JITTER_US", "1000"), ("CUDA_SHIM_SEED", seed)];
+        check("memnodes", &["3"], &env);
+    }
+}
+
+/// `graph_train malloc`: each step's gradient buffer is a graph allocation (cudaMallocAsync and
+/// cudaFreeAsync captured), allocated and freed by every launch; the results are the direct
+/// program's.
+#[test]
+fn a_captured_iteration_with_stream_ordered_allocations_gives_the_direct_results() {
+    let train = support::program("graph_train");
+    let direct = support::results(&run_ok(&train, &["direct", "8"], &[]));
+    for seed in ["1", "2", "3", "4", "5"] {
+        let env = [("CUDA_SHIM_JITTER_US", "200"), ("CUDA_SHIM_SEED", seed)];
+        let out = run_ok(&train, &["malloc", "8"], &env);
+        assert_eq!(support::results(&out), direct, "seed {seed}");
+    }
+}

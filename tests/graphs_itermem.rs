@@ -1,6 +1,8 @@
 //! itermem on a program whose training steps are CUDA graphs (`tests/programs/graph_train.c`):
 //! captured in global and in relaxed mode (with an allocation during the capture), or built
-//! node by node, launched every iteration with a kernel node's arguments updated in between.
+//! node by node, or captured with its gradient buffer allocated and freed inside the capture
+//! (graph memory nodes), launched every iteration with a kernel node's arguments updated in
+//! between.
 //! Under itermem, in every mode and whatever the stream timing, the program computes what it
 //! computes alone; the trace records each graph launch and the work of its nodes, once, so
 //! `itermem trace info` finds the iteration the same program finds launching its work one by
@@ -15,7 +17,10 @@ use support::{
 /// Iterations of each run: enough for the detector to find the period.
 const ITERS: &str = "16";
 /// The graph variants of the program (`direct` launches the same work one call at a time).
-const VARIANTS: [&str; 3] = ["global", "relaxed", "explicit"];
+const VARIANTS: [&str; 4] = ["global", "relaxed", "explicit", "malloc"];
+/// The variant whose graphs allocate and free memory (graph memory nodes): its trace has a
+/// malloc and a free per launch more than the direct program's.
+const GRAPH_MEMORY: &str = "malloc";
 const SEEDS: [&str; 5] = ["1", "2", "3", "4", "5"];
 /// Layers, each one graph launched per iteration.
 const LAYERS: u64 = 4;
@@ -74,9 +79,17 @@ fn in_swap_mode_graphs_read_swapped_tensors_exactly_and_the_device_stays_under_t
                 scratch(&format!("{name}.json")),
                 scratch(&format!("{name}-shim.json")),
             );
+            // The graph allocations of `malloc` (one 2 MiB buffer per layer's graph) keep their
+            // memory while their graphs exist, as CUDA's graph pool keeps it: the device has
+            // that much more, and itermem counts each while it is live.
+            let device = match variant {
+                GRAPH_MEMORY => LIMIT.parse::<u64>().unwrap() + LAYERS * (2 << 20),
+                _ => LIMIT.parse().unwrap(),
+            };
+            let device = device.to_string();
             let mut env = jitter(seed).to_vec();
             env.extend([
-                ("CUDA_SHIM_DEVICE_MEMORY", LIMIT),
+                ("CUDA_SHIM_DEVICE_MEMORY", device.as_str()),
                 ("ITERMEM_SWAP_VERIFY", "1"),
                 ("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()),
             ]);
@@ -95,7 +108,7 @@ fn in_swap_mode_graphs_read_swapped_tensors_exactly_and_the_device_stays_under_t
                 .as_u64()
                 .unwrap();
             assert!(
-                peak <= LIMIT.parse().unwrap(),
+                peak <= device.parse().unwrap(),
                 "{variant}: device peak {peak}"
             );
             let summary = read_json(&stats);
@@ -138,6 +151,23 @@ fn trace_info_shows_the_graph_launches_and_the_period_of_the_direct_program() {
                 "{variant}: {work} events"
             );
         }
+        if variant == GRAPH_MEMORY {
+            // Each launch allocates and frees its step's gradient buffer, as a cudaMallocAsync
+            // and a cudaFreeAsync around the same work would (and the program frees the buffer
+            // it allocated before its graphs).
+            let launches = LAYERS * iterations;
+            for (kind, extra) in [("malloc", launches), ("free", launches + 1)] {
+                let (graph, direct) = (&graphs["events"][kind], &direct["events"][kind]);
+                assert_eq!(
+                    graph.as_u64().unwrap(),
+                    direct.as_u64().unwrap() + extra,
+                    "{variant}: {kind} events"
+                );
+            }
+            let expected = period.as_u64().unwrap() + 2 * LAYERS;
+            assert_eq!(graphs["period_events"], expected, "{variant}: {graphs:#}");
+            continue;
+        }
         assert_eq!(&graphs["period_events"], period, "{variant}: {graphs:#}");
     }
 }
@@ -161,6 +191,7 @@ fn captures_and_their_illegal_calls_behave_under_itermem_as_without_it() {
         "event",
         "fork",
         "modes",
+        "memnodes",
     ];
     for mode in ["record", "pool", "swap", "cnmem"] {
         for case in cases {

@@ -635,13 +635,6 @@ typedef struct CUuserObject_st *cudaUserObject_t;
 typedef struct CUkern_st *cudaKernel_t;
 typedef struct CUlib_st *cudaLibrary_t;
 
-enum cudaGraphMemAttributeType {
-    cudaGraphMemAttrUsedMemCurrent = 0x0,
-    cudaGraphMemAttrUsedMemHigh = 0x1,
-    cudaGraphMemAttrReservedMemCurrent = 0x2,
-    cudaGraphMemAttrReservedMemHigh = 0x3
-};
-
 enum cudaUserObjectFlags {
     cudaUserObjectNoDestructorSync = 0x1
 };
@@ -720,6 +713,55 @@ struct cudaMemLocation {
 struct cudaMemAccessDesc {
     struct cudaMemLocation location;
     enum cudaMemAccessFlags flags;
+};
+
+/* ---- graph memory nodes ---- */
+enum cudaMemAllocationType {
+    cudaMemAllocationTypeInvalid = 0x0,
+    cudaMemAllocationTypePinned = 0x1,
+    cudaMemAllocationTypeMax = 0x7FFFFFFF
+};
+
+enum cudaMemAllocationHandleType {
+    cudaMemHandleTypeNone = 0x0,
+    cudaMemHandleTypePosixFileDescriptor = 0x1
+};
+
+struct cudaMemPoolProps {
+    enum cudaMemAllocationType allocType;
+    enum cudaMemAllocationHandleType handleTypes;
+    struct cudaMemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+#if CUDART_VERSION >= 13000
+    unsigned char reserved[53];
+    unsigned char reserved1;
+#else
+    unsigned char reserved[54];
+#endif
+};
+
+struct cudaMemAllocNodeParams {
+    struct cudaMemPoolProps poolProps;
+    const struct cudaMemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    void *dptr;
+};
+
+enum cudaGraphMemAttributeType {
+    cudaGraphMemAttrUsedMemCurrent = 0x0,
+    cudaGraphMemAttrUsedMemHigh = 0x1,
+    cudaGraphMemAttrReservedMemCurrent = 0x2,
+    cudaGraphMemAttrReservedMemHigh = 0x3
+};
+
+enum cudaGraphInstantiateFlags {
+    cudaGraphInstantiateFlagAutoFreeOnLaunch = 1,
+    cudaGraphInstantiateFlagUpload = 2,
+    cudaGraphInstantiateFlagDeviceLaunch = 4,
+    cudaGraphInstantiateFlagUseNodePriority = 8
 };
 
 enum cudaFuncAttribute {
@@ -905,6 +947,13 @@ extern cudaError_t CUDARTAPI cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, 
 extern cudaError_t CUDARTAPI cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event);
 extern cudaError_t CUDARTAPI cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event);
 extern cudaError_t CUDARTAPI cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph);
+extern cudaError_t CUDARTAPI cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, struct cudaMemAllocNodeParams *nodeParams);
+extern cudaError_t CUDARTAPI cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out);
+extern cudaError_t CUDARTAPI cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr);
+extern cudaError_t CUDARTAPI cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out);
+extern cudaError_t CUDARTAPI cudaDeviceGraphMemTrim(int device);
+extern cudaError_t CUDARTAPI cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value);
+extern cudaError_t CUDARTAPI cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value);
 #if CUDART_VERSION >= 13000
 extern cudaError_t CUDARTAPI cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies);
 #else
@@ -925,8 +974,6 @@ extern cudaError_t CUDARTAPI cudaGraphNodeGetDependencies(cudaGraphNode_t node, 
 extern cudaError_t CUDARTAPI cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams);
 extern cudaError_t CUDARTAPI cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue CUDA_SHIM_DEFAULT(0), unsigned int flags CUDA_SHIM_DEFAULT(0));
 extern cudaError_t CUDARTAPI cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count CUDA_SHIM_DEFAULT(1), unsigned int flags CUDA_SHIM_DEFAULT(0));
-extern cudaError_t CUDARTAPI cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value);
-extern cudaError_t CUDARTAPI cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value);
 extern cudaError_t CUDARTAPI cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags);
 extern cudaError_t CUDARTAPI cudaUserObjectRetain(cudaUserObject_t object, unsigned int count CUDA_SHIM_DEFAULT(1));
 extern cudaError_t CUDARTAPI cudaUserObjectRelease(cudaUserObject_t object, unsigned int count CUDA_SHIM_DEFAULT(1));

@@ -19,6 +19,7 @@
 //! peer access is not waited for, as on CUDA (a use after free of the program).
 
 use crate::config::{Config, MAX_DEVICES};
+use crate::graph::GraphFree;
 use crate::kernel::{Body, Functions, Layout, PtxKernel};
 use crate::memory::{DeviceKind, DeviceMemory, PinnedMemory};
 use crate::ptx;
@@ -1508,6 +1509,9 @@ impl Context {
         if owner.pending_frees.lock().contains(&addr) {
             return Err(INVALID_VALUE);
         }
+        if let GraphFree::Freed = self.graphs_free(addr)? {
+            return self.synchronize();
+        }
         owner
             .memory
             .find(addr)
@@ -1524,19 +1528,33 @@ impl Context {
 
     /// `cuMemFreeAsync`: the block (of any device) returns to its heap when the stream reaches
     /// the free.
+    ///
+    /// On a capturing stream it is a free node of a graph allocation (see `graph.rs`).
     pub fn free_async(&self, addr: usize, stream: usize) -> CuResult<()> {
         let target = self.owner(stream)?;
+        if target.captures(stream)? {
+            return target.capture_free(stream, addr);
+        }
         target.outside_capture(stream)?;
         let owner = self.driver().heap_owner(addr).ok_or(INVALID_VALUE)?;
         let block = owner.memory.find(addr).ok_or(INVALID_VALUE)?;
-        if block.start != addr || !owner.pending_frees.lock().insert(addr) {
+        if block.start != addr || owner.pending_frees.lock().contains(&addr) {
             return Err(INVALID_VALUE);
         }
+        if let GraphFree::Freed = self.graphs_free(addr)? {
+            return Ok(());
+        }
+        owner.pending_frees.lock().insert(addr);
         let work = Work::Free {
             device: owner,
             addr,
         };
         target.enqueue(stream, work, None).map(drop)
+    }
+
+    /// A free outside capture of a graph allocation (see `graph::Graphs::free_allocation`).
+    fn graphs_free(&self, addr: usize) -> CuResult<GraphFree> {
+        self.driver().graphs.free_allocation(addr)
     }
 
     pub fn place(&self, addr: usize) -> Place {
@@ -1812,11 +1830,15 @@ impl Context {
         Ok((self.alloc(size, DeviceKind::Device)?, pitch))
     }
 
-    /// `cuMemAllocAsync`: from the default pool of the stream's device, as CUDA allocates.
+    /// `cuMemAllocAsync`: from the default pool of the stream's device, as CUDA allocates; on
+    /// a capturing stream, an alloc node of the capture's graph (see `graph.rs`).
     pub fn alloc_async(&self, size: usize, stream: usize) -> CuResult<usize> {
         let target = self.owner(stream)?;
-        target.outside_capture(stream)?;
         let device = target.device;
+        if target.captures(stream)? {
+            return target.capture_alloc(stream, device, size);
+        }
+        target.outside_capture(stream)?;
         let addr = device
             .memory
             .alloc(size, DeviceKind::Device, &device.stats)?;
@@ -1824,10 +1846,16 @@ impl Context {
         Ok(addr)
     }
 
-    /// `cuMemAllocFromPoolAsync`: from the pool's device; the stream may be any device's.
+    /// `cuMemAllocFromPoolAsync`: from the pool's device; the stream may be any device's. On
+    /// a capturing stream, an alloc node (the shim's only pool is the default one, whose
+    /// properties a graph allocation has anyway).
     pub fn alloc_from_pool(&self, size: usize, device: usize, stream: usize) -> CuResult<usize> {
-        self.owner(stream)?.outside_capture(stream)?;
+        let target = self.owner(stream)?;
         let device = self.driver().contexts[device].device;
+        if target.captures(stream)? {
+            return target.capture_alloc(stream, device, size);
+        }
+        target.outside_capture(stream)?;
         let addr = device
             .memory
             .alloc(size, DeviceKind::Device, &device.stats)?;

@@ -1436,14 +1436,19 @@ driver_api! {
         unsafe { put(count, all.len()) }
     }
 
-    /// An executable graph of `graph`'s nodes. The flags (auto-free on launch, upload, device
-    /// launch, priority) change nothing on the shim; unknown bits are `INVALID_VALUE`.
+    /// An executable graph of `graph`'s nodes. Auto-free on launch (1) frees what a launch
+    /// allocated and left unfreed before the next one (with device launch, 4, it is
+    /// `INVALID_VALUE`, as on CUDA); the other flags (upload, device launch, priority) change
+    /// nothing on the shim; unknown bits are `INVALID_VALUE`.
     fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) {
+        const AUTO_FREE_ON_LAUNCH: u64 = 0x1;
+        const DEVICE_LAUNCH: u64 = 0x4;
         let driver = initialized()?;
-        if exec.is_null() || flags & !0xF != 0 {
+        let auto_free = flags & AUTO_FREE_ON_LAUNCH != 0;
+        if exec.is_null() || flags & !0xF != 0 || (auto_free && flags & DEVICE_LAUNCH != 0) {
             return Err(INVALID_VALUE);
         }
-        let handle = driver.graphs.instantiate(graph)?;
+        let handle = driver.graphs.instantiate(graph, auto_free)?;
         // SAFETY: checked non-null; out-parameter of the caller.
         unsafe { put(exec, handle) }
     }
@@ -1623,6 +1628,126 @@ driver_api! {
         let copy = initialized()?.graphs.copy(child)?;
         // SAFETY: the caller's node and dependencies.
         unsafe { add_node(node, graph, dependencies, count, crate::graph::Op::Child(copy)) }
+    }
+
+    /// An alloc node of `bytesize` bytes of the device `poolProps.location` names: pinned (the
+    /// only type CUDA allows), exported by no handle type, other devices' access as
+    /// `accessDescs` say (not checked on the shim: peers reach every device's memory). The
+    /// allocation's address, fixed from now on, is written to `dptr`.
+    fn cuGraphAddMemAllocNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *mut MemAllocNodeParams,
+    ) {
+        const ALLOCATION_PINNED: u32 = 1;
+        let driver = initialized()?;
+        // SAFETY: null (rejected) or the caller's parameters.
+        let p = unsafe { params.as_mut() }.ok_or(INVALID_VALUE)?;
+        let props = &p.pool_props;
+        if node.is_null() || props.alloc_type != ALLOCATION_PINNED || props.handle_types != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let ordinal = check_location(driver, props.location_type, props.location_id)?;
+        if p.access_count > driver.contexts.len() || (p.access.is_null() && p.access_count > 0) {
+            return Err(INVALID_VALUE);
+        }
+        if p.access_count > 0 {
+            // SAFETY: non-null, `access_count` descriptors by the caller's contract.
+            let descs = unsafe { std::slice::from_raw_parts(p.access, p.access_count) };
+            for d in descs {
+                check_location(driver, d.location_type, d.location_id)?;
+                if d.flags > 3 {
+                    return Err(INVALID_VALUE);
+                }
+            }
+        }
+        // SAFETY: null (rejected unless empty) or `count` handles.
+        let deps = unsafe { node_list(dependencies, count) }?;
+        let device = driver.device(ordinal as i32)?;
+        let (handle, addr) = driver.graphs.add_alloc(graph, deps, device, p.bytesize)?;
+        p.dptr = addr as u64;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(node, handle) }
+    }
+
+    /// The alloc node's parameters: its device, size and address (no access descriptors: the
+    /// shim keeps none).
+    fn cuGraphMemAllocNodeGetParams(node: usize, params: *mut MemAllocNodeParams) {
+        const ALLOCATION_PINNED: u32 = 1;
+        const LOCATION_DEVICE: u32 = 1;
+        let (addr, size, ordinal) = initialized()?.graphs.alloc_params(node)?;
+        let mut pool_props = PoolProps::zeroed();
+        pool_props.alloc_type = ALLOCATION_PINNED;
+        pool_props.location_type = LOCATION_DEVICE;
+        pool_props.location_id = ordinal as i32;
+        let answer = MemAllocNodeParams {
+            pool_props,
+            access: std::ptr::null(),
+            access_count: 0,
+            bytesize: size,
+            dptr: addr as u64,
+        };
+        // SAFETY: null (rejected) or the caller's out-parameter.
+        unsafe { put(params, answer) }
+    }
+
+    /// A free node of the graph allocation starting at `dptr`: `INVALID_VALUE` for an address
+    /// no alloc node returned, or one a graph frees already.
+    fn cuGraphAddMemFreeNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        dptr: u64,
+    ) {
+        let driver = initialized()?;
+        if node.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: null (rejected unless empty) or `count` handles.
+        let deps = unsafe { node_list(dependencies, count) }?;
+        let handle = driver.graphs.add_free(graph, deps, dptr as usize)?;
+        // SAFETY: checked non-null; out-parameter of the caller.
+        unsafe { put(node, handle) }
+    }
+
+    /// The address the free node frees.
+    fn cuGraphMemFreeNodeGetParams(node: usize, dptr: *mut u64) {
+        let addr = initialized()?.graphs.free_params(node)?;
+        // SAFETY: null (rejected) or the caller's out-parameter.
+        unsafe { put(dptr, addr as u64) }
+    }
+
+    /// The shim keeps a graph allocation's memory only while a graph or executable graph that
+    /// can allocate it exists (or it is live), so nothing unused is left to trim.
+    fn cuDeviceGraphMemTrim(device: i32) {
+        initialized()?.device(device)?;
+        Ok(())
+    }
+
+    /// Graph memory of the device (`CUgraphMem_attribute`, each a `cuuint64_t`): bytes of live
+    /// graph allocations and of all of them (the shim's "reserved"), current and high-water.
+    fn cuDeviceGetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
+        let driver = initialized()?;
+        let ordinal = driver.device(device)?.ordinal;
+        let answer = driver.graphs.memory_attribute(ordinal, attr)?;
+        // SAFETY: null (rejected) or the caller's `cuuint64_t`.
+        unsafe { put(value.cast::<u64>(), answer) }
+    }
+
+    /// Resets a high-water mark (`…_USED_MEM_HIGH`, `…_RESERVED_MEM_HIGH`) to zero, the only
+    /// value allowed.
+    fn cuDeviceSetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
+        let driver = initialized()?;
+        let ordinal = driver.device(device)?.ordinal;
+        if value.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: non-null, a `cuuint64_t` by the attribute's contract.
+        let value = unsafe { value.cast::<u64>().read_unaligned() };
+        driver.graphs.reset_high(ordinal, attr, value)
     }
 
     /// `to[i]` follows `from[i]`, for each of the `count` pairs.
@@ -3057,6 +3182,29 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuGraphUpload", 11010, "cuGraphUpload"),
     ("cuGraphExecDestroy", 10000, "cuGraphExecDestroy"),
     ("cuGraphDebugDotPrint", 11030, "cuGraphDebugDotPrint"),
+    ("cuGraphAddMemAllocNode", 11040, "cuGraphAddMemAllocNode"),
+    (
+        "cuGraphMemAllocNodeGetParams",
+        11040,
+        "cuGraphMemAllocNodeGetParams",
+    ),
+    ("cuGraphAddMemFreeNode", 11040, "cuGraphAddMemFreeNode"),
+    (
+        "cuGraphMemFreeNodeGetParams",
+        11040,
+        "cuGraphMemFreeNodeGetParams",
+    ),
+    ("cuDeviceGraphMemTrim", 11040, "cuDeviceGraphMemTrim"),
+    (
+        "cuDeviceGetGraphMemAttribute",
+        11040,
+        "cuDeviceGetGraphMemAttribute",
+    ),
+    (
+        "cuDeviceSetGraphMemAttribute",
+        11040,
+        "cuDeviceSetGraphMemAttribute",
+    ),
     ("cuGraphAddKernelNode", 12000, "cuGraphAddKernelNode_v2"),
     ("cuGraphAddMemsetNode", 10000, "cuGraphAddMemsetNode"),
     ("cuGraphAddMemcpyNode", 10000, "cuGraphAddMemcpyNode"),
@@ -3765,6 +3913,46 @@ pub struct AccessDesc {
 }
 
 const _: () = assert!(size_of::<AccessDesc>() == 12);
+
+/// `CUmemPoolProps` (88 bytes).
+#[repr(C)]
+pub struct PoolProps {
+    alloc_type: u32,
+    handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    win32_security_attributes: *mut c_void,
+    max_size: usize,
+    usage: u16,
+    reserved: [u8; 54],
+}
+
+impl PoolProps {
+    fn zeroed() -> PoolProps {
+        PoolProps {
+            alloc_type: 0,
+            handle_types: 0,
+            location_type: 0,
+            location_id: 0,
+            win32_security_attributes: std::ptr::null_mut(),
+            max_size: 0,
+            usage: 0,
+            reserved: [0; 54],
+        }
+    }
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (`_v1`, 120 bytes; the runtime's `cudaMemAllocNodeParams`).
+#[repr(C)]
+pub struct MemAllocNodeParams {
+    pool_props: PoolProps,
+    access: *const AccessDesc,
+    access_count: usize,
+    bytesize: usize,
+    dptr: u64,
+}
+
+const _: () = assert!(size_of::<PoolProps>() == 88 && size_of::<MemAllocNodeParams>() == 120);
 
 /// A `CUmemLocation` must be a device of the shim: its ordinal.
 fn check_location(driver: &Driver, location_type: u32, id: i32) -> CuResult<usize> {

@@ -13,11 +13,18 @@
 //! CUDA allows but does not promise). The first operation of a launch waits for the last of the
 //! exec's previous launch, so launches of one exec never overlap, whatever their streams.
 //!
+//! Memory nodes (`cuGraphAddMemAllocNode`, `cuMemAllocAsync` on a capturing stream, and their
+//! free twins) follow CUDA's rules on a [`GraphAlloc`]: a fixed address from the node's
+//! creation, live from a launch of its alloc node to its free, one executable graph at a time
+//! for a graph with memory nodes, and a relaunch refused (`INVALID_VALUE`) while what the
+//! previous launch allocated is unfreed, unless instantiated with auto-free on launch.
+//!
 //! What is illegal while capturing (the CUDA Programming Guide's "prohibited and unhandled
 //! operations") returns CUDA's code and invalidates the captures concerned: ending them
 //! returns `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` and no graph.
 
-use crate::device::{Context, Work};
+use crate::device::{Context, Device, Work};
+use crate::memory::DeviceKind;
 use crate::result::*;
 use crate::stats::Stats;
 use crate::stream::{Identity, Marker};
@@ -53,6 +60,11 @@ pub enum Op {
     EventWait(usize),
     /// A child graph node: a copy of the child graph, run as one node.
     Child(Box<Graph>),
+    /// A memory alloc node: the graph allocation starting at this address (see [`GraphAlloc`])
+    /// is allocated when the node runs.
+    MemAlloc(usize),
+    /// A memory free node: frees the graph allocation starting at this address.
+    MemFree(usize),
 }
 
 impl Op {
@@ -62,12 +74,18 @@ impl Op {
             Op::Work(Work::Copy { .. }, _) => "memcpy",
             Op::Work(Work::Memset { .. }, _) => "memset",
             Op::Work(Work::Host(_), _) => "host",
-            Op::Work(Work::Free { .. }, _) => "mem_free",
+            Op::Work(Work::Free { .. }, _) => "free",
             Op::Work(Work::Marker, _) => "empty",
             Op::EventRecord(_) => "event_record",
             Op::EventWait(_) => "event_wait",
             Op::Child(_) => "graph",
+            Op::MemAlloc(_) => "mem_alloc",
+            Op::MemFree(_) => "mem_free",
         }
+    }
+
+    fn is_memory(&self) -> bool {
+        matches!(self, Op::MemAlloc(_) | Op::MemFree(_))
     }
 }
 
@@ -187,6 +205,9 @@ impl Clone for Graph {
 
 /// An executable graph: its operations in a topological order.
 pub struct Exec {
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the previous
+    /// one allocated and left unfreed.
+    auto_free: bool,
     /// Each operation with the handle of the graph node it came from.
     ops: Mutex<Vec<(usize, Op)>>,
     /// The graph's node handles and [`Graph::shape`], what `cuGraphExecUpdate` compares.
@@ -194,6 +215,24 @@ pub struct Exec {
     shape: Vec<Shape>,
     /// The last operation of the latest launch: the next launch waits for it.
     last: Mutex<Option<Arc<Marker>>>,
+}
+
+/// The memory of a memory alloc node (a *graph allocation*). Its address is fixed when the
+/// node is made (CUDA's rule), so the shim takes the block from the device's heap then and
+/// keeps it while the graph or an executable graph of it exists, or the allocation is live
+/// (capacity counts it all that time, as CUDA's graph pool keeps its physical memory). `live`
+/// is its CUDA lifetime: from a launch of its alloc node to its free (a free node's launch,
+/// `cuMemFree`, `cuMemFreeAsync`); the shim does not unmap it in between, so an access
+/// outside that lifetime reads what was there rather than faulting as on CUDA.
+pub struct GraphAlloc {
+    device: &'static Device,
+    size: usize,
+    /// The graph whose alloc node made it, while that graph exists.
+    graph: Option<usize>,
+    /// The graph with a free node for it (one only: CUDA frees a graph allocation once, in
+    /// its own graph or in another one).
+    freed_by: Option<usize>,
+    live: bool,
 }
 
 /// A capture sequence.
@@ -226,6 +265,13 @@ struct State {
     /// Events last recorded in a capture: the capture and the frontier they stand for.
     events: HashMap<usize, (u64, Vec<usize>)>,
     next_capture: u64,
+    /// Graph allocations, by start address.
+    allocs: HashMap<usize, GraphAlloc>,
+    /// Graphs with memory nodes that have an executable graph: graph → exec.
+    memory_execs: HashMap<usize, usize>,
+    /// Per device ordinal, the high-water marks of graph memory used and reserved
+    /// (`CU_GRAPH_MEM_ATTR_USED_MEM_HIGH`, `…_RESERVED_MEM_HIGH`).
+    highs: HashMap<usize, (u64, u64)>,
 }
 
 /// Every graph, executable graph and capture of the process.
@@ -249,7 +295,121 @@ pub fn exchange_mode(mode: u32) -> CuResult<u32> {
     MODE.try_with(|m| m.replace(mode)).map_err(|_| UNKNOWN)
 }
 
+/// What [`Graphs::free_allocation`] found at an address freed outside graphs.
+pub enum GraphFree {
+    /// Not a graph allocation: the heap's free applies.
+    NotGraph,
+    /// A live graph allocation, now freed (its block stays reserved for its graph).
+    Freed,
+    /// A live graph allocation no graph or executable graph can allocate again: freed, and its
+    /// block is the caller's to return to the heap as an ordinary free does.
+    Release,
+}
+
 impl State {
+    /// Takes `size` bytes of `device` for a new alloc node of `graph`.
+    fn new_alloc(&mut self, device: &'static Device, size: usize, graph: usize) -> CuResult<usize> {
+        let addr = device
+            .memory
+            .alloc(size, DeviceKind::Device, &device.stats)?;
+        let alloc = GraphAlloc {
+            device,
+            size,
+            graph: Some(graph),
+            freed_by: None,
+            live: false,
+        };
+        self.allocs.insert(addr, alloc);
+        self.note_highs(device.ordinal);
+        Ok(addr)
+    }
+
+    /// A free node of `graph` for `addr`: it must be the start of a graph allocation that no
+    /// graph frees yet (`INVALID_VALUE` otherwise, as `cuGraphAddMemFreeNode` says).
+    fn free_in(&mut self, addr: usize, graph: usize) -> CuResult<()> {
+        let alloc = self.allocs.get_mut(&addr).ok_or(INVALID_VALUE)?;
+        if alloc.freed_by.is_some() {
+            return Err(INVALID_VALUE);
+        }
+        alloc.freed_by = Some(graph);
+        Ok(())
+    }
+
+    /// Graph memory of device `ordinal`: (bytes of live allocations, bytes of all of them).
+    fn usage(&self, ordinal: usize) -> (u64, u64) {
+        let mut usage = (0, 0);
+        for alloc in self.allocs.values() {
+            if alloc.device.ordinal == ordinal {
+                let bytes = alloc.size.next_multiple_of(crate::memory::GRANULE) as u64;
+                usage.1 += bytes;
+                if alloc.live {
+                    usage.0 += bytes;
+                }
+            }
+        }
+        usage
+    }
+
+    fn note_highs(&mut self, ordinal: usize) {
+        let (used, reserved) = self.usage(ordinal);
+        let high = self.highs.entry(ordinal).or_default();
+        *high = (high.0.max(used), high.1.max(reserved));
+    }
+
+    /// Returns to their heaps the blocks of graph allocations that are not live and that no
+    /// graph or executable graph can allocate again.
+    fn release_unused(&mut self) {
+        let mut kept: HashSet<usize> = HashSet::new();
+        for exec in self.execs.values() {
+            kept.extend(exec.ops.lock().iter().filter_map(|(_, op)| match op {
+                Op::MemAlloc(addr) => Some(*addr),
+                _ => None,
+            }));
+        }
+        let unused: Vec<usize> = (self.allocs.iter())
+            .filter(|(addr, a)| a.graph.is_none() && !a.live && !kept.contains(addr))
+            .map(|(&addr, _)| addr)
+            .collect();
+        for addr in unused {
+            if let Some(alloc) = self.allocs.remove(&addr) {
+                let device = alloc.device;
+                // Not live, so no queued work may use it (an exec that ran it is gone).
+                let _ = device.memory.free(addr, &device.stats);
+            }
+        }
+    }
+
+    /// A launch running `ops`: each alloc node's allocation must not be live (unless
+    /// `auto_free`: then it is freed first), each free node's must be; `INVALID_VALUE` and no
+    /// change otherwise. Allocations become live or freed in the order of the operations.
+    fn launch_memory(&mut self, ops: &[(usize, Op)], auto_free: bool) -> CuResult<()> {
+        let mut after: HashMap<usize, bool> = HashMap::new();
+        for (_, op) in ops {
+            let (addr, allocates) = match op {
+                Op::MemAlloc(addr) => (*addr, true),
+                Op::MemFree(addr) => (*addr, false),
+                _ => continue,
+            };
+            let alloc = self.allocs.get(&addr).ok_or(INVALID_VALUE)?;
+            let live = after.get(&addr).copied().unwrap_or(alloc.live);
+            if (allocates && live && !auto_free) || (!allocates && !live) {
+                return Err(INVALID_VALUE);
+            }
+            after.insert(addr, allocates);
+        }
+        let mut devices = Vec::new();
+        for (addr, live) in after {
+            if let Some(alloc) = self.allocs.get_mut(&addr) {
+                alloc.live = live;
+                devices.push(alloc.device.ordinal);
+            }
+        }
+        for ordinal in devices {
+            self.note_highs(ordinal);
+        }
+        Ok(())
+    }
+
     fn invalidate(&mut self, capture: u64) {
         if let Some(c) = self.captures.get_mut(&capture) {
             c.invalidated = true;
@@ -345,8 +505,21 @@ impl State {
         };
         if result.is_err() {
             self.graphs.remove(&capture.graph);
+            self.graph_gone(capture.graph);
         }
         result
+    }
+
+    /// `graph` was destroyed: its allocations that are not live and belong to no executable
+    /// graph go back to the heap.
+    fn graph_gone(&mut self, graph: usize) {
+        self.memory_execs.remove(&graph);
+        for alloc in self.allocs.values_mut() {
+            if alloc.graph == Some(graph) {
+                alloc.graph = None;
+            }
+        }
+        self.release_unused();
     }
 
     /// `from` and every node they depend on, directly or not.
@@ -431,12 +604,16 @@ impl Graphs {
         handle
     }
 
+    /// `cuGraphDestroy`: its allocations that are not live and belong to no executable graph
+    /// go back to the heap.
     pub fn destroy(&self, graph: usize) -> CuResult<()> {
         let mut state = self.state.lock();
         if state.captures.values().any(|c| c.graph == graph) {
             return Err(INVALID_VALUE);
         }
-        state.graphs.remove(&graph).map(drop).ok_or(INVALID_VALUE)
+        state.graphs.remove(&graph).ok_or(INVALID_VALUE)?;
+        state.graph_gone(graph);
+        Ok(())
     }
 
     /// `cuGraphGetNodes`: the node handles, in the order they were added.
@@ -445,25 +622,69 @@ impl Graphs {
         Ok(state.graphs.get(&graph).ok_or(INVALID_VALUE)?.handles())
     }
 
-    /// `cuGraphInstantiateWithFlags`: the nodes in an order that respects every dependency.
-    pub fn instantiate(&self, graph: usize) -> CuResult<usize> {
-        let state = self.state.lock();
-        let graph = state.graphs.get(&graph).ok_or(INVALID_VALUE)?;
+    /// `cuGraphInstantiateWithFlags`: the nodes in an order that respects every dependency. A
+    /// graph with memory nodes may have one executable graph at a time (a second is
+    /// `INVALID_VALUE`: CUDA documents an error without naming it).
+    pub fn instantiate(&self, handle: usize, auto_free: bool) -> CuResult<usize> {
+        let mut state = self.state.lock();
+        let graph = state.graphs.get(&handle).ok_or(INVALID_VALUE)?;
+        let memory = graph.nodes.iter().any(|n| n.op.is_memory());
+        if memory && state.memory_execs.contains_key(&handle) {
+            return Err(INVALID_VALUE);
+        }
         let exec = Arc::new(Exec {
+            auto_free,
             ops: Mutex::new(graph.ordered()?),
             nodes: graph.handles(),
             shape: graph.shape(),
             last: Mutex::new(None),
         });
-        drop(state);
-        let handle = Arc::as_ptr(&exec) as usize;
-        self.state.lock().execs.insert(handle, exec);
-        Ok(handle)
+        let exec_handle = Arc::as_ptr(&exec) as usize;
+        state.execs.insert(exec_handle, exec);
+        if memory {
+            state.memory_execs.insert(handle, exec_handle);
+        }
+        Ok(exec_handle)
     }
 
     /// Adds a node running `op` to `graph` after `deps` (distinct nodes of that graph; a graph
     /// being captured takes no explicit nodes).
     pub fn add(&self, graph: usize, op: Op, deps: &[usize]) -> CuResult<usize> {
+        self.add_with(graph, deps, |_, _| Ok(op))
+    }
+
+    /// `cuGraphAddMemAllocNode`: an alloc node of `size` bytes of `device`; its handle and the
+    /// allocation's address, fixed from now on.
+    pub fn add_alloc(
+        &self,
+        graph: usize,
+        deps: &[usize],
+        device: &'static Device,
+        size: usize,
+    ) -> CuResult<(usize, usize)> {
+        let mut addr = 0;
+        let node = self.add_with(graph, deps, |state, graph| {
+            addr = state.new_alloc(device, size, graph)?;
+            Ok(Op::MemAlloc(addr))
+        })?;
+        Ok((node, addr))
+    }
+
+    /// `cuGraphAddMemFreeNode`: a free node of the graph allocation starting at `addr`.
+    pub fn add_free(&self, graph: usize, deps: &[usize], addr: usize) -> CuResult<usize> {
+        self.add_with(graph, deps, |state, graph| {
+            state.free_in(addr, graph)?;
+            Ok(Op::MemFree(addr))
+        })
+    }
+
+    /// [`Graphs::add`] of the operation `op` makes once the graph and dependencies are checked.
+    fn add_with(
+        &self,
+        graph: usize,
+        deps: &[usize],
+        op: impl FnOnce(&mut State, usize) -> CuResult<Op>,
+    ) -> CuResult<usize> {
         let mut state = self.state.lock();
         if state.captures.values().any(|c| c.graph == graph) {
             return Err(INVALID_VALUE);
@@ -476,7 +697,88 @@ impl Graphs {
         if deps.iter().any(|d| !nodes.contains(d) || !seen.insert(*d)) {
             return Err(INVALID_VALUE);
         }
+        let op = op(&mut state, graph)?;
         state.add_node(graph, op, deps.to_vec())
+    }
+
+    /// The operation of node `node` of any graph (`INVALID_VALUE` for an unknown handle).
+    fn node_op(&self, node: usize) -> CuResult<Op> {
+        let state = self.state.lock();
+        (state.graphs.values())
+            .flat_map(|g| g.nodes.iter())
+            .find(|n| &***n as *const Node as usize == node)
+            .map(|n| n.op.clone())
+            .ok_or(INVALID_VALUE)
+    }
+
+    /// `cuGraphMemAllocNodeGetParams`: the alloc node's address, size and device ordinal.
+    pub fn alloc_params(&self, node: usize) -> CuResult<(usize, usize, usize)> {
+        let Op::MemAlloc(addr) = self.node_op(node)? else {
+            return Err(INVALID_VALUE);
+        };
+        let state = self.state.lock();
+        let alloc = state.allocs.get(&addr).ok_or(INVALID_VALUE)?;
+        Ok((addr, alloc.size, alloc.device.ordinal))
+    }
+
+    /// `cuGraphMemFreeNodeGetParams`: the address the free node frees.
+    pub fn free_params(&self, node: usize) -> CuResult<usize> {
+        match self.node_op(node)? {
+            Op::MemFree(addr) => Ok(addr),
+            _ => Err(INVALID_VALUE),
+        }
+    }
+
+    /// `cuMemFree`/`cuMemFreeAsync` of `addr` outside capture: a live graph allocation is
+    /// freed; one that is not live is `INVALID_VALUE` (freed already, or never allocated by a
+    /// launch); other memory is the heap's.
+    pub fn free_allocation(&self, addr: usize) -> CuResult<GraphFree> {
+        let mut state = self.state.lock();
+        let Some(alloc) = state.allocs.get_mut(&addr) else {
+            return Ok(GraphFree::NotGraph);
+        };
+        if !alloc.live {
+            return Err(INVALID_VALUE);
+        }
+        alloc.live = false;
+        let gone = alloc.graph.is_none();
+        let kept = gone
+            && (state.execs.values()).any(|e| {
+                (e.ops.lock().iter()).any(|(_, op)| matches!(op, Op::MemAlloc(a) if *a == addr))
+            });
+        if gone && !kept {
+            state.allocs.remove(&addr);
+            return Ok(GraphFree::Release);
+        }
+        Ok(GraphFree::Freed)
+    }
+
+    /// `cuDeviceGetGraphMemAttribute` of device `ordinal`: `CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`
+    /// (0), `…_USED_MEM_HIGH` (1), `…_RESERVED_MEM_CURRENT` (2), `…_RESERVED_MEM_HIGH` (3).
+    pub fn memory_attribute(&self, ordinal: usize, attr: u32) -> CuResult<u64> {
+        let state = self.state.lock();
+        let (used, reserved) = state.usage(ordinal);
+        let (used_high, reserved_high) = state.highs.get(&ordinal).copied().unwrap_or_default();
+        match attr {
+            0 => Ok(used),
+            1 => Ok(used_high),
+            2 => Ok(reserved),
+            3 => Ok(reserved_high),
+            _ => Err(INVALID_VALUE),
+        }
+    }
+
+    /// `cuDeviceSetGraphMemAttribute`: a high-water mark (attribute 1 or 3) reset to zero, the
+    /// only value allowed.
+    pub fn reset_high(&self, ordinal: usize, attr: u32, value: u64) -> CuResult<()> {
+        let mut state = self.state.lock();
+        let high = state.highs.entry(ordinal).or_default();
+        match (attr, value) {
+            (1, 0) => high.0 = 0,
+            (3, 0) => high.1 = 0,
+            _ => return Err(INVALID_VALUE),
+        }
+        Ok(())
     }
 
     /// `cuGraphAddDependencies`: `to[i]` follows `from[i]`; both nodes of `graph` and the edge
@@ -502,10 +804,15 @@ impl Graphs {
         Ok(())
     }
 
-    /// A copy of `graph`, for a child graph node.
+    /// A copy of `graph`, for a child graph node (a graph with memory nodes cannot be one:
+    /// `INVALID_VALUE`).
     pub fn copy(&self, graph: usize) -> CuResult<Box<Graph>> {
         let state = self.state.lock();
-        state.graphs.get(&graph).cloned().ok_or(INVALID_VALUE)
+        let graph = state.graphs.get(&graph).ok_or(INVALID_VALUE)?;
+        if graph.nodes.iter().any(|n| n.op.is_memory()) {
+            return Err(INVALID_VALUE);
+        }
+        Ok(graph.clone())
     }
 
     /// `cuGraphExecKernelNodeSetParams`: the kernel launch `node` of `exec` runs from its next
@@ -524,7 +831,7 @@ impl Graphs {
     /// `cuGraphExecUpdate`: `graph`'s operations replace `exec`'s (from its next launch on)
     /// when the two graphs have the same topology, node kinds and kernel functions; otherwise
     /// `exec` is unchanged and the answer is the `CUgraphExecUpdateResult` and the first node
-    /// of `graph` that differs (a graph with child graph nodes is not supported).
+    /// of `graph` that differs (a graph with child graph or memory nodes is not supported).
     pub fn update(&self, exec: usize, graph: usize) -> CuResult<Result<(), (u32, usize)>> {
         const TOPOLOGY_CHANGED: u32 = 2;
         const NODE_TYPE_CHANGED: u32 = 3;
@@ -539,7 +846,7 @@ impl Graphs {
         }
         for ((new, old), &node) in shape.iter().zip(&exec.shape).zip(&handles) {
             let differs = match () {
-                _ if new.kind == "graph" => Some(NOT_SUPPORTED),
+                _ if new.kind == "graph" || new.kind.starts_with("mem_") => Some(NOT_SUPPORTED),
                 _ if new.deps != old.deps => Some(TOPOLOGY_CHANGED),
                 _ if new.kind != old.kind => Some(NODE_TYPE_CHANGED),
                 _ if new.function != old.function => Some(FUNCTION_CHANGED),
@@ -566,9 +873,22 @@ impl Graphs {
         state.execs.get(&exec).map(drop).ok_or(INVALID_VALUE)
     }
 
+    /// `cuGraphExecDestroy`; a graph allocation only it could allocate again goes back to the
+    /// heap once not live, after the exec's last launch.
     pub fn exec_destroy(&self, exec: usize) -> CuResult<()> {
         let mut state = self.state.lock();
-        state.execs.remove(&exec).map(drop).ok_or(INVALID_VALUE)
+        let exec = state.execs.remove(&exec).ok_or(INVALID_VALUE)?;
+        let handle = Arc::as_ptr(&exec) as usize;
+        state.memory_execs.retain(|_, e| *e != handle);
+        drop(state);
+        if exec.ops.lock().iter().any(|(_, op)| op.is_memory()) {
+            let last = exec.last.lock().clone();
+            if let Some(last) = last {
+                last.wait();
+            }
+            self.state.lock().release_unused();
+        }
+        Ok(())
     }
 
     /// `cuGraphDebugDotPrint`: the graph in Graphviz's language, one vertex per node labelled
@@ -643,8 +963,7 @@ impl Context {
 
     /// A call on `stream` that cannot be captured: one that makes the host wait for the stream
     /// (synchronising or querying it, a synchronous copy on it: a capturing stream has nothing
-    /// to wait for), a stream-ordered allocation or free (memory nodes are not supported), or a
-    /// graph launch (child graph nodes are not supported).
+    /// to wait for), or a graph launch (child graph nodes are not supported).
     /// On a capturing stream it is `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and the capture is
     /// invalidated; on the legacy stream while a blocking stream captures,
     /// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`.
@@ -660,6 +979,32 @@ impl Context {
             state.implicit(self.handle())?;
         }
         Ok(())
+    }
+
+    /// `cuMemAllocAsync` on a capturing stream: an alloc node of `size` bytes of `device`
+    /// after the stream's frontier; the allocation's address.
+    pub(crate) fn capture_alloc(
+        &self,
+        stream: usize,
+        device: &'static Device,
+        size: usize,
+    ) -> CuResult<usize> {
+        let (identity, mut state) = self.capture_state(stream)?.ok_or(ILLEGAL_STATE)?;
+        let capture = state.joined(identity.id)?.ok_or(ILLEGAL_STATE)?.capture;
+        let graph = state.captures[&capture].graph;
+        let addr = state.new_alloc(device, size, graph)?;
+        state.capture_op(identity.id, Op::MemAlloc(addr))?;
+        Ok(addr)
+    }
+
+    /// `cuMemFreeAsync` on a capturing stream: a free node of the graph allocation at `addr`
+    /// (`INVALID_VALUE` for other memory, or one a graph frees already).
+    pub(crate) fn capture_free(&self, stream: usize, addr: usize) -> CuResult<()> {
+        let (identity, mut state) = self.capture_state(stream)?.ok_or(ILLEGAL_STATE)?;
+        let capture = state.joined(identity.id)?.ok_or(ILLEGAL_STATE)?.capture;
+        let graph = state.captures[&capture].graph;
+        state.free_in(addr, graph)?;
+        state.capture_op(identity.id, Op::MemFree(addr)).map(drop)
     }
 
     /// `cuCtxSynchronize` while a stream of this context captures: unsupported, in any mode,
@@ -906,12 +1251,17 @@ impl Context {
         let driver = self.driver();
         let ops = exec.ops.lock().clone();
         let mut last = exec.last.lock();
+        if ops.iter().any(|(_, op)| op.is_memory()) {
+            graphs.state.lock().launch_memory(&ops, exec.auto_free)?;
+        }
         let mut after = last.take();
         let mut tail = None;
         for (_, op) in &ops {
             let (work, wait_for, recorded) = match op {
                 Op::Work(work, _) => (work.clone(), None, None),
                 Op::Child(_) => return Err(UNKNOWN), // flattened by `ordered`
+                // The memory is the graph's from the node's creation (see `GraphAlloc`).
+                Op::MemAlloc(_) | Op::MemFree(_) => (Work::Marker, None, None),
                 Op::EventRecord(event) => (Work::Marker, None, Some(driver.event(*event)?)),
                 Op::EventWait(event) => {
                     let marker = driver.event(*event)?.recorded.lock().clone();

@@ -13,7 +13,9 @@
 //!
 //! Nodes are kept in the order they were added, which is a topological order of a captured
 //! graph; the driver may run independent branches in another order, which changes no access.
-//! Host, event and empty nodes touch no device memory and are not kept.
+//! Host, event and empty nodes touch no device memory and are not kept. Memory alloc and free
+//! nodes are kept: a launch allocates and frees their graph allocations (see
+//! `hooks::on_graph_launch`), which are then tracked like `cudaMallocAsync` memory.
 
 use super::recorder::Kernel;
 use crate::event::CopyKind;
@@ -40,6 +42,23 @@ pub enum NodeWork {
         dst: u64,
         bytes: u64,
     },
+    /// A memory alloc node (`cudaMallocAsync` in a capture, `cuGraphAddMemAllocNode`): each
+    /// launch allocates `size` bytes at `addr`, the address fixed when the node was made.
+    Alloc {
+        addr: u64,
+        size: u64,
+    },
+    /// A memory free node: each launch frees the graph allocation at `addr`.
+    Free {
+        addr: u64,
+    },
+}
+
+impl NodeWork {
+    /// Whether the node allocates or frees memory rather than touching it.
+    pub fn is_memory(&self) -> bool {
+        matches!(self, NodeWork::Alloc { .. } | NodeWork::Free { .. })
+    }
 }
 
 /// A node: its handle (0 when the driver did not name it) and its work.

@@ -82,6 +82,11 @@ fn on_alloc(
     kind: MemKind,
     stream: u64,
 ) -> u32 {
+    if kind == MemKind::Async
+        && let Some(graph) = driver::capture(stream)
+    {
+        return on_captured_alloc(rec, run, ptr.cast(), size, stream, graph);
+    }
     let device = current_device();
     let served = |served: Option<(u64, AllocId)>| {
         let (addr, id) = served?;
@@ -149,6 +154,9 @@ fn record_alloc(
 /// An allocation recorded, never served (from a pool of the program's, whose attributes are
 /// its choice).
 fn on_unserved_alloc(rec: &Recorder, run: Run, ptr: *mut u64, size: usize, stream: u64) -> u32 {
+    if let Some(graph) = driver::capture(stream) {
+        return on_captured_alloc(rec, run, ptr, size, stream, graph);
+    }
     let device = current_device();
     let result = run_retrying(rec, run, Layer::Driver, device, MemKind::Async);
     let allocation = (size as u64, MemKind::Async, stream);
@@ -213,6 +221,34 @@ fn on_free(rec: &Recorder, run: Run, ptr: u64, stream: u64, device: bool) -> u32
     let result = run();
     rec.end_free(taken, result == SUCCESS, stream);
     result
+}
+
+/// A stream-ordered allocation on a capturing stream: the driver makes it an alloc node of the
+/// capture's graph (never served by itermem: the graph's memory is the driver's, at the address
+/// the node fixes), allocated at each launch of the graph.
+fn on_captured_alloc(
+    rec: &Recorder,
+    run: Run,
+    ptr: *mut u64,
+    size: usize,
+    stream: u64,
+    graph: Option<usize>,
+) -> u32 {
+    on_captured(rec, run, stream, graph, || NodeWork::Alloc {
+        // SAFETY: the call succeeded (`on_captured` asks for the work only then), so the driver
+        // wrote the address through the caller's non-null out-parameter.
+        addr: if ptr.is_null() { 0 } else { unsafe { *ptr } },
+        size: size as u64,
+    })
+}
+
+/// A stream-ordered free (`cudaFreeAsync`, `cuMemFreeAsync`): on a capturing stream, a free
+/// node of the capture's graph (nothing is freed now); otherwise as [`on_free`].
+fn on_free_async(rec: &Recorder, run: Run, ptr: u64, stream: u64) -> u32 {
+    if let Some(graph) = driver::capture(stream) {
+        return on_captured(rec, run, stream, graph, || NodeWork::Free { addr: ptr });
+    }
+    on_free(rec, run, ptr, stream, true)
 }
 
 /// `cuMemMap`: a mapped range of the virtual-memory API is an allocation of the program's
@@ -612,8 +648,20 @@ pub struct Memcpy3D {
     depth: usize,
 }
 
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (`_v1`): the pool properties (88 bytes), the access
+/// descriptors, then the size and the address the driver returns.
+#[repr(C)]
+pub struct MemAllocNodeParams {
+    pool_props: [u64; 11],
+    access_descs: *const c_void,
+    access_desc_count: usize,
+    bytesize: usize,
+    dptr: u64,
+}
+
 const _: () = assert!(
-    size_of::<KernelNodeParams>() == 72
+    size_of::<MemAllocNodeParams>() == 120
+        && size_of::<KernelNodeParams>() == 72
         && size_of::<MemsetNodeParams>() == 40
         && size_of::<Memcpy3D>() == 200
 );
@@ -646,6 +694,29 @@ fn on_add_node(
     {
         // SAFETY: the call succeeded, so the driver wrote the node's handle.
         let handle = unsafe { *node };
+        rec.graphs.add(graph, Node { handle, work });
+    }
+    result
+}
+
+/// `cuGraphAddMemAllocNode`: once the driver made the node, its allocation (the address it
+/// wrote to the parameters) is kept for `graph`'s launches.
+fn on_add_alloc_node(
+    rec: &Recorder,
+    run: Run,
+    node: *mut usize,
+    graph: usize,
+    params: *mut MemAllocNodeParams,
+) -> u32 {
+    let result = run();
+    if result == SUCCESS && !node.is_null() && !params.is_null() {
+        // SAFETY: the call succeeded, so the driver wrote the node's handle and the address
+        // into the caller's parameters, valid for the call.
+        let (handle, size, addr) = unsafe { (*node, (*params).bytesize, (*params).dptr) };
+        let work = NodeWork::Alloc {
+            addr,
+            size: size as u64,
+        };
         rec.graphs.add(graph, Node { handle, work });
     }
     result
@@ -764,16 +835,52 @@ fn on_graph_launch(rec: &Recorder, run: Run, exec: usize, stream: u64) -> u32 {
         return run();
     };
     let device = current_device();
-    let launch = rec.graph_events(&nodes, stream);
+    let mut launch = rec.graph_events(&nodes, stream);
     let prepared = rec.before_graph(device, &launch.touched, stream, launch.len());
     let result = run();
+    let memory = nodes.iter().any(|n| n.work.is_memory());
     let recorded = if result == SUCCESS {
-        rec.on_graph_launch(device, exec, stream, launch)
+        if memory {
+            on_graph_allocations(rec, device, &nodes, stream);
+            // The nodes' addresses again, now that the graph's allocations are live.
+            launch = rec.graph_events(&nodes, stream);
+        }
+        let recorded = rec.on_graph_launch(device, exec, stream, launch);
+        if memory {
+            on_graph_frees(rec, &nodes, stream);
+        }
+        recorded
     } else {
         Default::default()
     };
     rec.after_graph(device, prepared, stream, recorded);
     result
+}
+
+/// A graph launch that succeeded allocated its alloc nodes' memory: each becomes a live
+/// allocation of the program's (recorded before the launch's work, never served nor planned
+/// by itermem: the driver placed it), as a `cudaMallocAsync` before the same work would. One
+/// still live from the previous launch was freed first (an exec graph instantiated with
+/// auto-free on launch; the driver refuses the launch otherwise).
+fn on_graph_allocations(rec: &Recorder, device: u32, nodes: &[Node], stream: u64) {
+    for node in nodes {
+        if let NodeWork::Alloc { addr, size } = node.work {
+            if let Some(taken) = rec.begin_free(addr) {
+                rec.end_free(Some(taken), true, stream);
+            }
+            rec.on_malloc(device, addr, size, MemKind::Async, stream, false);
+        }
+    }
+}
+
+/// A graph launch that succeeded freed its free nodes' allocations, after its work.
+fn on_graph_frees(rec: &Recorder, nodes: &[Node], stream: u64) {
+    for node in nodes {
+        if let NodeWork::Free { addr } = node.work {
+            let taken = rec.begin_free(addr);
+            rec.end_free(taken, true, stream);
+        }
+    }
 }
 
 /// `CU_LAUNCH_PARAM_END`, `CU_LAUNCH_PARAM_BUFFER_POINTER`, `CU_LAUNCH_PARAM_BUFFER_SIZE`.
@@ -941,9 +1048,9 @@ hooks! {
     fn cudaFree(ptr: *mut c_void) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, true);
     fn cudaFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, false);
     fn cudaFreeAsync(ptr: *mut c_void, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr as u64, stream as u64, true);
+        |rec, run, ptr, stream| on_free_async(rec, run, ptr as u64, stream as u64);
     fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr as u64, per_thread(stream), true);
+        |rec, run, ptr, stream| on_free_async(rec, run, ptr as u64, per_thread(stream));
 
     fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
         |rec, run, dst, src, count, kind| on_runtime_copy(rec, run, dst, src, count, kind, 0, false);
@@ -1012,7 +1119,7 @@ hooks! {
 
     fn cuMemFree_v2(ptr: u64) keeps ptr => |rec, run, ptr| on_free(rec, run, ptr, 0, true);
     fn cuMemFreeAsync(ptr: u64, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, stream as u64, true);
+        |rec, run, ptr, stream| on_free_async(rec, run, ptr, stream as u64);
     fn cuMemFreeHost(ptr: *mut c_void) => |rec, run, ptr| on_free(rec, run, ptr as u64, 0, false);
 
     fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) =>
@@ -1092,6 +1199,10 @@ hooks! {
         |rec, run, node, graph, _, _, params, _| on_add_node(rec, run, node, graph, memset_node_work(params));
     fn cuGraphAddMemcpyNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, copy: *const Memcpy3D, context: usize) =>
         |rec, run, node, graph, _, _, copy, _| on_add_node(rec, run, node, graph, memcpy_node_work(copy));
+    fn cuGraphAddMemAllocNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, params: *mut MemAllocNodeParams) =>
+        |rec, run, node, graph, _, _, params| on_add_alloc_node(rec, run, node, graph, params);
+    fn cuGraphAddMemFreeNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, dptr: u64) =>
+        |rec, run, node, graph, _, _, dptr| on_add_node(rec, run, node, graph, Some(NodeWork::Free { addr: dptr }));
     fn cuGraphAddChildGraphNode(node: *mut usize, graph: usize, dependencies: *const usize, count: usize, child: usize) =>
         |rec, run, _, graph, _, _, child| on_graph_call(run, || rec.graphs.add_child(graph, child));
     fn cuGraphDestroy(graph: usize) => |rec, run, graph| on_graph_call(run, || rec.graphs.destroy(graph));
@@ -1179,7 +1290,7 @@ hooks! {
     fn cuMemAllocFromPoolAsync_ptsz(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
         |rec, run, ptr, size, _, stream| on_unserved_alloc(rec, run, ptr, size, per_thread(stream));
     fn cuMemFreeAsync_ptsz(ptr: u64, stream: usize) keeps ptr =>
-        |rec, run, ptr, stream| on_free(rec, run, ptr, per_thread(stream), true);
+        |rec, run, ptr, stream| on_free_async(rec, run, ptr, per_thread(stream));
     fn cuStreamWaitEvent_ptsz(stream: usize, event: usize, flags: u32) => |_, run, _, _, _| run();
     fn cuStreamQuery_ptsz(stream: usize) => |_, run, _| run();
     fn cuStreamSynchronize_ptsz(stream: usize) => |_, run, _| run();

@@ -687,7 +687,7 @@ impl Recorder {
                 touched.push(id);
             }
         };
-        for node in nodes {
+        for node in nodes.iter().filter(|n| !n.work.is_memory()) {
             let (kind, words) = match &node.work {
                 NodeWork::Kernel { kernel, words } => {
                     let ids = self.scan(words.iter().copied());
@@ -730,6 +730,7 @@ impl Recorder {
                     };
                     (kind, 0)
                 }
+                NodeWork::Alloc { .. } | NodeWork::Free { .. } => continue,
             };
             events.push((kind, words));
         }

@@ -9,6 +9,10 @@
  *   relaxed   each step captured in cudaStreamCaptureModeRelaxed, with a cudaMalloc and a
  *             cudaFree of a scratch buffer during the capture (legal in that mode only)
  *   explicit  each step built node by node with the explicit graph API
+ *   malloc    each step captured in global mode with its gradient buffer allocated by
+ *             cudaMallocAsync at the start of the capture and freed by cudaFreeAsync at its end:
+ *             graph memory nodes, allocated and freed by every launch at the address the
+ *             capture fixed
  *
  * A step of layer l: upload the input (layer 0: a memcpy node), clear the gradient (a memset
  * node), forward on the main stream, the gradient on a side stream forked from it and joined
@@ -84,6 +88,8 @@ struct net {
     int *input, *output, *tail; /* page-locked host */
     int host_calls;
     int scale;                /* the gradient's, this iteration */
+    int graph_memory;         /* the gradient buffer is allocated in each step (mode malloc) */
+    int *gl[L];               /* then each step's gradient buffer (its graph's allocation) */
     cudaStream_t main, side;
     cudaEvent_t fork[L], join[L];
 };
@@ -103,6 +109,7 @@ static void net_init(struct net *n) {
     free(w0);
     n->host_calls = 0;
     n->scale = 1;
+    n->graph_memory = 0;
     OK(cudaStreamCreateWithFlags(&n->main, cudaStreamNonBlocking));
     OK(cudaStreamCreateWithFlags(&n->side, cudaStreamNonBlocking));
     for (int l = 0; l < L; l++) {
@@ -127,6 +134,10 @@ static struct cudaKernelNodeParams gradient_params(struct net *n, int l) {
 /* Layer l's step, submitted call by call (run now, or captured). `gradient` receives the
  * gradient's node when the step is captured. */
 static void step(struct net *n, int l, cudaGraphNode_t *gradient) {
+    if (n->graph_memory) {
+        OK(cudaMallocAsync((void **)&n->g, BYTES, n->main));
+        n->gl[l] = n->g;
+    }
     if (l == 0) OK(cudaMemcpyAsync(n->a[0], n->input, BYTES, cudaMemcpyHostToDevice, n->main));
     OK(cudaMemsetAsync(n->g, 0, BYTES, n->main));
     void *fa[] = {&n->a[l], &n->w[l], &n->a[l + 1]};
@@ -150,6 +161,7 @@ static void step(struct net *n, int l, cudaGraphNode_t *gradient) {
     OK(cudaStreamWaitEvent(n->main, n->join[l], 0));
     void *ua[] = {&n->w[l], &n->g};
     OK(cudaLaunchKernel((const void *)k_update, one, one, ua, 0, n->main));
+    if (n->graph_memory) OK(cudaFreeAsync(n->g, n->main));
     if (l == L - 1) {
         OK(cudaLaunchHostFunc(n->main, host_count, &n->host_calls));
         OK(cudaMemcpyAsync(n->output, n->a[L], BYTES, cudaMemcpyDeviceToHost, n->main));
@@ -210,19 +222,22 @@ static cudaGraph_t built(struct net *n, int l, cudaGraphNode_t *gradient) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: graph_train direct|global|relaxed|explicit [ITERS]\n");
+        fprintf(stderr, "usage: graph_train direct|global|relaxed|explicit|malloc [ITERS]\n");
         return 2;
     }
     const char *mode = argv[1];
     int iters = argc > 2 ? atoi(argv[2]) : 12;
     int graphs = strcmp(mode, "direct") != 0;
-    if (graphs && strcmp(mode, "global") && strcmp(mode, "relaxed") && strcmp(mode, "explicit")) {
+    if (graphs && strcmp(mode, "global") && strcmp(mode, "relaxed") && strcmp(mode, "explicit") &&
+        strcmp(mode, "malloc")) {
         fprintf(stderr, "graph_train: unknown mode %s\n", mode);
         return 2;
     }
     register_kernels();
     struct net n;
     net_init(&n);
+    n.graph_memory = !strcmp(mode, "malloc");
+    if (n.graph_memory) OK(cudaFree(n.g)); /* each step's graph allocates its own */
 
     cudaGraph_t g[L];
     cudaGraphExec_t exec[L];
@@ -231,8 +246,8 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "explicit")) g[l] = built(&n, l, &gradient[l]);
         else
             g[l] = captured(&n, l,
-                            strcmp(mode, "global") ? cudaStreamCaptureModeRelaxed
-                                                   : cudaStreamCaptureModeGlobal,
+                            strcmp(mode, "relaxed") ? cudaStreamCaptureModeGlobal
+                                                    : cudaStreamCaptureModeRelaxed,
                             &gradient[l]);
         OK(cudaGraphInstantiate(&exec[l], g[l], 0));
     }
@@ -246,7 +261,9 @@ int main(int argc, char **argv) {
                 step(&n, l, NULL);
                 continue;
             }
-            /* The exec graph holds a copy of the arguments: the new scale goes in by update. */
+            /* The exec graph holds a copy of the arguments: the new scale goes in by update
+             * (with the gradient buffer the step's graph allocated, in mode malloc). */
+            if (n.graph_memory) n.g = n.gl[l];
             struct cudaKernelNodeParams kg = gradient_params(&n, l);
             OK(cudaGraphExecKernelNodeSetParams(exec[l], gradient[l], &kg));
             OK(cudaGraphLaunch(exec[l], n.main));

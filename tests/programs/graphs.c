@@ -8,7 +8,9 @@
  * side stream joined back, a host node, a download) captured once and launched ITERS times
  * (default 8), compared with the same work launched directly; `explicit` builds such an
  * iteration with the explicit graph API instead (nodes, dependencies, a child graph) and
- * changes a kernel node's arguments between launches.
+ * changes a kernel node's arguments between launches; `memnodes` checks graph memory nodes
+ * (cudaMallocAsync and cudaFreeAsync in a capture, explicit alloc and free nodes) and CUDA's
+ * rules on their allocations' lifetime.
  */
 #define _DEFAULT_SOURCE
 #include <cuda_runtime.h>
@@ -594,6 +596,129 @@ static int case_modes(void) {
     return 0;
 }
 
+/* Graph memory nodes, as CUDA defines them: cudaMallocAsync/cudaFreeAsync in a capture make an
+ * alloc and a free node (the address fixed at the capture); one exec graph at a time for a graph
+ * with memory nodes; an allocation the graph leaves unfreed outlives the launch and must be
+ * freed (cudaFreeAsync, cudaFree, or a free node of another graph) before the next launch,
+ * unless the exec frees it itself (cudaGraphInstantiateFlagAutoFreeOnLaunch). */
+static int case_memnodes(int iters) {
+    register_kernels();
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned char *out;
+    OK(cudaMallocHost((void **)&out, 256));
+
+    /* Allocated, set, read back and freed inside the graph, every launch. */
+    cudaGraph_t g;
+    unsigned char *p = NULL;
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaMallocAsync((void **)&p, 256, s));
+    EXPECT(p != NULL);
+    OK(cudaMemsetAsync(p, 7, 256, s));
+    OK(cudaMemcpyAsync(out, p, 256, cudaMemcpyDeviceToHost, s));
+    OK(cudaFreeAsync(p, s));
+    OK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t e, second;
+    OK(cudaGraphInstantiate(&e, g, 0));
+    EXPECT_CODE(cudaGraphInstantiate(&second, g, 0), cudaErrorInvalidValue);
+    for (int i = 0; i < iters; i++) {
+        memset(out, 0, 256);
+        OK(cudaGraphLaunch(e, s));
+        OK(cudaStreamSynchronize(s));
+        for (int b = 0; b < 256; b++) EXPECT(out[b] == 7);
+    }
+    EXPECT_CODE(cudaFree(p), cudaErrorInvalidValue); /* the graph frees it */
+    unsigned long long used = 1, reserved = 0;
+    OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+    OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    EXPECT(used == 0 && reserved >= 256);
+    OK(cudaGraphExecDestroy(e));
+    OK(cudaGraphInstantiate(&e, g, 0)); /* the first exec is gone */
+    OK(cudaGraphExecDestroy(e));
+    OK(cudaGraphDestroy(g));
+
+    /* An explicit alloc node without a free: the memory outlives the launch. */
+    OK(cudaGraphCreate(&g, 0));
+    struct cudaMemAllocNodeParams ap;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = cudaMemAllocationTypePinned;
+    ap.poolProps.location.type = cudaMemLocationTypeDevice;
+    ap.poolProps.location.id = 0;
+    ap.bytesize = 256;
+    cudaGraphNode_t alloc, set;
+    OK(cudaGraphAddMemAllocNode(&alloc, g, NULL, 0, &ap));
+    unsigned char *q = ap.dptr;
+    EXPECT(q != NULL);
+    struct cudaMemAllocNodeParams got;
+    OK(cudaGraphMemAllocNodeGetParams(alloc, &got));
+    EXPECT(got.dptr == q && got.bytesize == 256 && got.poolProps.location.id == 0);
+    void *freed = NULL;
+    EXPECT_CODE(cudaGraphMemFreeNodeGetParams(alloc, &freed), cudaErrorInvalidValue);
+    struct cudaMemsetParams mp = {q, 0, 5, 1, 256, 1};
+    OK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &mp));
+    ap.poolProps.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    EXPECT_CODE(cudaGraphAddMemAllocNode(&alloc, g, NULL, 0, &ap), cudaErrorInvalidValue);
+    cudaGraph_t parent;
+    cudaGraphNode_t child;
+    OK(cudaGraphCreate(&parent, 0));
+    EXPECT_CODE(cudaGraphAddChildGraphNode(&child, parent, NULL, 0, g), cudaErrorInvalidValue);
+    OK(cudaGraphDestroy(parent));
+    OK(cudaGraphInstantiate(&e, g, 0));
+    OK(cudaGraphLaunch(e, s));
+    EXPECT_CODE(cudaGraphLaunch(e, s), cudaErrorInvalidValue); /* still allocated */
+    OK(cudaMemcpyAsync(out, q, 256, cudaMemcpyDeviceToHost, s));
+    OK(cudaStreamSynchronize(s));
+    for (int b = 0; b < 256; b++) EXPECT(out[b] == 5);
+    OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+    EXPECT(used >= 256);
+    OK(cudaFreeAsync(q, s));
+    EXPECT_CODE(cudaFreeAsync(q, s), cudaErrorInvalidValue);
+    OK(cudaGraphLaunch(e, s));
+    OK(cudaFree(q));
+    EXPECT_CODE(cudaFree(q), cudaErrorInvalidValue);
+
+    /* Freed by a free node of another graph: once per allocation, only a graph allocation. */
+    cudaGraph_t other;
+    cudaGraphNode_t free_node, again;
+    OK(cudaGraphCreate(&other, 0));
+    OK(cudaGraphAddMemFreeNode(&free_node, other, NULL, 0, q));
+    OK(cudaGraphMemFreeNodeGetParams(free_node, &freed));
+    EXPECT(freed == q);
+    EXPECT_CODE(cudaGraphAddMemFreeNode(&again, other, NULL, 0, q), cudaErrorInvalidValue);
+    int *d;
+    OK(cudaMalloc((void **)&d, 256));
+    EXPECT_CODE(cudaGraphAddMemFreeNode(&again, other, NULL, 0, d), cudaErrorInvalidValue);
+    cudaGraphExec_t frees;
+    OK(cudaGraphInstantiate(&frees, other, 0));
+    EXPECT_CODE(cudaGraphLaunch(frees, s), cudaErrorInvalidValue); /* nothing to free */
+    for (int i = 0; i < iters; i++) {
+        OK(cudaGraphLaunch(e, s));
+        OK(cudaGraphLaunch(frees, s));
+    }
+
+    /* Auto-free on launch: a relaunch first frees what the previous launch left. */
+    OK(cudaGraphExecDestroy(e));
+    OK(cudaGraphInstantiate(&e, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+    for (int i = 0; i < iters; i++) OK(cudaGraphLaunch(e, s));
+    OK(cudaStreamSynchronize(s));
+    OK(cudaFree(q));
+    OK(cudaGraphExecDestroy(e));
+    OK(cudaGraphExecDestroy(frees));
+    OK(cudaGraphDestroy(other));
+    OK(cudaGraphDestroy(g));
+
+    /* A capture that fails takes its allocations with its graph. */
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaMallocAsync((void **)&p, 256, s));
+    EXPECT_CODE(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    EXPECT_CODE(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    OK(cudaDeviceGraphMemTrim(0));
+    OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    EXPECT(reserved == 0);
+    OK(cudaFree(d));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: graphs CASE [ITERS]\n");
@@ -613,6 +738,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "event")) rc = case_event();
     else if (!strcmp(name, "fork")) rc = case_fork();
     else if (!strcmp(name, "modes")) rc = case_modes();
+    else if (!strcmp(name, "memnodes")) rc = case_memnodes(iters);
     else {
         fprintf(stderr, "graphs: unknown case %s\n", name);
         return 2;

@@ -17,8 +17,8 @@
 //! - Graphs: capture and graphs are the driver's (cuda-shim's `graph` module); the generic
 //!   `cudaGraphAddNode`, conditional handles, user objects retained by a graph and capturing
 //!   into an existing graph are not supported (the first three `cudaErrorInvalidValue`, the
-//!   last `cudaErrorNotSupported` once its arguments are valid), and graph memory is always
-//!   zero (no memory nodes).
+//!   last `cudaErrorNotSupported` once its arguments are valid); graph memory attributes are
+//!   the driver's (`cuDeviceGetGraphMemAttribute`), as in the CUDA 12 runtime.
 //! - User objects: real reference counting; the destructor runs once, on a thread of its own
 //!   (`cudaUserObjectNoDestructorSync`: nothing waits for it), when the count reaches zero.
 
@@ -158,32 +158,6 @@ runtime_api! {
             SYMBOL_NOT_FOUND => Err(INVALID_DEVICE_FUNCTION),
             code => check(code),
         }
-    }
-
-    /// Graph memory in use and reserved, current and high-water: always 0 (the shim has no
-    /// graph memory nodes).
-    fn cudaDeviceGetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
-        context()?;
-        primary(device)?;
-        if attr > 3 {
-            return Err(INVALID_VALUE);
-        }
-        // SAFETY: the four attributes are `cuuint64_t`; out-parameter contract of `put`.
-        unsafe { put(value.cast::<u64>(), 0) }
-    }
-
-    /// Only the high-water marks can be reset, and only to 0.
-    fn cudaDeviceSetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
-        context()?;
-        primary(device)?;
-        if !matches!(attr, 1 | 3) || value.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        // SAFETY: non-null, a `cuuint64_t` by the attribute's contract.
-        if unsafe { value.cast::<u64>().read_unaligned() } != 0 {
-            return Err(INVALID_VALUE);
-        }
-        Ok(())
     }
 
     fn cudaGraphAddNode(

@@ -207,6 +207,25 @@ unsafe extern "C" {
         count: usize,
         child: usize,
     ) -> u32;
+    pub fn cuGraphAddMemAllocNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *mut c_void,
+    ) -> u32;
+    pub fn cuGraphMemAllocNodeGetParams(node: usize, params: *mut c_void) -> u32;
+    pub fn cuGraphAddMemFreeNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        dptr: u64,
+    ) -> u32;
+    pub fn cuGraphMemFreeNodeGetParams(node: usize, dptr: *mut u64) -> u32;
+    pub fn cuDeviceGraphMemTrim(device: i32) -> u32;
+    pub fn cuDeviceGetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) -> u32;
+    pub fn cuDeviceSetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) -> u32;
     pub fn cuGraphAddDependencies_v2(
         graph: usize,
         from: *const usize,

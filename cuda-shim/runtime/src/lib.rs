@@ -1374,6 +1374,68 @@ runtime_api! {
         check(unsafe { cuGraphAddChildGraphNode(node, graph, dependencies, count, child) })
     }
 
+    /// An alloc node (`cudaMemAllocNodeParams` is the driver's `CUDA_MEM_ALLOC_NODE_PARAMS`);
+    /// the allocation's address, fixed from now on, in `dptr`.
+    fn cudaGraphAddMemAllocNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        params: *mut c_void,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the parameters.
+        check(unsafe { cuGraphAddMemAllocNode(node, graph, dependencies, count, params) })
+    }
+
+    fn cudaGraphMemAllocNodeGetParams(node: usize, params: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the handle and the out-parameter.
+        check(unsafe { cuGraphMemAllocNodeGetParams(node, params) })
+    }
+
+    fn cudaGraphAddMemFreeNode(
+        node: *mut usize,
+        graph: usize,
+        dependencies: *const usize,
+        count: usize,
+        dptr: *mut c_void,
+    ) {
+        context()?;
+        // SAFETY: the driver validates the handles and the address.
+        check(unsafe { cuGraphAddMemFreeNode(node, graph, dependencies, count, dptr as u64) })
+    }
+
+    /// `dptr_out` is a `void **` (NVIDIA declares it `void *`).
+    fn cudaGraphMemFreeNodeGetParams(node: usize, dptr: *mut c_void) {
+        context()?;
+        // SAFETY: the driver validates the handle and the out-parameter (one 64-bit word).
+        check(unsafe { cuGraphMemFreeNodeGetParams(node, dptr.cast::<u64>()) })
+    }
+
+    fn cudaDeviceGraphMemTrim(device: i32) {
+        context()?;
+        primary(device)?;
+        // SAFETY: a valid device ordinal.
+        check(unsafe { cuDeviceGraphMemTrim(device) })
+    }
+
+    /// Graph memory in use and reserved, current and high-water (the driver's answer).
+    fn cudaDeviceGetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
+        context()?;
+        primary(device)?;
+        // SAFETY: the driver validates the attribute and the out-parameter.
+        check(unsafe { cuDeviceGetGraphMemAttribute(device, attr, value) })
+    }
+
+    /// Only the high-water marks can be reset, and only to 0.
+    fn cudaDeviceSetGraphMemAttribute(device: i32, attr: u32, value: *mut c_void) {
+        context()?;
+        primary(device)?;
+        // SAFETY: the driver validates the attribute and the value.
+        check(unsafe { cuDeviceSetGraphMemAttribute(device, attr, value) })
+    }
+
     #[cfg(not(feature = "cuda13"))]
     fn cudaGraphAddDependencies(graph: usize, from: *const usize, to: *const usize, count: usize) {
         context()?;
