@@ -9,12 +9,13 @@
 
 use super::cnmem::CnmemState;
 use super::driver as cuda;
+use super::late::Batch;
 use super::pool::PoolState;
 use super::swap::{Capture, SwapConfig};
 use crate::analysis::{EventCounts, HostCounts};
 use crate::config::{Config, Mode};
 use crate::detect::{Detector, DetectorConfig, Period};
-use crate::event::{AllocId, Event, EventKind};
+use crate::event::{AllocId, EventKind};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -39,7 +40,7 @@ pub(super) struct Sequencer {
     pub host: HostCounts,
     pub pointer_words_scanned: u64,
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
-    pub pending: Vec<Event>,
+    pub pending: Batch,
     pub pending_since_ns: u64,
     /// The period that has covered the most events so far, with that count: what the training
     /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
@@ -62,7 +63,7 @@ impl Sequencer {
             counts: EventCounts::default(),
             host: HostCounts::default(),
             pointer_words_scanned: 0,
-            pending: Vec::with_capacity(batch),
+            pending: Batch::with_capacity(batch),
             pending_since_ns: 0,
             dominant: None,
             swap_live: swapping.then(FxHashMap::default),

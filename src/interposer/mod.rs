@@ -20,6 +20,7 @@ mod driver;
 mod ending;
 mod graphs;
 pub mod hooks;
+mod late;
 mod live;
 pub mod pluggable;
 mod pool;

@@ -15,6 +15,7 @@ use super::clock::Clock;
 use super::cnmem::CnmemStats;
 use super::device::{DeviceState, Devices, Sequencer};
 use super::graphs::{Graphs, Node, NodeWork};
+use super::late::{Batch, Resolver};
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, allocation_gone, function_layout, kernel_layout, range_start};
@@ -29,8 +30,8 @@ use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::ffi::c_void;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
 /// hooks' cost low (a hand-over costs about as much as the rest of a hook).
@@ -45,7 +46,11 @@ const TRACE_BATCHES_IN_FLIGHT: usize = 64;
 /// What one launch touches: its kernel and the allocations its arguments point into.
 pub struct LaunchAccesses {
     kernel: &'static Kernel,
+    /// Resolved at the launch in pool and swap modes; in other modes left empty here and
+    /// filled in from `late` off the program's thread (`late.rs`).
     pub touched: Touched,
+    /// The pointer words to resolve late (empty when resolved now, or when no trace is kept).
+    late: smallvec::SmallVec<[u64; 8]>,
     /// Pointer words read from the arguments (for the statistics).
     words_scanned: u64,
 }
@@ -162,15 +167,17 @@ pub struct Recorder {
     /// The work of CUDA graphs' nodes, for recording their launches.
     pub graphs: Graphs,
     devices: Devices,
+    /// Whether launches are resolved to allocations at the call (pool and swap modes, which
+    /// act on what a launch touches); otherwise only for the trace, late (`late.rs`).
+    resolves_at_launch: bool,
     /// Created with the first event, when the runtime has initialised the device and can name it.
-    trace: OnceLock<Option<TraceWriter>>,
+    trace: OnceLock<Option<Trace>>,
     pub counters: Counters,
 }
 
 impl Recorder {
     pub fn new(config: Config) -> Recorder {
         Recorder {
-            config,
             pid: std::process::id(),
             clock: Clock::start(),
             next_id: AtomicU64::new(1),
@@ -179,8 +186,10 @@ impl Recorder {
             kernel_count: AtomicU64::new(0),
             graphs: Graphs::default(),
             devices: Devices::new(),
+            resolves_at_launch: matches!(config.mode, Mode::Pool | Mode::Swap),
             trace: OnceLock::new(),
             counters: Counters::default(),
+            config,
         }
     }
 
@@ -493,7 +502,7 @@ impl Recorder {
             self.live.write().insert(addr, block);
             return;
         }
-        let (index, change) = self.emit(dev, event, None, size as i64, 0);
+        let (index, change) = self.emit(dev, event, None, size as i64, (0, &[]));
         block.event_index = index;
         self.live.write().insert(addr, block);
         if let (Some(pool), true) = (&dev.pool, plannable) {
@@ -527,8 +536,13 @@ impl Recorder {
         if let (Some(pool), true) = (&dev.pool, self.swapping()) {
             pool.lock().real_free(addr);
         }
-        let (index, change) =
-            self.emit(dev, event, Some(block.event_index), -(block.size as i64), 0);
+        let (index, change) = self.emit(
+            dev,
+            event,
+            Some(block.event_index),
+            -(block.size as i64),
+            (0, &[]),
+        );
         if let Some(pool) = &dev.pool {
             pool.lock().history.free(block.id, index);
         }
@@ -574,7 +588,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, 0);
+        let (index, change) = self.emit(dev, event, None, 0, (0, &[]));
         self.period_changed(dev, change);
         index
     }
@@ -594,7 +608,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, 0);
+        let (index, change) = self.emit(dev, event, None, 0, (0, &[]));
         self.period_changed(dev, change);
         index
     }
@@ -607,32 +621,42 @@ impl Recorder {
     /// parameter, or a packed buffer of `len` readable bytes.
     pub unsafe fn launch_accesses(&self, kernel: KernelRef, args: LaunchArgs) -> LaunchAccesses {
         let kernel = self.kernel(kernel);
-        let mut words_scanned = 0;
-        let touched = match (&kernel.pointer_words, args) {
-            (Some(words), LaunchArgs::Pointers(args)) if !args.is_null() => {
-                words_scanned = words.len() as u64;
-                // SAFETY: the caller's `args` hold one valid pointer per parameter.
-                self.scan(words.iter().map(|word| unsafe { pointer_arg(args, word) }))
-            }
-            (Some(words), LaunchArgs::Packed { buffer, len }) if !buffer.is_null() => {
-                words_scanned = words.len() as u64;
-                // SAFETY: the caller's buffer holds `len` readable bytes.
-                self.scan(
-                    words
-                        .iter()
-                        .filter_map(|word| unsafe { packed_arg(buffer, len, word) }),
-                )
-            }
-            (Some(_), _) => Touched::new(),
-            (None, _) => {
-                self.counters.launches_without_layout.fetch_add(1, Relaxed);
-                Touched::new()
-            }
-        };
-        LaunchAccesses {
+        let mut accesses = LaunchAccesses {
             kernel,
-            touched,
-            words_scanned,
+            touched: Touched::new(),
+            late: smallvec::SmallVec::new(),
+            words_scanned: 0,
+        };
+        let Some(words) = &kernel.pointer_words else {
+            self.counters.launches_without_layout.fetch_add(1, Relaxed);
+            return accesses;
+        };
+        match args {
+            LaunchArgs::Pointers(args) if !args.is_null() => {
+                // SAFETY: the caller's `args` hold one valid pointer per parameter.
+                let values = words.iter().map(|word| unsafe { pointer_arg(args, word) });
+                self.take_words(&mut accesses, values);
+            }
+            LaunchArgs::Packed { buffer, len } if !buffer.is_null() => {
+                // SAFETY: the caller's buffer holds `len` readable bytes.
+                let values = words
+                    .iter()
+                    .filter_map(|word| unsafe { packed_arg(buffer, len, word) });
+                self.take_words(&mut accesses, values);
+            }
+            _ => {}
+        }
+        accesses
+    }
+
+    /// Resolves a launch's pointer `words` now, or keeps them to be resolved late (only if a
+    /// trace will show them: nothing else asks in those modes).
+    fn take_words(&self, accesses: &mut LaunchAccesses, words: impl Iterator<Item = u64>) {
+        accesses.words_scanned = accesses.kernel.pointer_words.as_ref().map_or(0, Vec::len) as u64;
+        if self.resolves_at_launch {
+            accesses.touched = self.scan(words);
+        } else if self.config.trace.is_some() {
+            accesses.late.extend(words);
         }
     }
 
@@ -762,11 +786,11 @@ impl Recorder {
                 // keeps a little more resident than needed).
                 capture.graphs.push((next, launch.events.len() as u64));
             }
-            self.record(dev.ordinal, &mut seq, marker);
+            self.record(dev.ordinal, &mut seq, marker, &[]);
         }
         let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
-            let (index, change) = self.emit(dev, kind, None, 0, words);
+            let (index, change) = self.emit(dev, kind, None, 0, (words, &[]));
             recorded.first.get_or_insert(index);
             recorded.changes.push(change);
         }
@@ -782,7 +806,7 @@ impl Recorder {
             touched: accesses.touched,
         };
         let dev = self.device(device);
-        let words = accesses.words_scanned;
+        let words = (accesses.words_scanned, &accesses.late[..]);
         let (index, change) = self.emit(dev, event, None, 0, words);
         self.period_changed(dev, change);
         index
@@ -840,8 +864,8 @@ impl Recorder {
     /// Assigns an access event (device memory's: see `analysis::Numbering`) its index and
     /// time, updates live bytes, feeds the detector (with the same tokens `itermem trace info`
     /// computes offline) and the trace; returns the index. `malloc_index` is the index of the
-    /// Malloc event of a Free's block; `words`: the pointer words a launch's arguments were
-    /// scanned for.
+    /// Malloc event of a Free's block; `words`: how many pointer words a launch's arguments
+    /// were scanned for, and those to resolve late (`late.rs`).
     #[inline(always)]
     fn emit(
         &self,
@@ -849,7 +873,7 @@ impl Recorder {
         kind: EventKind,
         malloc_index: Option<u64>,
         live_delta: i64,
-        words: u64,
+        (words, late): (u64, &[u64]),
     ) -> (u64, Change) {
         let mut seq = dev.sequencer.lock();
         seq.count(&kind, false, words);
@@ -887,7 +911,7 @@ impl Recorder {
                 period.boundary
             );
         }
-        self.record(dev.ordinal, &mut seq, kind);
+        self.record(dev.ordinal, &mut seq, kind, late);
         (index, change)
     }
 
@@ -959,45 +983,46 @@ impl Recorder {
     fn emit_host(&self, dev: &DeviceState, kind: EventKind) {
         let mut seq = dev.sequencer.lock();
         seq.count(&kind, true, 0);
-        self.record(dev.ordinal, &mut seq, kind);
+        self.record(dev.ordinal, &mut seq, kind, &[]);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
     /// writer at once: before any event of any device that could refer to it.
     fn emit_metadata(&self, kind: EventKind) {
-        if let Some(writer) = self.trace_writer() {
+        if let Some(trace) = self.trace() {
             let time_ns = self.clock.elapsed_ns();
-            writer.record_batch(vec![Event::new(time_ns, kind)]);
+            let mut batch = Batch::with_capacity(1);
+            batch.push(Event::new(time_ns, kind), &[]);
+            trace.hand_over(batch);
         }
     }
 
     /// Queues the event of `device` for the trace (in sequence order: the caller holds the
-    /// device's sequencer) and hands a full batch to the writer thread.
-    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind) {
-        let Some(writer) = self.trace_writer() else {
+    /// device's sequencer), with a launch's pointer words to resolve late, and hands a full
+    /// batch over.
+    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, late: &[u64]) {
+        let Some(trace) = self.trace() else {
             return;
         };
         let time_ns = self.clock.elapsed_ns();
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
-        seq.pending.push(Event {
+        let event = Event {
             time_ns,
             device,
             kind,
-        });
+        };
+        seq.pending.push(event, late);
         // A full batch, or one old enough that a crash now would lose more than a moment.
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
         {
-            writer.record_batch(std::mem::replace(
-                &mut seq.pending,
-                Vec::with_capacity(TRACE_BATCH),
-            ));
+            trace.hand_over(std::mem::replace(&mut seq.pending, trace.empty_batch()));
         }
     }
 
-    fn trace_writer(&self) -> Option<&TraceWriter> {
+    fn trace(&self) -> Option<&Trace> {
         self.trace
             .get_or_init(|| {
                 let path = self.config.trace.as_ref()?;
@@ -1005,8 +1030,10 @@ impl Recorder {
                 let mut header = TraceHeader::for_this_process(name, memory);
                 let since_start = self.clock.elapsed_ns();
                 header.start_unix_ns = header.start_unix_ns.saturating_sub(since_start);
-                match TraceWriter::with_capacity(path, header, TRACE_BATCHES_IN_FLIGHT) {
-                    Ok(writer) => Some(writer),
+                let started = TraceWriter::with_capacity(path, header, TRACE_BATCHES_IN_FLIGHT)
+                    .and_then(|writer| Trace::start(writer, !self.resolves_at_launch));
+                match started {
+                    Ok(trace) => Some(trace),
                     Err(err) => {
                         super::report(format_args!(
                             "cannot write the trace to {}: {err}",
@@ -1022,17 +1049,20 @@ impl Recorder {
     /// Writes everything recorded so far to the trace file; with `close`, also the end record,
     /// after which later events are counted as lost (the process is ending).
     pub fn flush(&self, close: bool) {
-        if let Some(Some(writer)) = self.trace.get() {
+        if let Some(Some(trace)) = self.trace.get() {
             for dev in self.devices.seen() {
                 let pending = std::mem::take(&mut dev.sequencer.lock().pending);
                 if !pending.is_empty() {
-                    writer.record_batch(pending);
+                    trace.hand_over(pending);
                 }
             }
+            if let Some(resolver) = &trace.resolver {
+                resolver.sync();
+            }
             if close {
-                writer.close();
+                trace.writer.close();
             } else {
-                writer.flush();
+                trace.writer.flush();
             }
         }
     }
@@ -1064,6 +1094,45 @@ impl Recorder {
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: words,
             devices,
+        }
+    }
+}
+
+/// Where the events go: the trace writer, behind the late resolver in modes that resolve
+/// launches late (`late.rs`).
+struct Trace {
+    writer: Arc<TraceWriter>,
+    resolver: Option<Resolver>,
+}
+
+impl Trace {
+    fn start(writer: TraceWriter, late: bool) -> std::io::Result<Trace> {
+        let writer = Arc::new(writer);
+        let resolver = late
+            .then(|| Resolver::start(Arc::clone(&writer), TRACE_BATCHES_IN_FLIGHT))
+            .transpose()?;
+        Ok(Trace { writer, resolver })
+    }
+
+    /// A batch to fill: one written before, emptied, if one came back.
+    fn empty_batch(&self) -> Batch {
+        let events = self
+            .writer
+            .spare_batch()
+            .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
+        Batch::reusing(events, self.resolver.as_ref().and_then(Resolver::spare))
+    }
+
+    /// Hands `batch` to the resolver, or straight to the writer when there is none.
+    fn hand_over(&self, batch: Batch) {
+        match &self.resolver {
+            Some(resolver) => {
+                let events = batch.len();
+                if !resolver.send(batch) {
+                    self.writer.count_unsent(events);
+                }
+            }
+            None => self.writer.record_batch(batch.events),
         }
     }
 }
