@@ -9,13 +9,12 @@
 
 use super::cnmem::CnmemState;
 use super::driver as cuda;
-use super::late::Batch;
 use super::pool::PoolState;
 use super::swap::{Capture, SwapConfig};
 use crate::analysis::{EventCounts, HostCounts};
 use crate::config::{Config, Mode};
 use crate::detect::{Detector, DetectorConfig, Period};
-use crate::event::{AllocId, EventKind};
+use crate::event::{AllocId, Event, EventKind};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -40,7 +39,7 @@ pub(super) struct Sequencer {
     pub host: HostCounts,
     pub pointer_words_scanned: u64,
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
-    pub pending: Batch,
+    pub pending: Vec<Event>,
     pub pending_since_ns: u64,
     /// The period that has covered the most events so far, with that count: what the training
     /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
@@ -63,7 +62,7 @@ impl Sequencer {
             counts: EventCounts::default(),
             host: HostCounts::default(),
             pointer_words_scanned: 0,
-            pending: Batch::with_capacity(batch),
+            pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
             dominant: None,
             swap_live: swapping.then(FxHashMap::default),
@@ -116,6 +115,8 @@ pub(super) struct DeviceState {
     pub ordinal: u32,
     /// The index the device's next event will get (the sequencer's, readable without its lock).
     pub next_index: AtomicU64,
+    /// Record and cnmem modes: the key the device's next event gets (`staging.rs`).
+    pub next_key: AtomicU64,
     pub sequencer: Mutex<Sequencer>,
     /// Pool and swap modes' state (None in other modes, and in swap mode on devices but 0).
     pub pool: Option<Mutex<PoolState>>,
@@ -131,6 +132,7 @@ impl DeviceState {
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
+            next_key: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, batch)),
             pool: pool_state(config).map(Mutex::new),
             cnmem: cnmem_state(config).map(Mutex::new),

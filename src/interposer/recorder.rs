@@ -15,10 +15,11 @@ use super::clock::Clock;
 use super::cnmem::CnmemStats;
 use super::device::{DeviceState, Devices, Sequencer};
 use super::graphs::{Graphs, Node, NodeWork};
-use super::late::{Batch, Resolver};
+use super::late::Addresses;
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, allocation_gone, function_layout, kernel_layout, range_start};
+use super::staging::{Entry, Staging};
 use super::swap::{Capture, Prepared, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::{Config, Mode};
@@ -29,6 +30,7 @@ use crate::trace::{TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -42,6 +44,9 @@ const TRACE_BATCH_AGE_NS: u64 = 50_000_000;
 /// Batches the writer's channel holds before `record` waits (bounds the memory: 64 × 256
 /// events, a few MB).
 const TRACE_BATCHES_IN_FLIGHT: usize = 64;
+/// How long the end of the process waits for the sequencing thread to take what is staged
+/// (a backlog of millions of events takes seconds).
+const STAGED_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What one launch touches: its kernel and the allocations its arguments point into.
 pub struct LaunchAccesses {
@@ -142,13 +147,54 @@ pub enum LaunchArgs {
     Absent,
 }
 
+/// Kernels each thread remembers (see [`Recorder::kernel`]).
+const KERNEL_CACHE: usize = 16;
+
+type RecentKernel = Cell<Option<((bool, usize), &'static Kernel)>>;
+
+thread_local! {
+    static RECENT_KERNELS: [RecentKernel; KERNEL_CACHE] =
+        const { [const { Cell::new(None) }; KERNEL_CACHE] };
+}
+
 /// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
 #[derive(Default)]
 /// (Events are counted per device, under its sequencer: see `device::Sequencer::count`.)
 pub struct Counters {
-    /// Hooked calls observed (each ran itermem's observer).
-    pub calls: AtomicU64,
+    /// Hooked calls observed (each ran itermem's observer), counted per thread.
+    pub calls: PerThread,
     pub launches_without_layout: AtomicU64,
+}
+
+/// A count kept by each thread in a counter of its own, summed when read.
+#[derive(Default)]
+pub struct PerThread {
+    threads: Mutex<Vec<Arc<AtomicU64>>>,
+    /// The counts of threads that have ended.
+    ended: AtomicU64,
+}
+
+impl PerThread {
+    /// A new thread's counter; the counters of threads that have ended are summed up here.
+    pub fn register(&self) -> Arc<AtomicU64> {
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut threads = self.threads.lock();
+        threads.retain(|counter| {
+            // Only this list holds it: its thread has ended and will not count again.
+            let alive = Arc::strong_count(counter) > 1;
+            if !alive {
+                self.ended.fetch_add(counter.load(Relaxed), Relaxed);
+            }
+            alive
+        });
+        threads.push(Arc::clone(&counter));
+        counter
+    }
+
+    pub fn total(&self) -> u64 {
+        let threads = self.threads.lock();
+        self.ended.load(Relaxed) + threads.iter().map(|c| c.load(Relaxed)).sum::<u64>()
+    }
 }
 
 pub struct Recorder {
@@ -170,13 +216,17 @@ pub struct Recorder {
     /// Whether launches are resolved to allocations at the call (pool and swap modes, which
     /// act on what a launch touches); otherwise only for the trace, late (`late.rs`).
     resolves_at_launch: bool,
+    /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`).
+    staging: Option<Staging>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
-    trace: OnceLock<Option<Trace>>,
+    trace: OnceLock<Option<TraceWriter>>,
     pub counters: Counters,
 }
 
 impl Recorder {
-    pub fn new(config: Config) -> Recorder {
+    /// `staged`: whether events are sequenced by a thread of their own (one runs
+    /// [`Recorder::sequence_staged`]); only in modes where nothing waits for the sequence.
+    pub fn new(config: Config, staged: bool) -> Recorder {
         Recorder {
             pid: std::process::id(),
             clock: Clock::start(),
@@ -187,10 +237,17 @@ impl Recorder {
             graphs: Graphs::default(),
             devices: Devices::new(),
             resolves_at_launch: matches!(config.mode, Mode::Pool | Mode::Swap),
+            staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
             trace: OnceLock::new(),
             counters: Counters::default(),
             config,
         }
+    }
+
+    /// Whether events of `mode` may be sequenced off the program's threads: nothing the
+    /// program's calls wait for depends on the sequence (no plan is served from it).
+    pub fn may_stage(mode: Mode) -> bool {
+        matches!(mode, Mode::Record | Mode::Cnmem)
     }
 
     /// The state of device `ordinal` (see `device::current_device`).
@@ -778,7 +835,14 @@ impl Recorder {
             stream,
             nodes: launch.events.len() as u64,
         };
-        {
+        if let Some(staging) = &self.staging {
+            self.stage(
+                staging,
+                dev,
+                Entry::new(dev.ordinal, false, marker, 0, 0),
+                &[],
+            );
+        } else {
             let mut seq = dev.sequencer.lock();
             let next = seq.next_index;
             if let Some(capture) = &mut seq.capture {
@@ -786,7 +850,8 @@ impl Recorder {
                 // keeps a little more resident than needed).
                 capture.graphs.push((next, launch.events.len() as u64));
             }
-            self.record(dev.ordinal, &mut seq, marker, &[]);
+            let time_ns = self.clock.elapsed_ns();
+            self.record(dev.ordinal, &mut seq, marker, time_ns);
         }
         let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
@@ -818,6 +883,25 @@ impl Recorder {
             KernelRef::Host(func) => (false, func as usize),
             KernelRef::Function(function) => (true, function),
         };
+        // Each thread remembers the kernels it launched last, so that threads launching at
+        // once do not all take the map's lock (a shared cache line) at every launch.
+        let slot = (key.1 >> 4 ^ key.1 >> 12) % KERNEL_CACHE;
+        let cached = RECENT_KERNELS
+            .try_with(|recent| recent[slot].get())
+            .ok()
+            .flatten();
+        if let Some((known, kernel)) = cached
+            && known == key
+        {
+            return kernel;
+        }
+        let kernel = self.kernel_record(key, kernel);
+        let _ = RECENT_KERNELS.try_with(|recent| recent[slot].set(Some((key, kernel))));
+        kernel
+    }
+
+    /// [`Recorder::kernel`] from the process's map.
+    fn kernel_record(&self, key: (bool, usize), kernel: KernelRef) -> &'static Kernel {
         if let Some(kernel) = self.kernels.read().get(&key) {
             return kernel;
         }
@@ -866,6 +950,9 @@ impl Recorder {
     /// computes offline) and the trace; returns the index. `malloc_index` is the index of the
     /// Malloc event of a Free's block; `words`: how many pointer words a launch's arguments
     /// were scanned for, and those to resolve late (`late.rs`).
+    ///
+    /// With staging, the event is only handed to the sequencing thread: the key returned
+    /// orders it, and the detector's answer is not known yet (nothing waits for it then).
     #[inline(always)]
     fn emit(
         &self,
@@ -875,17 +962,48 @@ impl Recorder {
         live_delta: i64,
         (words, late): (u64, &[u64]),
     ) -> (u64, Change) {
+        if let Some(staging) = &self.staging {
+            let entry = Entry::new(dev.ordinal, true, kind, live_delta, words);
+            return (self.stage(staging, dev, entry, late), Change::Unchanged);
+        }
         let mut seq = dev.sequencer.lock();
-        seq.count(&kind, false, words);
+        let time_ns = self.clock.elapsed_ns();
+        let sequenced = Sequenced {
+            malloc_index,
+            live_delta,
+            words,
+            time_ns,
+        };
+        self.sequence(dev, &mut seq, kind, sequenced)
+    }
+
+    /// Hands `entry` of `dev` to the sequencing thread; its key. The trace is opened here, on
+    /// the program's thread, where the device can be asked its name.
+    #[inline(always)]
+    fn stage(&self, staging: &Staging, dev: &DeviceState, entry: Entry, late: &[u64]) -> u64 {
+        self.trace();
+        staging.stage(&dev.next_key, || self.clock.elapsed_ns(), entry, late)
+    }
+
+    /// [`Recorder::emit`] under the device's sequencer, on the calling thread or the
+    /// sequencing thread.
+    fn sequence(
+        &self,
+        dev: &DeviceState,
+        seq: &mut Sequencer,
+        kind: EventKind,
+        sequenced: Sequenced,
+    ) -> (u64, Change) {
+        seq.count(&kind, false, sequenced.words);
         let index = seq.next_index;
-        let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
+        let token = analysis::token(&kind, index, sequenced.malloc_index).unwrap_or_default();
         seq.next_index += 1;
         dev.next_index.store(seq.next_index, Relaxed);
-        seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
+        seq.live_bytes = seq.live_bytes.saturating_add_signed(sequenced.live_delta);
         seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
         let live_bytes = seq.live_bytes;
         if seq.swap_live.is_some() {
-            capture(dev, &mut seq, index, &kind);
+            capture(dev, seq, index, &kind);
         }
         let change = seq.detector.push(token, live_bytes);
         let (lost, detected) = match change {
@@ -911,8 +1029,60 @@ impl Recorder {
                 period.boundary
             );
         }
-        self.record(dev.ordinal, &mut seq, kind, late);
+        self.record(dev.ordinal, seq, kind, sequenced.time_ns);
         (index, change)
+    }
+
+    /// The sequencing thread's loop (record and cnmem modes, `staging.rs`): takes each
+    /// device's events in order, resolves launches and frees against the blocks live at
+    /// them, and sequences them as [`Recorder::emit`] does on the program's thread otherwise.
+    /// Returns at once without staging.
+    pub fn sequence_staged(&self) {
+        let Some(staging) = &self.staging else {
+            return;
+        };
+        let mut addresses = Addresses::default();
+        // The index of each live device block's malloc (a free's token is its lifetime).
+        let mut malloc_index: FxHashMap<AllocId, u64> = FxHashMap::default();
+        // Each device's last time: the sequence keeps the times in order.
+        let mut last_time: Vec<u64> = Vec::new();
+        staging.run(|entry, late| {
+            let mut kind = entry.kind.clone();
+            if let EventKind::Launch { touched, .. } = &mut kind
+                && !late.is_empty()
+            {
+                *touched = addresses.touched(late);
+            }
+            addresses.follow(&kind);
+            let device = entry.device as usize;
+            if last_time.len() <= device {
+                last_time.resize(device + 1, 0);
+            }
+            let time_ns = entry.time_ns.max(last_time[device]);
+            last_time[device] = time_ns;
+            let dev = self.device(entry.device);
+            let mut seq = dev.sequencer.lock();
+            if !entry.indexed {
+                seq.count(&kind, true, 0);
+                self.record(dev.ordinal, &mut seq, kind, time_ns);
+                return;
+            }
+            let (malloc, freed) = match kind {
+                EventKind::Malloc { id, .. } => (Some(id), None),
+                EventKind::Free { id, .. } => (None, malloc_index.remove(&id)),
+                _ => (None, None),
+            };
+            let sequenced = Sequenced {
+                malloc_index: freed,
+                live_delta: entry.live_delta,
+                words: entry.words,
+                time_ns,
+            };
+            let (index, _) = self.sequence(dev, &mut seq, kind, sequenced);
+            if let Some(id) = malloc {
+                malloc_index.insert(id, index);
+            }
+        });
     }
 
     /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
@@ -981,9 +1151,19 @@ impl Recorder {
     /// event (no index, no token: see `analysis::Numbering`), so the device's events do not
     /// move with the moments a framework's pinned-memory cache allocates.
     fn emit_host(&self, dev: &DeviceState, kind: EventKind) {
+        if let Some(staging) = &self.staging {
+            self.stage(
+                staging,
+                dev,
+                Entry::new(dev.ordinal, false, kind, 0, 0),
+                &[],
+            );
+            return;
+        }
         let mut seq = dev.sequencer.lock();
         seq.count(&kind, true, 0);
-        self.record(dev.ordinal, &mut seq, kind, &[]);
+        let time_ns = self.clock.elapsed_ns();
+        self.record(dev.ordinal, &mut seq, kind, time_ns);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
@@ -991,38 +1171,37 @@ impl Recorder {
     fn emit_metadata(&self, kind: EventKind) {
         if let Some(trace) = self.trace() {
             let time_ns = self.clock.elapsed_ns();
-            let mut batch = Batch::with_capacity(1);
-            batch.push(Event::new(time_ns, kind), &[]);
-            trace.hand_over(batch);
+            trace.record_batch(vec![Event::new(time_ns, kind)]);
         }
     }
 
     /// Queues the event of `device` for the trace (in sequence order: the caller holds the
-    /// device's sequencer), with a launch's pointer words to resolve late, and hands a full
-    /// batch over.
-    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, late: &[u64]) {
+    /// device's sequencer) and hands a full batch to the writer thread.
+    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
         let Some(trace) = self.trace() else {
             return;
         };
-        let time_ns = self.clock.elapsed_ns();
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
-        let event = Event {
+        seq.pending.push(Event {
             time_ns,
             device,
             kind,
-        };
-        seq.pending.push(event, late);
+        });
         // A full batch, or one old enough that a crash now would lose more than a moment.
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
         {
-            trace.hand_over(std::mem::replace(&mut seq.pending, trace.empty_batch()));
+            // A batch the writer has written and handed back, or a new one.
+            let empty = trace
+                .spare_batch()
+                .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
+            trace.record_batch(std::mem::replace(&mut seq.pending, empty));
         }
     }
 
-    fn trace(&self) -> Option<&Trace> {
+    fn trace(&self) -> Option<&TraceWriter> {
         self.trace
             .get_or_init(|| {
                 let path = self.config.trace.as_ref()?;
@@ -1030,10 +1209,8 @@ impl Recorder {
                 let mut header = TraceHeader::for_this_process(name, memory);
                 let since_start = self.clock.elapsed_ns();
                 header.start_unix_ns = header.start_unix_ns.saturating_sub(since_start);
-                let started = TraceWriter::with_capacity(path, header, TRACE_BATCHES_IN_FLIGHT)
-                    .and_then(|writer| Trace::start(writer, !self.resolves_at_launch));
-                match started {
-                    Ok(trace) => Some(trace),
+                match TraceWriter::with_capacity(path, header, TRACE_BATCHES_IN_FLIGHT) {
+                    Ok(writer) => Some(writer),
                     Err(err) => {
                         super::report(format_args!(
                             "cannot write the trace to {}: {err}",
@@ -1047,22 +1224,29 @@ impl Recorder {
     }
 
     /// Writes everything recorded so far to the trace file; with `close`, also the end record,
-    /// after which later events are counted as lost (the process is ending).
+    /// after which later events are counted as lost (the process is ending). With staging,
+    /// first waits for the sequencing thread to take every event staged so far.
     pub fn flush(&self, close: bool) {
+        if let Some(staging) = &self.staging {
+            let mut ends = Vec::new();
+            for dev in self.devices.seen() {
+                let ordinal = dev.ordinal as usize;
+                ends.resize(ends.len().max(ordinal + 1), 0);
+                ends[ordinal] = dev.next_key.load(Relaxed);
+            }
+            staging.sync(ends, STAGED_SYNC_TIMEOUT);
+        }
         if let Some(Some(trace)) = self.trace.get() {
             for dev in self.devices.seen() {
                 let pending = std::mem::take(&mut dev.sequencer.lock().pending);
                 if !pending.is_empty() {
-                    trace.hand_over(pending);
+                    trace.record_batch(pending);
                 }
             }
-            if let Some(resolver) = &trace.resolver {
-                resolver.sync();
-            }
             if close {
-                trace.writer.close();
+                trace.close();
             } else {
-                trace.writer.flush();
+                trace.flush();
             }
         }
     }
@@ -1090,7 +1274,7 @@ impl Recorder {
             host_events,
             first_device: devices.first().cloned().unwrap_or_default(),
             kernels: self.kernel_count.load(Relaxed),
-            hooked_calls: c.calls.load(Relaxed),
+            hooked_calls: c.calls.total(),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: words,
             devices,
@@ -1098,43 +1282,14 @@ impl Recorder {
     }
 }
 
-/// Where the events go: the trace writer, behind the late resolver in modes that resolve
-/// launches late (`late.rs`).
-struct Trace {
-    writer: Arc<TraceWriter>,
-    resolver: Option<Resolver>,
-}
-
-impl Trace {
-    fn start(writer: TraceWriter, late: bool) -> std::io::Result<Trace> {
-        let writer = Arc::new(writer);
-        let resolver = late
-            .then(|| Resolver::start(Arc::clone(&writer), TRACE_BATCHES_IN_FLIGHT))
-            .transpose()?;
-        Ok(Trace { writer, resolver })
-    }
-
-    /// A batch to fill: one written before, emptied, if one came back.
-    fn empty_batch(&self) -> Batch {
-        let events = self
-            .writer
-            .spare_batch()
-            .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
-        Batch::reusing(events, self.resolver.as_ref().and_then(Resolver::spare))
-    }
-
-    /// Hands `batch` to the resolver, or straight to the writer when there is none.
-    fn hand_over(&self, batch: Batch) {
-        match &self.resolver {
-            Some(resolver) => {
-                let events = batch.len();
-                if !resolver.send(batch) {
-                    self.writer.count_unsent(events);
-                }
-            }
-            None => self.writer.record_batch(batch.events),
-        }
-    }
+/// What [`Recorder::sequence`] needs of an event besides its kind.
+struct Sequenced {
+    /// The index of a Free's block's Malloc.
+    malloc_index: Option<u64>,
+    live_delta: i64,
+    /// Pointer words a launch's arguments were scanned for.
+    words: u64,
+    time_ns: u64,
 }
 
 fn device_summary(dev: &DeviceState) -> DeviceSummary {
