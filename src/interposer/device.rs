@@ -115,6 +115,8 @@ pub(super) struct DeviceState {
     pub ordinal: u32,
     /// The index the device's next event will get (the sequencer's, readable without its lock).
     pub next_index: AtomicU64,
+    /// Record and cnmem modes: the key the device's next event gets (`staging.rs`).
+    pub next_key: AtomicU64,
     pub sequencer: Mutex<Sequencer>,
     /// Pool and swap modes' state (None in other modes, and in swap mode on devices but 0).
     pub pool: Option<Mutex<PoolState>>,
@@ -130,6 +132,7 @@ impl DeviceState {
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
+            next_key: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, batch)),
             pool: pool_state(config).map(Mutex::new),
             cnmem: cnmem_state(config).map(Mutex::new),

@@ -20,22 +20,24 @@ mod driver;
 mod ending;
 mod graphs;
 pub mod hooks;
+mod late;
 mod live;
 pub mod pluggable;
 mod pool;
 mod real;
 mod recorder;
 pub mod resolve;
+mod staging;
 mod swap;
 
 pub use recorder::{DeviceSummary, Recorder, Summary};
 
 use crate::config::{Config, Mode};
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// `cudaErrorSharedObjectSymbolNotFound`: the real function does not exist.
 pub const CUDA_ERROR_SYMBOL_NOT_FOUND: u32 = 302;
@@ -46,9 +48,22 @@ static ACTIVE: AtomicBool = AtomicBool::new(true);
 
 static STATE: OnceLock<Option<Recorder>> = OnceLock::new();
 
-thread_local! {
+/// What a thread of the program's keeps for the hooks.
+struct HookThread {
     /// Set while this thread runs itermem's observer code.
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    in_hook: Cell<bool>,
+    /// This thread's count of observed calls, registered with the recorder at the first: a
+    /// counter of its own, so that threads calling at once share no cache line per call.
+    calls: OnceCell<Arc<AtomicU64>>,
+}
+
+thread_local! {
+    static HOOK_THREAD: HookThread = const {
+        HookThread {
+            in_hook: Cell::new(false),
+            calls: OnceCell::new(),
+        }
+    };
 }
 
 /// The recorder, if calls are being observed (mode not `off`, no internal error so far).
@@ -84,7 +99,24 @@ fn start() -> Option<Recorder> {
         return None;
     }
     ending::install(&config);
-    Some(Recorder::new(config))
+    let staged = Recorder::may_stage(config.mode) && start_sequencing();
+    Some(Recorder::new(config, staged))
+}
+
+/// Starts the thread that sequences staged events (`staging.rs`) once the recorder exists;
+/// whether it started (if not, events are sequenced on the program's threads).
+fn start_sequencing() -> bool {
+    let sequence = || loop {
+        match STATE.get() {
+            Some(Some(recorder)) => return recorder.sequence_staged(),
+            Some(None) => return, // starting failed: nothing to sequence
+            None => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    };
+    std::thread::Builder::new()
+        .name("itermem-sequence".into())
+        .spawn(sequence)
+        .is_ok()
 }
 
 fn init_logging(config: &Config) {
@@ -135,32 +167,37 @@ pub fn intercept<F: FnMut() -> u32>(
     mut real: F,
     observe: impl FnOnce(&'static Recorder, &mut Call<F>) -> u32,
 ) -> u32 {
-    // The flag is looked up once (a thread-local access costs a call in a shared library).
-    let Ok(in_hook) = IN_HOOK.try_with(|flag| flag as *const Cell<bool>) else {
+    // Looked up once (a thread-local access costs a call in a shared library).
+    let Ok(thread) = HOOK_THREAD.try_with(|thread| thread as *const HookThread) else {
         return real(); // the thread is exiting: its locals are gone
     };
     // SAFETY: the thread's own thread-local, alive until this thread ends; this function runs
     // on the thread and returns before it ends.
-    let in_hook = unsafe { &*in_hook };
-    if in_hook.replace(true) {
+    let thread = unsafe { &*thread };
+    if thread.in_hook.replace(true) {
         return real(); // a call made while a hook runs on this thread
     }
-    observed(name, in_hook, real, observe)
+    observed(name, thread, real, observe)
 }
 
 /// [`intercept`] of a call made outside itermem's code (`in_hook` just set).
 #[inline(never)]
 fn observed<F: FnMut() -> u32>(
     name: &'static str,
-    in_hook: &Cell<bool>,
+    thread: &HookThread,
     mut real: F,
     observe: impl FnOnce(&'static Recorder, &mut Call<F>) -> u32,
 ) -> u32 {
+    let in_hook = &thread.in_hook;
     let Some(recorder) = recorder() else {
         in_hook.set(false);
         return real();
     };
-    recorder.counters.calls.fetch_add(1, Ordering::Relaxed);
+    let calls = thread
+        .calls
+        .get_or_init(|| recorder.counters.calls.register());
+    // Only this thread writes it: no read-modify-write needed.
+    calls.store(calls.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     let mut call = Call { real, result: None };
     // What the observer answered, if it got that far: a call it served itself (a free of a
     // pool block) must not be served a second time by the pass-through below.

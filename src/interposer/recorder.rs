@@ -15,9 +15,11 @@ use super::clock::Clock;
 use super::cnmem::CnmemStats;
 use super::device::{DeviceState, Devices, Sequencer};
 use super::graphs::{Graphs, Node, NodeWork};
+use super::late::Addresses;
 use super::live::{Block, LiveIndex};
 use super::pool::{PoolState, PoolStats};
 use super::real::{KernelLayout, allocation_gone, function_layout, kernel_layout, range_start};
+use super::staging::{Entry, Staging};
 use super::swap::{Capture, Prepared, SwapStats};
 use crate::analysis::{self, EventCounts, HostCounts};
 use crate::config::{Config, Mode};
@@ -28,9 +30,10 @@ use crate::trace::{TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
 /// hooks' cost low (a hand-over costs about as much as the rest of a hook).
@@ -41,11 +44,18 @@ const TRACE_BATCH_AGE_NS: u64 = 50_000_000;
 /// Batches the writer's channel holds before `record` waits (bounds the memory: 64 × 256
 /// events, a few MB).
 const TRACE_BATCHES_IN_FLIGHT: usize = 64;
+/// How long the end of the process waits for the sequencing thread to take what is staged
+/// (a backlog of millions of events takes seconds).
+const STAGED_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What one launch touches: its kernel and the allocations its arguments point into.
 pub struct LaunchAccesses {
     kernel: &'static Kernel,
+    /// Resolved at the launch in pool and swap modes; in other modes left empty here and
+    /// filled in from `late` off the program's thread (`late.rs`).
     pub touched: Touched,
+    /// The pointer words to resolve late (empty when resolved now, or when no trace is kept).
+    late: smallvec::SmallVec<[u64; 8]>,
     /// Pointer words read from the arguments (for the statistics).
     words_scanned: u64,
 }
@@ -137,13 +147,54 @@ pub enum LaunchArgs {
     Absent,
 }
 
+/// Kernels each thread remembers (see [`Recorder::kernel`]).
+const KERNEL_CACHE: usize = 16;
+
+type RecentKernel = Cell<Option<((bool, usize), &'static Kernel)>>;
+
+thread_local! {
+    static RECENT_KERNELS: [RecentKernel; KERNEL_CACHE] =
+        const { [const { Cell::new(None) }; KERNEL_CACHE] };
+}
+
 /// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
 #[derive(Default)]
 /// (Events are counted per device, under its sequencer: see `device::Sequencer::count`.)
 pub struct Counters {
-    /// Hooked calls observed (each ran itermem's observer).
-    pub calls: AtomicU64,
+    /// Hooked calls observed (each ran itermem's observer), counted per thread.
+    pub calls: PerThread,
     pub launches_without_layout: AtomicU64,
+}
+
+/// A count kept by each thread in a counter of its own, summed when read.
+#[derive(Default)]
+pub struct PerThread {
+    threads: Mutex<Vec<Arc<AtomicU64>>>,
+    /// The counts of threads that have ended.
+    ended: AtomicU64,
+}
+
+impl PerThread {
+    /// A new thread's counter; the counters of threads that have ended are summed up here.
+    pub fn register(&self) -> Arc<AtomicU64> {
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut threads = self.threads.lock();
+        threads.retain(|counter| {
+            // Only this list holds it: its thread has ended and will not count again.
+            let alive = Arc::strong_count(counter) > 1;
+            if !alive {
+                self.ended.fetch_add(counter.load(Relaxed), Relaxed);
+            }
+            alive
+        });
+        threads.push(Arc::clone(&counter));
+        counter
+    }
+
+    pub fn total(&self) -> u64 {
+        let threads = self.threads.lock();
+        self.ended.load(Relaxed) + threads.iter().map(|c| c.load(Relaxed)).sum::<u64>()
+    }
 }
 
 pub struct Recorder {
@@ -162,15 +213,21 @@ pub struct Recorder {
     /// The work of CUDA graphs' nodes, for recording their launches.
     pub graphs: Graphs,
     devices: Devices,
+    /// Whether launches are resolved to allocations at the call (pool and swap modes, which
+    /// act on what a launch touches); otherwise only for the trace, late (`late.rs`).
+    resolves_at_launch: bool,
+    /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`).
+    staging: Option<Staging>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
     pub counters: Counters,
 }
 
 impl Recorder {
-    pub fn new(config: Config) -> Recorder {
+    /// `staged`: whether events are sequenced by a thread of their own (one runs
+    /// [`Recorder::sequence_staged`]); only in modes where nothing waits for the sequence.
+    pub fn new(config: Config, staged: bool) -> Recorder {
         Recorder {
-            config,
             pid: std::process::id(),
             clock: Clock::start(),
             next_id: AtomicU64::new(1),
@@ -179,9 +236,18 @@ impl Recorder {
             kernel_count: AtomicU64::new(0),
             graphs: Graphs::default(),
             devices: Devices::new(),
+            resolves_at_launch: matches!(config.mode, Mode::Pool | Mode::Swap),
+            staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
             trace: OnceLock::new(),
             counters: Counters::default(),
+            config,
         }
+    }
+
+    /// Whether events of `mode` may be sequenced off the program's threads: nothing the
+    /// program's calls wait for depends on the sequence (no plan is served from it).
+    pub fn may_stage(mode: Mode) -> bool {
+        matches!(mode, Mode::Record | Mode::Cnmem)
     }
 
     /// The state of device `ordinal` (see `device::current_device`).
@@ -493,7 +559,7 @@ impl Recorder {
             self.live.write().insert(addr, block);
             return;
         }
-        let (index, change) = self.emit(dev, event, None, size as i64, 0);
+        let (index, change) = self.emit(dev, event, None, size as i64, (0, &[]));
         block.event_index = index;
         self.live.write().insert(addr, block);
         if let (Some(pool), true) = (&dev.pool, plannable) {
@@ -527,8 +593,13 @@ impl Recorder {
         if let (Some(pool), true) = (&dev.pool, self.swapping()) {
             pool.lock().real_free(addr);
         }
-        let (index, change) =
-            self.emit(dev, event, Some(block.event_index), -(block.size as i64), 0);
+        let (index, change) = self.emit(
+            dev,
+            event,
+            Some(block.event_index),
+            -(block.size as i64),
+            (0, &[]),
+        );
         if let Some(pool) = &dev.pool {
             pool.lock().history.free(block.id, index);
         }
@@ -574,7 +645,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, 0);
+        let (index, change) = self.emit(dev, event, None, 0, (0, &[]));
         self.period_changed(dev, change);
         index
     }
@@ -594,7 +665,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, 0);
+        let (index, change) = self.emit(dev, event, None, 0, (0, &[]));
         self.period_changed(dev, change);
         index
     }
@@ -607,32 +678,42 @@ impl Recorder {
     /// parameter, or a packed buffer of `len` readable bytes.
     pub unsafe fn launch_accesses(&self, kernel: KernelRef, args: LaunchArgs) -> LaunchAccesses {
         let kernel = self.kernel(kernel);
-        let mut words_scanned = 0;
-        let touched = match (&kernel.pointer_words, args) {
-            (Some(words), LaunchArgs::Pointers(args)) if !args.is_null() => {
-                words_scanned = words.len() as u64;
-                // SAFETY: the caller's `args` hold one valid pointer per parameter.
-                self.scan(words.iter().map(|word| unsafe { pointer_arg(args, word) }))
-            }
-            (Some(words), LaunchArgs::Packed { buffer, len }) if !buffer.is_null() => {
-                words_scanned = words.len() as u64;
-                // SAFETY: the caller's buffer holds `len` readable bytes.
-                self.scan(
-                    words
-                        .iter()
-                        .filter_map(|word| unsafe { packed_arg(buffer, len, word) }),
-                )
-            }
-            (Some(_), _) => Touched::new(),
-            (None, _) => {
-                self.counters.launches_without_layout.fetch_add(1, Relaxed);
-                Touched::new()
-            }
-        };
-        LaunchAccesses {
+        let mut accesses = LaunchAccesses {
             kernel,
-            touched,
-            words_scanned,
+            touched: Touched::new(),
+            late: smallvec::SmallVec::new(),
+            words_scanned: 0,
+        };
+        let Some(words) = &kernel.pointer_words else {
+            self.counters.launches_without_layout.fetch_add(1, Relaxed);
+            return accesses;
+        };
+        match args {
+            LaunchArgs::Pointers(args) if !args.is_null() => {
+                // SAFETY: the caller's `args` hold one valid pointer per parameter.
+                let values = words.iter().map(|word| unsafe { pointer_arg(args, word) });
+                self.take_words(&mut accesses, values);
+            }
+            LaunchArgs::Packed { buffer, len } if !buffer.is_null() => {
+                // SAFETY: the caller's buffer holds `len` readable bytes.
+                let values = words
+                    .iter()
+                    .filter_map(|word| unsafe { packed_arg(buffer, len, word) });
+                self.take_words(&mut accesses, values);
+            }
+            _ => {}
+        }
+        accesses
+    }
+
+    /// Resolves a launch's pointer `words` now, or keeps them to be resolved late (only if a
+    /// trace will show them: nothing else asks in those modes).
+    fn take_words(&self, accesses: &mut LaunchAccesses, words: impl Iterator<Item = u64>) {
+        accesses.words_scanned = accesses.kernel.pointer_words.as_ref().map_or(0, Vec::len) as u64;
+        if self.resolves_at_launch {
+            accesses.touched = self.scan(words);
+        } else if self.config.trace.is_some() {
+            accesses.late.extend(words);
         }
     }
 
@@ -755,7 +836,14 @@ impl Recorder {
             stream,
             nodes: launch.events.len() as u64,
         };
-        {
+        if let Some(staging) = &self.staging {
+            self.stage(
+                staging,
+                dev,
+                Entry::new(dev.ordinal, false, marker, 0, 0),
+                &[],
+            );
+        } else {
             let mut seq = dev.sequencer.lock();
             let next = seq.next_index;
             if let Some(capture) = &mut seq.capture {
@@ -763,11 +851,12 @@ impl Recorder {
                 // keeps a little more resident than needed).
                 capture.graphs.push((next, launch.events.len() as u64));
             }
-            self.record(dev.ordinal, &mut seq, marker);
+            let time_ns = self.clock.elapsed_ns();
+            self.record(dev.ordinal, &mut seq, marker, time_ns);
         }
         let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
-            let (index, change) = self.emit(dev, kind, None, 0, words);
+            let (index, change) = self.emit(dev, kind, None, 0, (words, &[]));
             recorded.first.get_or_insert(index);
             recorded.changes.push(change);
         }
@@ -783,7 +872,7 @@ impl Recorder {
             touched: accesses.touched,
         };
         let dev = self.device(device);
-        let words = accesses.words_scanned;
+        let words = (accesses.words_scanned, &accesses.late[..]);
         let (index, change) = self.emit(dev, event, None, 0, words);
         self.period_changed(dev, change);
         index
@@ -795,6 +884,25 @@ impl Recorder {
             KernelRef::Host(func) => (false, func as usize),
             KernelRef::Function(function) => (true, function),
         };
+        // Each thread remembers the kernels it launched last, so that threads launching at
+        // once do not all take the map's lock (a shared cache line) at every launch.
+        let slot = (key.1 >> 4 ^ key.1 >> 12) % KERNEL_CACHE;
+        let cached = RECENT_KERNELS
+            .try_with(|recent| recent[slot].get())
+            .ok()
+            .flatten();
+        if let Some((known, kernel)) = cached
+            && known == key
+        {
+            return kernel;
+        }
+        let kernel = self.kernel_record(key, kernel);
+        let _ = RECENT_KERNELS.try_with(|recent| recent[slot].set(Some((key, kernel))));
+        kernel
+    }
+
+    /// [`Recorder::kernel`] from the process's map.
+    fn kernel_record(&self, key: (bool, usize), kernel: KernelRef) -> &'static Kernel {
         if let Some(kernel) = self.kernels.read().get(&key) {
             return kernel;
         }
@@ -841,8 +949,11 @@ impl Recorder {
     /// Assigns an access event (device memory's: see `analysis::Numbering`) its index and
     /// time, updates live bytes, feeds the detector (with the same tokens `itermem trace info`
     /// computes offline) and the trace; returns the index. `malloc_index` is the index of the
-    /// Malloc event of a Free's block; `words`: the pointer words a launch's arguments were
-    /// scanned for.
+    /// Malloc event of a Free's block; `words`: how many pointer words a launch's arguments
+    /// were scanned for, and those to resolve late (`late.rs`).
+    ///
+    /// With staging, the event is only handed to the sequencing thread: the key returned
+    /// orders it, and the detector's answer is not known yet (nothing waits for it then).
     #[inline(always)]
     fn emit(
         &self,
@@ -850,19 +961,50 @@ impl Recorder {
         kind: EventKind,
         malloc_index: Option<u64>,
         live_delta: i64,
-        words: u64,
+        (words, late): (u64, &[u64]),
     ) -> (u64, Change) {
+        if let Some(staging) = &self.staging {
+            let entry = Entry::new(dev.ordinal, true, kind, live_delta, words);
+            return (self.stage(staging, dev, entry, late), Change::Unchanged);
+        }
         let mut seq = dev.sequencer.lock();
-        seq.count(&kind, false, words);
+        let time_ns = self.clock.elapsed_ns();
+        let sequenced = Sequenced {
+            malloc_index,
+            live_delta,
+            words,
+            time_ns,
+        };
+        self.sequence(dev, &mut seq, kind, sequenced)
+    }
+
+    /// Hands `entry` of `dev` to the sequencing thread; its key. The trace is opened here, on
+    /// the program's thread, where the device can be asked its name.
+    #[inline(always)]
+    fn stage(&self, staging: &Staging, dev: &DeviceState, entry: Entry, late: &[u64]) -> u64 {
+        self.trace();
+        staging.stage(&dev.next_key, || self.clock.elapsed_ns(), entry, late)
+    }
+
+    /// [`Recorder::emit`] under the device's sequencer, on the calling thread or the
+    /// sequencing thread.
+    fn sequence(
+        &self,
+        dev: &DeviceState,
+        seq: &mut Sequencer,
+        kind: EventKind,
+        sequenced: Sequenced,
+    ) -> (u64, Change) {
+        seq.count(&kind, false, sequenced.words);
         let index = seq.next_index;
-        let token = analysis::token(&kind, index, malloc_index).unwrap_or_default();
+        let token = analysis::token(&kind, index, sequenced.malloc_index).unwrap_or_default();
         seq.next_index += 1;
         dev.next_index.store(seq.next_index, Relaxed);
-        seq.live_bytes = seq.live_bytes.saturating_add_signed(live_delta);
+        seq.live_bytes = seq.live_bytes.saturating_add_signed(sequenced.live_delta);
         seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
         let live_bytes = seq.live_bytes;
         if seq.swap_live.is_some() {
-            capture(dev, &mut seq, index, &kind);
+            capture(dev, seq, index, &kind);
         }
         let change = seq.detector.push(token, live_bytes);
         let (lost, detected) = match change {
@@ -888,8 +1030,60 @@ impl Recorder {
                 period.boundary
             );
         }
-        self.record(dev.ordinal, &mut seq, kind);
+        self.record(dev.ordinal, seq, kind, sequenced.time_ns);
         (index, change)
+    }
+
+    /// The sequencing thread's loop (record and cnmem modes, `staging.rs`): takes each
+    /// device's events in order, resolves launches and frees against the blocks live at
+    /// them, and sequences them as [`Recorder::emit`] does on the program's thread otherwise.
+    /// Returns at once without staging.
+    pub fn sequence_staged(&self) {
+        let Some(staging) = &self.staging else {
+            return;
+        };
+        let mut addresses = Addresses::default();
+        // The index of each live device block's malloc (a free's token is its lifetime).
+        let mut malloc_index: FxHashMap<AllocId, u64> = FxHashMap::default();
+        // Each device's last time: the sequence keeps the times in order.
+        let mut last_time: Vec<u64> = Vec::new();
+        staging.run(|entry, late| {
+            let mut kind = entry.kind.clone();
+            if let EventKind::Launch { touched, .. } = &mut kind
+                && !late.is_empty()
+            {
+                *touched = addresses.touched(late);
+            }
+            addresses.follow(&kind);
+            let device = entry.device as usize;
+            if last_time.len() <= device {
+                last_time.resize(device + 1, 0);
+            }
+            let time_ns = entry.time_ns.max(last_time[device]);
+            last_time[device] = time_ns;
+            let dev = self.device(entry.device);
+            let mut seq = dev.sequencer.lock();
+            if !entry.indexed {
+                seq.count(&kind, true, 0);
+                self.record(dev.ordinal, &mut seq, kind, time_ns);
+                return;
+            }
+            let (malloc, freed) = match kind {
+                EventKind::Malloc { id, .. } => (Some(id), None),
+                EventKind::Free { id, .. } => (None, malloc_index.remove(&id)),
+                _ => (None, None),
+            };
+            let sequenced = Sequenced {
+                malloc_index: freed,
+                live_delta: entry.live_delta,
+                words: entry.words,
+                time_ns,
+            };
+            let (index, _) = self.sequence(dev, &mut seq, kind, sequenced);
+            if let Some(id) = malloc {
+                malloc_index.insert(id, index);
+            }
+        });
     }
 
     /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
@@ -958,27 +1152,36 @@ impl Recorder {
     /// event (no index, no token: see `analysis::Numbering`), so the device's events do not
     /// move with the moments a framework's pinned-memory cache allocates.
     fn emit_host(&self, dev: &DeviceState, kind: EventKind) {
+        if let Some(staging) = &self.staging {
+            self.stage(
+                staging,
+                dev,
+                Entry::new(dev.ordinal, false, kind, 0, 0),
+                &[],
+            );
+            return;
+        }
         let mut seq = dev.sequencer.lock();
         seq.count(&kind, true, 0);
-        self.record(dev.ordinal, &mut seq, kind);
+        let time_ns = self.clock.elapsed_ns();
+        self.record(dev.ordinal, &mut seq, kind, time_ns);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
     /// writer at once: before any event of any device that could refer to it.
     fn emit_metadata(&self, kind: EventKind) {
-        if let Some(writer) = self.trace_writer() {
+        if let Some(trace) = self.trace() {
             let time_ns = self.clock.elapsed_ns();
-            writer.record_batch(vec![Event::new(time_ns, kind)]);
+            trace.record_batch(vec![Event::new(time_ns, kind)]);
         }
     }
 
     /// Queues the event of `device` for the trace (in sequence order: the caller holds the
     /// device's sequencer) and hands a full batch to the writer thread.
-    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind) {
-        let Some(writer) = self.trace_writer() else {
+    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
+        let Some(trace) = self.trace() else {
             return;
         };
-        let time_ns = self.clock.elapsed_ns();
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
@@ -991,14 +1194,15 @@ impl Recorder {
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
         {
-            writer.record_batch(std::mem::replace(
-                &mut seq.pending,
-                Vec::with_capacity(TRACE_BATCH),
-            ));
+            // A batch the writer has written and handed back, or a new one.
+            let empty = trace
+                .spare_batch()
+                .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
+            trace.record_batch(std::mem::replace(&mut seq.pending, empty));
         }
     }
 
-    fn trace_writer(&self) -> Option<&TraceWriter> {
+    fn trace(&self) -> Option<&TraceWriter> {
         self.trace
             .get_or_init(|| {
                 let path = self.config.trace.as_ref()?;
@@ -1021,19 +1225,29 @@ impl Recorder {
     }
 
     /// Writes everything recorded so far to the trace file; with `close`, also the end record,
-    /// after which later events are counted as lost (the process is ending).
+    /// after which later events are counted as lost (the process is ending). With staging,
+    /// first waits for the sequencing thread to take every event staged so far.
     pub fn flush(&self, close: bool) {
-        if let Some(Some(writer)) = self.trace.get() {
+        if let Some(staging) = &self.staging {
+            let mut ends = Vec::new();
+            for dev in self.devices.seen() {
+                let ordinal = dev.ordinal as usize;
+                ends.resize(ends.len().max(ordinal + 1), 0);
+                ends[ordinal] = dev.next_key.load(Relaxed);
+            }
+            staging.sync(ends, STAGED_SYNC_TIMEOUT);
+        }
+        if let Some(Some(trace)) = self.trace.get() {
             for dev in self.devices.seen() {
                 let pending = std::mem::take(&mut dev.sequencer.lock().pending);
                 if !pending.is_empty() {
-                    writer.record_batch(pending);
+                    trace.record_batch(pending);
                 }
             }
             if close {
-                writer.close();
+                trace.close();
             } else {
-                writer.flush();
+                trace.flush();
             }
         }
     }
@@ -1061,12 +1275,22 @@ impl Recorder {
             host_events,
             first_device: devices.first().cloned().unwrap_or_default(),
             kernels: self.kernel_count.load(Relaxed),
-            hooked_calls: c.calls.load(Relaxed),
+            hooked_calls: c.calls.total(),
             launches_without_layout: c.launches_without_layout.load(Relaxed),
             pointer_words_scanned: words,
             devices,
         }
     }
+}
+
+/// What [`Recorder::sequence`] needs of an event besides its kind.
+struct Sequenced {
+    /// The index of a Free's block's Malloc.
+    malloc_index: Option<u64>,
+    live_delta: i64,
+    /// Pointer words a launch's arguments were scanned for.
+    words: u64,
+    time_ns: u64,
 }
 
 fn device_summary(dev: &DeviceState) -> DeviceSummary {

@@ -70,6 +70,9 @@ pub struct TraceWriter {
     /// Events that could not even be handed over (the writer thread is gone). Relaxed: a counter
     /// read only after the thread has been joined.
     unsent: AtomicU64,
+    /// Batches the thread has written, emptied, for producers to fill again: a batch allocated
+    /// on one thread and freed on another costs the C allocator more than the events in it.
+    spares: Receiver<Vec<Event>>,
 }
 
 /// Creates (truncates) the trace file, unless another live writer holds it. A FIFO or a
@@ -146,6 +149,7 @@ impl TraceWriter {
     /// with `EFBIG` there, where SIGXFSZ is blocked, instead of killing the program.
     fn start(path: &Path, file: File, header: Vec<u8>, capacity: usize) -> io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        let (spare_tx, spares) = crossbeam_channel::bounded(capacity.max(1));
         let mut buf = Vec::with_capacity(BUF_TARGET + 4096);
         buf.extend_from_slice(&header);
         let sink = Sink {
@@ -157,6 +161,7 @@ impl TraceWriter {
             buffered: 0,
             closed: false,
             summary: TraceSummary::default(),
+            spares: spare_tx,
         };
         let thread = std::thread::Builder::new()
             .name("itermem-trace".into())
@@ -169,6 +174,7 @@ impl TraceWriter {
             thread: Some(thread),
             path: path.to_path_buf(),
             unsent: AtomicU64::new(0),
+            spares,
         })
     }
 
@@ -192,6 +198,16 @@ impl TraceWriter {
         if self.tx.send(Msg::Batch(events)).is_err() {
             self.unsent.fetch_add(count, Ordering::Relaxed);
         }
+    }
+
+    /// An empty batch the thread has written before, if one is waiting, to fill again.
+    pub fn spare_batch(&self) -> Option<Vec<Event>> {
+        self.spares.try_recv().ok()
+    }
+
+    /// Counts `events` as lost that a stage in front of the writer could not hand over.
+    pub fn count_unsent(&self, events: usize) {
+        self.unsent.fetch_add(events as u64, Ordering::Relaxed);
     }
 
     /// Returns once every event recorded before the call (by any thread, in the happens-before
@@ -273,6 +289,8 @@ struct Sink {
     /// The end record has been written: further events are lost.
     closed: bool,
     summary: TraceSummary,
+    /// Where written batches go back to producers (see `TraceWriter::spares`).
+    spares: Sender<Vec<Event>>,
 }
 
 impl Sink {
@@ -301,7 +319,12 @@ impl Sink {
             };
             match msg {
                 Some(Msg::Event(event)) => self.push(&event),
-                Some(Msg::Batch(events)) => events.iter().for_each(|event| self.push(event)),
+                Some(Msg::Batch(mut events)) => {
+                    events.iter().for_each(|event| self.push(event));
+                    events.clear();
+                    // Dropped when producers already have enough spares.
+                    let _ = self.spares.try_send(events);
+                }
                 Some(Msg::Flush(ack)) => {
                     self.write_out();
                     let _ = ack.send(());

@@ -1,0 +1,127 @@
+//! Late resolution: which allocations a launch's pointer arguments point into, worked out off
+//! the program's thread, for the trace of modes that need no answer at the launch (record and
+//! cnmem; pool and swap modes resolve at once: they fence and swap what a launch touches).
+//!
+//! The hook copies the launch's candidate pointer words with its event (`staging.rs`); the
+//! sequencing thread, which sees each device's events in order, follows every malloc and free
+//! with the index here and fills in each launch's `touched` before the event is traced. A word
+//! that is a block's start is found with one hash lookup, an interior pointer (a view at an
+//! offset) in the address-ordered index, without asking the driver as the hooks' index must.
+//!
+//! Within a device the events keep their order, so a launch is resolved against exactly the
+//! blocks live at its event. Across devices the sequencing thread hands on each device's events
+//! as they are collected: a launch on one device through a pointer into a block that another
+//! device allocated within the same few milliseconds may be resolved before that block is seen
+//! (a peer kernel reading memory allocated moments before), and is then not resolved.
+
+use crate::event::{AllocId, EventKind, Touched};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+
+/// The blocks live at the point of the event stream reached, by start address.
+#[derive(Default)]
+pub struct Addresses {
+    /// Block starts, for the common word: a tensor's base pointer.
+    at: FxHashMap<u64, AllocId>,
+    by_start: BTreeMap<u64, (AllocId, u64)>,
+    start_of: FxHashMap<AllocId, u64>,
+}
+
+impl Addresses {
+    /// Follows `event` (mallocs and frees; everything else leaves the blocks as they are).
+    pub fn follow(&mut self, event: &EventKind) {
+        match *event {
+            EventKind::Malloc { id, addr, size, .. } => {
+                // An id reused (a pinned block's, see `analysis::Numbering`) ends the old block.
+                if let Some(old) = self.start_of.insert(id, addr) {
+                    self.forget(old);
+                }
+                self.at.insert(addr, id);
+                self.by_start.insert(addr, (id, size));
+            }
+            EventKind::Free { id, .. } => {
+                if let Some(start) = self.start_of.remove(&id) {
+                    self.forget(start);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn forget(&mut self, start: u64) {
+        self.at.remove(&start);
+        self.by_start.remove(&start);
+    }
+
+    /// The block containing `addr`, as the hooks' live index answers (a block of size 0 holds
+    /// its start).
+    fn find(&self, addr: u64) -> Option<AllocId> {
+        if let Some(&id) = self.at.get(&addr) {
+            return Some(id);
+        }
+        let (&start, &(id, size)) = self.by_start.range(..=addr).next_back()?;
+        (addr - start < size.max(1)).then_some(id)
+    }
+
+    /// The allocations `words` point into, each once, in the order first pointed to.
+    pub fn touched(&self, words: &[u64]) -> Touched {
+        let mut touched = Touched::new();
+        for &word in words {
+            if let Some(id) = self.find(word)
+                && !touched.contains(&id)
+            {
+                touched.push(id);
+            }
+        }
+        touched
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::MemKind;
+
+    fn malloc(id: AllocId, addr: u64, size: u64) -> EventKind {
+        EventKind::Malloc {
+            id,
+            addr,
+            size,
+            kind: MemKind::Device,
+            stream: 0,
+        }
+    }
+
+    fn free(id: AllocId) -> EventKind {
+        EventKind::Free { id, stream: 0 }
+    }
+
+    #[test]
+    fn a_launch_touches_the_blocks_live_at_its_event_starts_and_interior_pointers_alike() {
+        let mut addresses = Addresses::default();
+        addresses.follow(&malloc(1, 0x1000, 0x100));
+        addresses.follow(&malloc(2, 0x2000, 0));
+        // The start of 1, inside 1 again, the zero-size block 2, just past 1, nowhere.
+        let words = [0x1000, 0x10ff, 0x2000, 0x1100, 0x10];
+        assert_eq!(addresses.touched(&words).to_vec(), [1, 2]);
+        addresses.follow(&free(1));
+        assert_eq!(
+            addresses.touched(&[0x1000, 0x2000]).to_vec(),
+            [2],
+            "1 was freed"
+        );
+        // An address reused by a new, smaller block.
+        addresses.follow(&malloc(3, 0x1000, 0x80));
+        let words = [0x1040, 0x10ff, 0x1000];
+        assert_eq!(addresses.touched(&words).to_vec(), [3], "0x10ff is past it");
+    }
+
+    #[test]
+    fn an_id_given_again_ends_its_old_block() {
+        let mut addresses = Addresses::default();
+        addresses.follow(&malloc(1, 0x1000, 0x100));
+        addresses.follow(&malloc(1, 0x3000, 0x100));
+        assert!(addresses.touched(&[0x1000, 0x1010]).is_empty());
+        assert_eq!(addresses.touched(&[0x3010]).to_vec(), [1]);
+    }
+}
