@@ -19,28 +19,46 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// The blocks live at the point of the event stream reached, by start address.
+///
+/// The ordered index is brought up to date only when an interior pointer is looked up: a
+/// training loop allocates and frees thousands of blocks between two such lookups, mostly at
+/// the same addresses, and their changes cancel out in `changed` instead of each costing a
+/// B-tree insertion and removal.
 #[derive(Default)]
 pub struct Addresses {
     /// Block starts, for the common word: a tensor's base pointer.
-    at: FxHashMap<u64, AllocId>,
+    at: FxHashMap<u64, (AllocId, u64)>,
+    /// Each live block's start and the index of its malloc event.
+    start_of: FxHashMap<AllocId, (u64, u64)>,
+    /// Every live block by start, as of the last interior lookup, and what changed since
+    /// (the block now at a start, or None).
     by_start: BTreeMap<u64, (AllocId, u64)>,
-    start_of: FxHashMap<AllocId, u64>,
+    changed: FxHashMap<u64, Option<(AllocId, u64)>>,
+    /// Smallest start and largest end ever seen: a word outside is no pointer into a block.
+    low: u64,
+    high: u64,
 }
 
 impl Addresses {
-    /// Follows `event` (mallocs and frees; everything else leaves the blocks as they are).
-    pub fn follow(&mut self, event: &EventKind) {
+    /// Follows `event`, whose index (if a malloc) is `index` (mallocs and frees; everything
+    /// else leaves the blocks as they are).
+    pub fn follow(&mut self, event: &EventKind, index: u64) {
         match *event {
             EventKind::Malloc { id, addr, size, .. } => {
                 // An id reused (a pinned block's, see `analysis::Numbering`) ends the old block.
-                if let Some(old) = self.start_of.insert(id, addr) {
+                if let Some((old, _)) = self.start_of.insert(id, (addr, index)) {
                     self.forget(old);
                 }
-                self.at.insert(addr, id);
-                self.by_start.insert(addr, (id, size));
+                self.at.insert(addr, (id, size));
+                self.changed.insert(addr, Some((id, size)));
+                if self.high == 0 {
+                    self.low = addr;
+                }
+                self.low = self.low.min(addr);
+                self.high = self.high.max(addr.saturating_add(size.max(1)));
             }
             EventKind::Free { id, .. } => {
-                if let Some(start) = self.start_of.remove(&id) {
+                if let Some((start, _)) = self.start_of.remove(&id) {
                     self.forget(start);
                 }
             }
@@ -48,23 +66,37 @@ impl Addresses {
         }
     }
 
+    /// The index of live block `id`'s malloc event.
+    pub fn malloc_index(&self, id: AllocId) -> Option<u64> {
+        self.start_of.get(&id).map(|&(_, index)| index)
+    }
+
     fn forget(&mut self, start: u64) {
         self.at.remove(&start);
-        self.by_start.remove(&start);
+        self.changed.insert(start, None);
     }
 
     /// The block containing `addr`, as the hooks' live index answers (a block of size 0 holds
     /// its start).
-    fn find(&self, addr: u64) -> Option<AllocId> {
-        if let Some(&id) = self.at.get(&addr) {
+    fn find(&mut self, addr: u64) -> Option<AllocId> {
+        if addr < self.low || addr >= self.high {
+            return None;
+        }
+        if let Some(&(id, _)) = self.at.get(&addr) {
             return Some(id);
+        }
+        for (start, block) in self.changed.drain() {
+            match block {
+                Some(block) => self.by_start.insert(start, block),
+                None => self.by_start.remove(&start),
+            };
         }
         let (&start, &(id, size)) = self.by_start.range(..=addr).next_back()?;
         (addr - start < size.max(1)).then_some(id)
     }
 
     /// The allocations `words` point into, each once, in the order first pointed to.
-    pub fn touched(&self, words: &[u64]) -> Touched {
+    pub fn touched(&mut self, words: &[u64]) -> Touched {
         let mut touched = Touched::new();
         for &word in words {
             if let Some(id) = self.find(word)
@@ -99,19 +131,19 @@ mod tests {
     #[test]
     fn a_launch_touches_the_blocks_live_at_its_event_starts_and_interior_pointers_alike() {
         let mut addresses = Addresses::default();
-        addresses.follow(&malloc(1, 0x1000, 0x100));
-        addresses.follow(&malloc(2, 0x2000, 0));
+        addresses.follow(&malloc(1, 0x1000, 0x100), 0);
+        addresses.follow(&malloc(2, 0x2000, 0), 0);
         // The start of 1, inside 1 again, the zero-size block 2, just past 1, nowhere.
         let words = [0x1000, 0x10ff, 0x2000, 0x1100, 0x10];
         assert_eq!(addresses.touched(&words).to_vec(), [1, 2]);
-        addresses.follow(&free(1));
+        addresses.follow(&free(1), 0);
         assert_eq!(
             addresses.touched(&[0x1000, 0x2000]).to_vec(),
             [2],
             "1 was freed"
         );
         // An address reused by a new, smaller block.
-        addresses.follow(&malloc(3, 0x1000, 0x80));
+        addresses.follow(&malloc(3, 0x1000, 0x80), 0);
         let words = [0x1040, 0x10ff, 0x1000];
         assert_eq!(addresses.touched(&words).to_vec(), [3], "0x10ff is past it");
     }
@@ -119,9 +151,18 @@ mod tests {
     #[test]
     fn an_id_given_again_ends_its_old_block() {
         let mut addresses = Addresses::default();
-        addresses.follow(&malloc(1, 0x1000, 0x100));
-        addresses.follow(&malloc(1, 0x3000, 0x100));
+        addresses.follow(&malloc(1, 0x1000, 0x100), 0);
+        addresses.follow(&malloc(1, 0x3000, 0x100), 0);
         assert!(addresses.touched(&[0x1000, 0x1010]).is_empty());
         assert_eq!(addresses.touched(&[0x3010]).to_vec(), [1]);
+    }
+
+    #[test]
+    fn a_free_finds_the_index_of_its_blocks_malloc() {
+        let mut addresses = Addresses::default();
+        addresses.follow(&malloc(1, 0x1000, 0x100), 7);
+        assert_eq!(addresses.malloc_index(1), Some(7));
+        addresses.follow(&free(1), 9);
+        assert_eq!(addresses.malloc_index(1), None);
     }
 }

@@ -1043,18 +1043,15 @@ impl Recorder {
             return;
         };
         let mut addresses = Addresses::default();
-        // The index of each live device block's malloc (a free's token is its lifetime).
-        let mut malloc_index: FxHashMap<AllocId, u64> = FxHashMap::default();
         // Each device's last time: the sequence keeps the times in order.
         let mut last_time: Vec<u64> = Vec::new();
         staging.run(|entry, late| {
-            let mut kind = entry.kind.clone();
+            let mut kind = entry.kind;
             if let EventKind::Launch { touched, .. } = &mut kind
                 && !late.is_empty()
             {
                 *touched = addresses.touched(late);
             }
-            addresses.follow(&kind);
             let device = entry.device as usize;
             if last_time.len() <= device {
                 last_time.resize(device + 1, 0);
@@ -1063,26 +1060,24 @@ impl Recorder {
             last_time[device] = time_ns;
             let dev = self.device(entry.device);
             let mut seq = dev.sequencer.lock();
+            // (A free's token is its block's lifetime: the index of its malloc is asked first.)
+            let freed = match kind {
+                EventKind::Free { id, .. } => addresses.malloc_index(id),
+                _ => None,
+            };
+            addresses.follow(&kind, seq.next_index);
             if !entry.indexed {
                 seq.count(&kind, true, 0);
                 self.record(dev.ordinal, &mut seq, kind, time_ns);
                 return;
             }
-            let (malloc, freed) = match kind {
-                EventKind::Malloc { id, .. } => (Some(id), None),
-                EventKind::Free { id, .. } => (None, malloc_index.remove(&id)),
-                _ => (None, None),
-            };
             let sequenced = Sequenced {
                 malloc_index: freed,
                 live_delta: entry.live_delta,
                 words: entry.words,
                 time_ns,
             };
-            let (index, _) = self.sequence(dev, &mut seq, kind, sequenced);
-            if let Some(id) = malloc {
-                malloc_index.insert(id, index);
-            }
+            self.sequence(dev, &mut seq, kind, sequenced);
         });
     }
 

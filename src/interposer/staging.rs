@@ -182,7 +182,7 @@ impl Staging {
     /// The sequencing thread's loop: hands each device's events to `next` in key order, with
     /// their words to resolve. Returns (and the staging drops what comes later) if `next`
     /// panics.
-    pub fn run(&self, mut next: impl FnMut(&Entry, &[u64])) {
+    pub fn run(&self, mut next: impl FnMut(Entry, &[u64])) {
         let mut order = Order::default();
         loop {
             let (sync, ends) = match self.rx.recv_timeout(ROUND) {
@@ -209,7 +209,7 @@ impl Staging {
 
     /// Collects every buffer and hands on what is in order, until each device's keys below
     /// `ends` are handed on (a key taken and not yet appended is waited for, briefly).
-    fn round(&self, order: &mut Order, next: &mut impl FnMut(&Entry, &[u64]), ends: &[u64]) {
+    fn round(&self, order: &mut Order, next: &mut impl FnMut(Entry, &[u64]), ends: &[u64]) {
         for attempt in 0.. {
             self.collect(order);
             order.hand_on(next);
@@ -246,6 +246,8 @@ struct Order {
     words: Vec<u64>,
     /// The next key of each device.
     next_key: Vec<u64>,
+    /// An empty vector kept for the next round's events that wait.
+    kept: Vec<Entry>,
 }
 
 impl Order {
@@ -260,26 +262,25 @@ impl Order {
     }
 
     /// Hands on, per device, every event whose key follows the last one handed on.
-    fn hand_on(&mut self, next: &mut impl FnMut(&Entry, &[u64])) {
+    fn hand_on(&mut self, next: &mut impl FnMut(Entry, &[u64])) {
         self.waiting
             .sort_unstable_by_key(|entry| (entry.device, entry.key));
-        let mut kept = 0;
-        for position in 0..self.waiting.len() {
-            let device = self.waiting[position].device as usize;
+        let mut kept = std::mem::take(&mut self.kept);
+        for entry in self.waiting.drain(..) {
+            let device = entry.device as usize;
             if self.next_key.len() <= device {
                 self.next_key.resize(device + 1, 0);
             }
-            let entry = &self.waiting[position];
             // (A smaller key came after its gap was skipped: handed on as soon as seen.)
             if entry.key <= self.next_key[device] {
-                next(entry, &self.words[entry.late.clone()]);
                 self.next_key[device] = self.next_key[device].max(entry.key + 1);
+                let late = entry.late.clone();
+                next(entry, &self.words[late]);
             } else {
-                self.waiting.swap(kept, position);
-                kept += 1;
+                kept.push(entry);
             }
         }
-        self.waiting.truncate(kept);
+        self.kept = std::mem::replace(&mut self.waiting, kept);
         self.compact_words();
     }
 
@@ -291,18 +292,18 @@ impl Order {
     }
 
     /// Hands on everything waiting in key order, as if the missing keys had been skipped.
-    fn skip_gaps(&mut self, next: &mut impl FnMut(&Entry, &[u64])) {
+    fn skip_gaps(&mut self, next: &mut impl FnMut(Entry, &[u64])) {
         self.waiting
             .sort_unstable_by_key(|entry| (entry.device, entry.key));
-        for entry in &self.waiting {
-            next(entry, &self.words[entry.late.clone()]);
+        for entry in self.waiting.drain(..) {
             let device = entry.device as usize;
             if self.next_key.len() <= device {
                 self.next_key.resize(device + 1, 0);
             }
             self.next_key[device] = entry.key + 1;
+            let late = entry.late.clone();
+            next(entry, &self.words[late]);
         }
-        self.waiting.clear();
         self.words.clear();
     }
 
@@ -319,5 +320,98 @@ impl Order {
             entry.late = start..words.len();
         }
         self.words = words;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free(device: u32, id: u64) -> Entry {
+        Entry::new(device, true, EventKind::Free { id, stream: 0 }, 0, 0)
+    }
+
+    fn id(entry: &Entry) -> u64 {
+        match entry.kind {
+            EventKind::Free { id, .. } => id,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn events_of_many_threads_are_handed_on_once_each_in_key_order_per_device() {
+        let staging = Staging::default();
+        let keys = [AtomicU64::new(0), AtomicU64::new(0)];
+        std::thread::scope(|scope| {
+            for thread in 0..4u64 {
+                let (staging, keys) = (&staging, &keys);
+                scope.spawn(move || {
+                    for n in 0..1000 {
+                        let device = (n % 2) as u32;
+                        let late = [thread, n];
+                        let entry = free(device, thread * 1000 + n);
+                        staging.stage(&keys[device as usize], || n, entry, &late);
+                    }
+                });
+            }
+        });
+        let mut order = Order::default();
+        let mut handed: Vec<(u32, u64, u64, Vec<u64>)> = Vec::new();
+        let ends: Vec<u64> = keys.iter().map(|k| k.load(Relaxed)).collect();
+        staging.round(
+            &mut order,
+            &mut |entry, late| handed.push((entry.device, entry.key, id(&entry), late.to_vec())),
+            &ends,
+        );
+        assert_eq!(handed.len(), 4000);
+        for device in 0..2 {
+            let keys: Vec<u64> = handed
+                .iter()
+                .filter(|h| h.0 == device)
+                .map(|h| h.1)
+                .collect();
+            assert_eq!(keys, (0..2000).collect::<Vec<_>>(), "device {device}");
+        }
+        // Each event kept its own words.
+        for (_, _, id, late) in &handed {
+            assert_eq!(late, &[id / 1000, id % 1000]);
+        }
+        // The threads have ended: their buffers are forgotten at the next collection.
+        staging.collect(&mut order);
+        assert!(staging.buffers.lock().is_empty());
+    }
+
+    #[test]
+    fn an_event_waits_for_the_keys_before_it() {
+        let mut order = Order::default();
+        let mut buffer = Buffer::default();
+        for key in [0, 1, 3] {
+            let mut entry = free(0, key);
+            entry.key = key;
+            buffer.entries.push(entry);
+        }
+        order.take(&mut buffer);
+        let mut handed = Vec::new();
+        order.hand_on(&mut |entry, _| handed.push(entry.key));
+        assert_eq!(handed, [0, 1]);
+        let mut late = free(0, 2);
+        late.key = 2;
+        buffer.entries.push(late);
+        order.take(&mut buffer);
+        order.hand_on(&mut |entry, _| handed.push(entry.key));
+        assert_eq!(handed, [0, 1, 2, 3]);
+        assert!(order.reached(&[4]));
+        assert!(!order.reached(&[5]));
+    }
+
+    #[test]
+    fn a_key_that_never_comes_is_skipped_when_everything_is_asked_for() {
+        let staging = Staging::default();
+        let key = AtomicU64::new(1); // key 0 was taken and never staged
+        staging.stage(&key, || 0, free(0, 9), &[]);
+        let mut order = Order::default();
+        let mut handed = Vec::new();
+        staging.round(&mut order, &mut |entry, _| handed.push(entry.key), &[2]);
+        assert_eq!(handed, [1]);
     }
 }

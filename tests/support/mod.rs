@@ -201,6 +201,28 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Whether two JSON values are equal, numbers that are not integers up to a relative 1e-9: a
+/// plan made live and the same plan made again from its trace sum their times in their own
+/// orders, so the last bits of a float may differ while every decision is the same.
+pub fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
 /// Where NVIDIA's wheels of one CUDA major version are unpacked: its C headers, its C++ headers
 /// (nvcc's `crt/`), and the directory of its `libcudart.so.<major>`.
 pub struct NvidiaDirs {
