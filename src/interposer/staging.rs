@@ -117,10 +117,20 @@ impl Staging {
         mut entry: Entry,
         late: &[u64],
     ) -> u64 {
-        let buffer = BUFFER
-            .try_with(|buffer| Arc::clone(buffer.get_or_init(|| self.register())))
-            // The thread is exiting: its events go to a buffer of their own.
-            .unwrap_or_else(|_| self.register());
+        let mine = BUFFER.try_with(|buffer| {
+            Arc::as_ptr(buffer.get_or_init(|| self.register())) as *const Mutex<Buffer>
+        });
+        // The thread is exiting (its locals are gone): the event goes to a buffer of its own.
+        let orphan;
+        let buffer = match mine {
+            // SAFETY: the thread's own buffer, held by its thread-local until the thread ends;
+            // this function runs on the thread and returns before it ends.
+            Ok(buffer) => unsafe { &*buffer },
+            Err(_) => {
+                orphan = self.register();
+                &*orphan
+            }
+        };
         let mut held = buffer.lock();
         let key = next_key.fetch_add(1, Relaxed);
         entry.key = key;
@@ -134,7 +144,7 @@ impl Staging {
         if staged == WAKE_AT {
             let _ = self.tx.try_send(Msg::Wake);
         } else if staged >= BUFFER_LIMIT {
-            self.wait_for_room(&buffer);
+            self.wait_for_room(buffer);
         }
         key
     }
@@ -229,8 +239,12 @@ impl Staging {
     fn collect(&self, order: &mut Order) {
         let mut buffers = self.buffers.lock();
         buffers.retain(|buffer| {
-            let mut held = buffer.lock();
-            order.take(&mut held);
+            // The buffer's lock is held only to swap its vectors with empty ones: its thread
+            // waits no longer than that.
+            let mut taken = std::mem::take(&mut order.spare);
+            std::mem::swap(&mut *buffer.lock(), &mut taken);
+            order.take(&mut taken);
+            order.spare = taken;
             // Only the registry holds it: its thread has ended, and it is empty now.
             Arc::strong_count(buffer) > 1
         });
@@ -248,6 +262,8 @@ struct Order {
     next_key: Vec<u64>,
     /// An empty vector kept for the next round's events that wait.
     kept: Vec<Entry>,
+    /// Empty vectors to swap with a thread's buffer (they keep their capacity).
+    spare: Buffer,
 }
 
 impl Order {
