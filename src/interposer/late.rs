@@ -20,10 +20,11 @@ use std::collections::BTreeMap;
 
 /// The blocks live at the point of the event stream reached, by start address.
 ///
-/// The ordered index is brought up to date only when an interior pointer is looked up: a
-/// training loop allocates and frees thousands of blocks between two such lookups, mostly at
-/// the same addresses, and their changes cancel out in `changed` instead of each costing a
-/// B-tree insertion and removal.
+/// The ordered index exists from the first interior pointer looked up (many programs pass
+/// only base pointers), and is brought up to date only at such a lookup: a training loop
+/// allocates and frees thousands of blocks between two of them, mostly at the same addresses,
+/// and their changes cancel out in `changed` instead of each costing a B-tree insertion and
+/// removal.
 #[derive(Default)]
 pub struct Addresses {
     /// Block starts, for the common word: a tensor's base pointer.
@@ -32,7 +33,7 @@ pub struct Addresses {
     start_of: FxHashMap<AllocId, (u64, u64)>,
     /// Every live block by start, as of the last interior lookup, and what changed since
     /// (the block now at a start, or None).
-    by_start: BTreeMap<u64, (AllocId, u64)>,
+    by_start: Option<BTreeMap<u64, (AllocId, u64)>>,
     changed: FxHashMap<u64, Option<(AllocId, u64)>>,
     /// Smallest start and largest end ever seen: a word outside is no pointer into a block.
     low: u64,
@@ -50,7 +51,9 @@ impl Addresses {
                     self.forget(old);
                 }
                 self.at.insert(addr, (id, size));
-                self.changed.insert(addr, Some((id, size)));
+                if self.by_start.is_some() {
+                    self.changed.insert(addr, Some((id, size)));
+                }
                 if self.high == 0 {
                     self.low = addr;
                 }
@@ -73,7 +76,9 @@ impl Addresses {
 
     fn forget(&mut self, start: u64) {
         self.at.remove(&start);
-        self.changed.insert(start, None);
+        if self.by_start.is_some() {
+            self.changed.insert(start, None);
+        }
     }
 
     /// The block containing `addr`, as the hooks' live index answers (a block of size 0 holds
@@ -85,13 +90,19 @@ impl Addresses {
         if let Some(&(id, _)) = self.at.get(&addr) {
             return Some(id);
         }
+        let by_start = self.by_start.get_or_insert_with(|| {
+            self.at
+                .iter()
+                .map(|(&start, &block)| (start, block))
+                .collect()
+        });
         for (start, block) in self.changed.drain() {
             match block {
-                Some(block) => self.by_start.insert(start, block),
-                None => self.by_start.remove(&start),
+                Some(block) => by_start.insert(start, block),
+                None => by_start.remove(&start),
             };
         }
-        let (&start, &(id, size)) = self.by_start.range(..=addr).next_back()?;
+        let (&start, &(id, size)) = by_start.range(..=addr).next_back()?;
         (addr - start < size.max(1)).then_some(id)
     }
 
