@@ -181,9 +181,9 @@ fn observed<F: FnMut() -> u32>(
         Ok(result) => result,
         Err(_) => {
             if ACTIVE.swap(false, Ordering::Relaxed) {
-                // Swap mode: what is on the host must come back before the program goes on;
-                // a tensor whose range a live borrower holds cannot.
-                let stranded = catch_unwind(AssertUnwindSafe(|| recorder.restore_swapped()));
+                // Swap mode: what is on the host comes back before the program goes on, and
+                // the memory of itermem's that nothing uses goes back to the device.
+                let stranded = catch_unwind(AssertUnwindSafe(|| recorder.after_internal_error()));
                 match stranded {
                     Ok(0) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
@@ -191,13 +191,13 @@ fn observed<F: FnMut() -> u32>(
                     )),
                     Ok(n) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
-                         on; {n} swapped tensor(s) could not be brought back to the device (their \
-                         memory is in use): the program may read wrong values from them"
+                         on; {n} swapped tensor(s) come back to the device when the program \
+                         frees the blocks the plan lent their memory to, before it uses them again"
                     )),
+                    Err(_) if recorder.config.mode == Mode::Swap => stop_after_error(name),
                     Err(_) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
-                         on; the swapped tensors could not be brought back to the device: the \
-                         program may read wrong values from them"
+                         on (the program is unaffected)"
                     )),
                 }
             }
@@ -256,6 +256,34 @@ fn kept_after_error(addr: u64) -> Option<u32> {
     };
     // When even that fails, keeping the block (a leak) is safer than freeing it.
     catch_unwind(AssertUnwindSafe(answer)).unwrap_or(Some(SUCCESS))
+}
+
+/// The program's tensors could not be brought back after an internal error: going on would
+/// compute on wrong values, so the program stops, saying why.
+#[cold]
+fn stop_after_error(name: &str) -> ! {
+    report(format_args!(
+        "fatal: internal error in the {name} hook, and the swapped tensors could not be \
+         brought back to the device; the program stops here rather than compute on wrong values"
+    ));
+    std::process::exit(1)
+}
+
+/// The recorder after an internal error (None while itermem works, or in mode `off`): what
+/// the hooks that must still answer for itermem's memory ask ([`kept_by_itermem`], and a
+/// device malloc the real allocator refuses).
+#[cold]
+pub fn recorder_after_error() -> Option<&'static Recorder> {
+    if ACTIVE.load(Ordering::Relaxed) {
+        return None;
+    }
+    STATE.get()?.as_ref()
+}
+
+/// Whether itermem works normally (no internal error so far). One relaxed load.
+#[inline(always)]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
 }
 
 /// One `itermem:` line on stderr; never panics (a closed stderr is ignored).

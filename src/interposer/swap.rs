@@ -1470,24 +1470,32 @@ impl PoolState {
     }
 
     /// After an internal error, before every call passes through: every tensor that is away
-    /// comes back now (the host waits), since nothing will bring it back later. Returns how
-    /// many could not, because a live block holds their range.
+    /// comes back now (the host waits), since nothing will bring it back later; and again at
+    /// each free after it, for those whose range a live block held. Returns how many are still
+    /// away, because a live block holds their range.
     pub fn restore_all(&mut self) -> usize {
         let away: Vec<(AllocId, Away)> = match self.executor.as_ref() {
             Some(exec) => exec.away.iter().map(|(&id, &a)| (id, a)).collect(),
             None => return 0,
         };
-        if away.is_empty() {
-            return 0;
-        }
-        cuda::synchronize();
         let mut stranded = 0;
+        // The device is waited for once, before the first copy: the swap-outs and the
+        // borrowers' work must be done (a free passes here for every block).
+        let mut synchronized = false;
         for (id, a) in away {
             let back = self
                 .pools
                 .iter_mut()
                 .find(|p| p.base == a.pool)
                 .is_some_and(|pool| pool.put_back(a.offset, a.end, id));
+            if !back && a.alias.is_none() {
+                stranded += 1;
+                continue;
+            }
+            if !synchronized {
+                cuda::synchronize();
+                synchronized = true;
+            }
             let home = if back {
                 Some(a.pool + a.offset)
             } else {
@@ -1502,8 +1510,52 @@ impl PoolState {
                 stranded += 1;
             }
         }
-        cuda::synchronize();
+        if synchronized {
+            cuda::synchronize();
+        }
         stranded
+    }
+
+    /// At an internal error, before every call passes through: nothing is served any more,
+    /// every tensor that is away comes back ([`PoolState::restore_all`]; one whose range a live
+    /// block holds, at that block's free: [`PoolState::free_after_error`]), and the pools
+    /// nothing uses go back to the device, whose real allocator serves the program from now
+    /// on. Returns how many tensors are still away.
+    pub fn after_internal_error(&mut self) -> usize {
+        self.stop_serving();
+        let stranded = self.restore_all();
+        self.release_idle_retired_pools();
+        stranded
+    }
+
+    /// After an internal error, the program's free of block `id` at `addr` of itermem's
+    /// allocator (false: no live block starts there). As real `cudaFree`, the host waits for
+    /// the device first: itermem no longer knows which streams use the block, and its memory
+    /// (its own, or mapped host memory) is released at once. A tensor still away whose range
+    /// the block held comes back now, before the program's next call: the plan lent a range
+    /// only within its tensor's absence, so the program frees the borrower before it uses the
+    /// tensor again.
+    pub fn free_after_error(&mut self, addr: u64, id: AllocId) -> bool {
+        if self.executor.is_none() {
+            return self.free(addr, id);
+        }
+        cuda::synchronize();
+        let freed = self.free(addr, id);
+        self.release_finished_host_frees();
+        if freed && self.executor.as_ref().is_some_and(|e| !e.away.is_empty()) {
+            let left = self.restore_all();
+            log::info!("after the internal error: {left} tensor(s) still away");
+            self.release_idle_retired_pools();
+        }
+        freed
+    }
+
+    /// After an internal error, a device malloc the real allocator refused even after the
+    /// pools nothing used were given back: mapped host memory, as before the error past the
+    /// limit (swap mode promised the program that it fits). None outside swap mode.
+    pub fn host_backed_after_error(&mut self, size: u64) -> Option<u64> {
+        self.executor.as_ref()?;
+        self.host_backed_malloc(size)
     }
 
     /// A block taken into a pool whose range borrowers hold gets memory of its own again at its
