@@ -1474,10 +1474,20 @@ impl PoolState {
     /// each free after it, for those whose range a live block held. Returns how many are still
     /// away, because a live block holds their range.
     pub fn restore_all(&mut self) -> usize {
-        let away: Vec<(AllocId, Away)> = match self.executor.as_ref() {
+        let mut away: Vec<(AllocId, Away)> = match self.executor.as_ref() {
             Some(exec) => exec.away.iter().map(|(&id, &a)| (id, a)).collect(),
             None => return 0,
         };
+        // Nested lending leaves tensors away in each other's ranges: they come back in the
+        // plan's order (the op each one's swap-in is queued before; one that comes back later
+        // comes back at the free of the one before, as the plan has it), blocks taken into
+        // the pool last (they get memory of their own where their range is held), and where
+        // the plan says nothing, the tensor allocated last first (a backward pass's order).
+        let turns = self.swap_in_turns();
+        away.sort_by_key(|(id, a)| {
+            let turn = turns.get(&a.host).copied().unwrap_or(usize::MAX);
+            (a.alias.is_some(), turn, std::cmp::Reverse(*id))
+        });
         let mut stranded = 0;
         // The device is waited for once, before the first copy: the swap-outs and the
         // borrowers' work must be done (a free passes here for every block).
@@ -1489,6 +1499,15 @@ impl PoolState {
                 .find(|p| p.base == a.pool)
                 .is_some_and(|pool| pool.put_back(a.offset, a.end, id));
             if !back && a.alias.is_none() {
+                log::debug!(
+                    "tensor {id} stays away: [{:#x}, {:#x}) is held by {:?}",
+                    a.pool + a.offset,
+                    a.pool + a.end,
+                    self.pools
+                        .iter()
+                        .find(|p| p.base == a.pool)
+                        .map(|p| p.overlapping(a.offset, a.end))
+                );
                 stranded += 1;
                 continue;
             }
@@ -1556,6 +1575,25 @@ impl PoolState {
     pub fn host_backed_after_error(&mut self, size: u64) -> Option<u64> {
         self.executor.as_ref()?;
         self.host_backed_malloc(size)
+    }
+
+    /// The plan's order of its swap-ins: the op each is queued before, by host slot address.
+    fn swap_in_turns(&self) -> FxHashMap<u64, usize> {
+        let mut turns = FxHashMap::default();
+        let Some(exec) = self.executor.as_ref() else {
+            return turns;
+        };
+        let Some(schedule) = exec.schedule.as_ref() else {
+            return turns;
+        };
+        for (op, swaps) in schedule.ins_before.iter().enumerate() {
+            for &swap in swaps {
+                if let Some(planned) = schedule.swaps.get(swap as usize) {
+                    turns.insert(exec.host_base + planned.host_offset, op);
+                }
+            }
+        }
+        turns
     }
 
     /// A block taken into a pool whose range borrowers hold gets memory of its own again at its
