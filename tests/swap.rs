@@ -580,3 +580,43 @@ fn after_an_internal_error_in_swap_mode_the_program_trains_on_unchanged() {
         "no case had a tensor whose range a borrower held"
     );
 }
+
+/// Where a tensor cannot come back after an internal error because the plan would have
+/// swapped out the block that holds its range (Adam's layers take turns in one range), the
+/// program stops there with an `itermem: fatal:` line: every result it printed is the
+/// reference's, none after.
+#[test]
+fn after_an_internal_error_a_tensor_that_cannot_come_back_stops_the_program() {
+    let mlp = program("mlp_train");
+    let args = [
+        "--adam", "--width", "1024", "--batch", "16", "--layers", "8", "--iters", "20", "--lr",
+        "0.001", "--gflops", "200",
+    ];
+    let device = "44800000";
+    let on_big_device = results(&run_ok(&mlp, &args, &[]));
+    let mut mlp_args = vec![mlp.to_str().unwrap()];
+    mlp_args.extend_from_slice(&args);
+    let output = run_under_itermem(
+        &["--mode", "swap", "--limit", device],
+        &mlp_args,
+        &[
+            ("ITERMEM_INJECT_PANIC", "cudaLaunchKernel@800"),
+            ("ITERMEM_SWAP_VERIFY", "1"),
+            ("CUDA_SHIM_DEVICE_MEMORY", device),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let out = results(&String::from_utf8_lossy(&output.stdout));
+    assert!(
+        on_big_device.starts_with(&out),
+        "a result changed:\n{out}\n{stderr}"
+    );
+    if output.status.success() {
+        assert_eq!(out, on_big_device, "{stderr}");
+    } else {
+        assert!(
+            stderr.contains("itermem: fatal: internal error in the cudaLaunchKernel hook"),
+            "{stderr}"
+        );
+    }
+}

@@ -185,16 +185,17 @@ fn observed<F: FnMut() -> u32>(
                 // the memory of itermem's that nothing uses goes back to the device.
                 let stranded = catch_unwind(AssertUnwindSafe(|| recorder.after_internal_error()));
                 match stranded {
-                    Ok(0) => report(format_args!(
+                    Ok(Ok(0)) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
                          on (the program is unaffected)"
                     )),
-                    Ok(n) => report(format_args!(
+                    Ok(Ok(n)) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
                          on; {n} swapped tensor(s) come back to the device when the program \
                          frees the blocks the plan lent their memory to, before it uses them again"
                     )),
-                    Err(_) if recorder.config.mode == Mode::Swap => stop_after_error(name),
+                    Ok(Err(n)) => stop_after_error(name, n),
+                    Err(_) if recorder.config.mode == Mode::Swap => stop_after_error(name, 0),
                     Err(_) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
                          on (the program is unaffected)"
@@ -258,13 +259,18 @@ fn kept_after_error(addr: u64) -> Option<u32> {
     catch_unwind(AssertUnwindSafe(answer)).unwrap_or(Some(SUCCESS))
 }
 
-/// The program's tensors could not be brought back after an internal error: going on would
-/// compute on wrong values, so the program stops, saying why.
+/// The program's tensors could not be brought back after an internal error (`stranded` of
+/// them, 0: not known): going on could compute on wrong values, so the program stops, saying
+/// why.
 #[cold]
-fn stop_after_error(name: &str) -> ! {
+fn stop_after_error(name: &str, stranded: usize) -> ! {
+    let which = match stranded {
+        0 => "the swapped tensors".to_string(),
+        n => format!("{n} swapped tensor(s), whose memory other blocks hold,"),
+    };
     report(format_args!(
-        "fatal: internal error in the {name} hook, and the swapped tensors could not be \
-         brought back to the device; the program stops here rather than compute on wrong values"
+        "fatal: internal error in the {name} hook, and {which} could not be brought back to the \
+         device; the program stops here rather than compute on wrong values"
     ));
     std::process::exit(1)
 }

@@ -307,13 +307,24 @@ impl Recorder {
     /// At an internal error, before every call passes through: pools stop serving, every
     /// tensor that is away comes back, the pools nothing uses are released
     /// ([`PoolState::after_internal_error`]); returns how many tensors could not come back yet
-    /// (a live block holds their range; each comes back at that block's free).
-    pub fn after_internal_error(&self) -> usize {
-        self.devices
-            .seen()
-            .filter_map(|dev| dev.pool.as_ref())
-            .map(|pool| pool.lock().after_internal_error())
-            .sum()
+    /// (a live block holds their range; each comes back at that block's free), Err if the
+    /// program may use one of them before (it did not follow its plan so far).
+    pub fn after_internal_error(&self) -> Result<usize, usize> {
+        let (mut later, mut unsafe_later) = (0, 0);
+        for dev in self.devices.seen() {
+            if let Some(pool) = &dev.pool {
+                // The event the program is at: the call that failed was recorded.
+                let index = dev.next_index.load(Relaxed).saturating_sub(1);
+                match pool.lock().after_internal_error(index) {
+                    Ok(n) => later += n,
+                    Err(n) => unsafe_later += n,
+                }
+            }
+        }
+        match unsafe_later {
+            0 => Ok(later),
+            n => Err(later + n),
+        }
     }
 
     /// After an internal error, when the device refused a device allocation the program

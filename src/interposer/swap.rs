@@ -1539,12 +1539,24 @@ impl PoolState {
     /// every tensor that is away comes back ([`PoolState::restore_all`]; one whose range a live
     /// block holds, at that block's free: [`PoolState::free_after_error`]), and the pools
     /// nothing uses go back to the device, whose real allocator serves the program from now
-    /// on. Returns how many tensors are still away.
-    pub fn after_internal_error(&mut self) -> usize {
+    /// on. `index` is the event the program is at. Returns how many tensors are still away:
+    /// Ok where the program has always freed a borrower before it used the tensor whose range
+    /// it borrowed (no on-demand swap-in so far) and the plan swaps out no holder before the
+    /// tensor's turn, so the plan's order brings them back in time; Err where one of them may
+    /// be read before it is back (nothing would see it).
+    pub fn after_internal_error(&mut self, index: u64) -> Result<usize, usize> {
         self.stop_serving();
         let stranded = self.restore_all();
         self.release_idle_retired_pools();
-        stranded
+        let deviated = self
+            .executor
+            .as_ref()
+            .is_some_and(|e| e.stats.on_demand_swap_ins + e.stats.exchanges > 0);
+        if stranded > 0 && (deviated || self.held_by_swapped(index)) {
+            Err(stranded)
+        } else {
+            Ok(stranded)
+        }
     }
 
     /// After an internal error, the program's free of block `id` at `addr` of itermem's
@@ -1575,6 +1587,67 @@ impl PoolState {
     pub fn host_backed_after_error(&mut self, size: u64) -> Option<u64> {
         self.executor.as_ref()?;
         self.host_backed_malloc(size)
+    }
+
+    /// Whether a tensor still away waits for a block that the plan swaps out before that
+    /// tensor's swap-in, `index` being the event the program is at: the plan brings the
+    /// tensor back once that block is away, a swap-out that no longer happens after the
+    /// error, so the program would use the tensor before the block's free (Adam's layers take
+    /// turns in one range this way). A block the plan does not swap out before then is freed
+    /// by then, as the executor's own swap-in waits for it.
+    fn held_by_swapped(&self, index: u64) -> bool {
+        let Some(exec) = self.executor.as_ref() else {
+            return false;
+        };
+        let (Some(schedule), true) = (exec.schedule.as_ref(), exec.following) else {
+            return false;
+        };
+        let Some(pool) = self.pools.last() else {
+            return false;
+        };
+        let Some(at) = index.checked_sub(pool.plan.start) else {
+            return false;
+        };
+        let position = (at % pool.plan.length) as usize;
+        // The last op the program has made in this iteration (None: none yet).
+        let now = (schedule
+            .op_at
+            .get(..=position)
+            .unwrap_or(&schedule.op_at)
+            .iter())
+        .rev()
+        .find(|&&op| op != NOT_AN_OP)
+        .map(|&op| op as usize);
+        let mut outs: FxHashMap<AllocId, Vec<usize>> = FxHashMap::default();
+        for (op, swaps) in schedule.outs_after.iter().enumerate() {
+            for &swap in swaps {
+                if let Some(id) =
+                    (schedule.swaps.get(swap as usize)).and_then(|p| exec.swapped_id(p))
+                {
+                    outs.entry(id).or_default().push(op);
+                }
+            }
+        }
+        let turns = self.swap_in_turns();
+        let after_now = |op: usize| now.is_none_or(|now| op > now);
+        exec.away.values().any(|a| {
+            // A tensor the plan does not bring back is not used again.
+            let Some(&turn) = turns.get(&a.host).filter(|_| a.alias.is_none()) else {
+                return false;
+            };
+            // A swap-in already due waits for whatever comes before the iteration's end.
+            let due = if after_now(turn) {
+                turn
+            } else {
+                schedule.outs_after.len()
+            };
+            (self.pools.iter())
+                .filter(|pool| pool.base == a.pool)
+                .flat_map(|pool| pool.overlapping(a.offset, a.end))
+                .any(|(_, _, holder)| {
+                    (outs.get(&holder).into_iter().flatten()).any(|&op| after_now(op) && op < due)
+                })
+        })
     }
 
     /// The plan's order of its swap-ins: the op each is queued before, by host slot address.
