@@ -5,7 +5,8 @@
 //! its result, whatever happens in itermem's own code. itermem's part (the observer) runs inside
 //! `catch_unwind`; a panic there is reported once, switches the whole process to pass-through
 //! and still returns the real call's result, so no bug of ours can crash or change the host
-//! program. A thread-local flag keeps calls made while a hook is running (itermem's own, or the
+//! program (in swap mode, after bringing the swapped tensors back; where one cannot come back
+//! in time, the program stops with an `itermem: fatal:` line rather than compute on). A thread-local flag keeps calls made while a hook is running (itermem's own, or the
 //! runtime calling back into its exported names) out of the log.
 //!
 //! The state is created at the first hooked call from the `ITERMEM_*` environment. However the

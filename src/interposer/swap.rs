@@ -1645,7 +1645,16 @@ impl PoolState {
                 .filter(|pool| pool.base == a.pool)
                 .flat_map(|pool| pool.overlapping(a.offset, a.end))
                 .any(|(_, _, holder)| {
-                    (outs.get(&holder).into_iter().flatten()).any(|&op| after_now(op) && op < due)
+                    let swapped_out = (outs.get(&holder).into_iter().flatten())
+                        .any(|&op| after_now(op) && op < due);
+                    if swapped_out {
+                        log::debug!(
+                            "a tensor away (swap-in before op {turn}) waits for block {holder}, \
+                             which the plan swaps out after ops {:?} (now at op {now:?})",
+                            outs.get(&holder)
+                        );
+                    }
+                    swapped_out
                 })
         })
     }
