@@ -12,7 +12,9 @@ use super::driver;
 use super::graphs::{Node, NodeWork};
 use super::real::RealFn;
 use super::recorder::{KernelRef, LaunchArgs};
-use super::{CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, intercept, kept_by_itermem};
+use super::{
+    CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, active, intercept, kept_by_itermem, recorder_after_error,
+};
 use crate::event::{AllocId, CopyKind, MemKind};
 use std::ffi::{CStr, c_void};
 
@@ -341,17 +343,78 @@ thread_local! {
 /// `cudaMemcpyDefault`: the direction inferred from the pointers (unified addressing).
 const COPY_DEFAULT: u32 = 4;
 
-/// The kind the real copy is called with: the program's, or [`COPY_DEFAULT`] when the copy
-/// hook asked for it (once: the request is taken).
-fn copy_kind(kind: u32) -> u32 {
+/// The kind the real copy from `src` to `dst` is called with: the program's, or
+/// [`COPY_DEFAULT`] when the copy hook asked for it (once: the request is taken) or, after an
+/// internal error (no hook asks any more), when a side is device memory itermem served from
+/// host memory.
+fn copy_kind(kind: u32, dst: u64, src: u64) -> u32 {
     if INFER_COPY_KIND
         .try_with(|infer| infer.replace(false))
         .unwrap_or(false)
+        || (!active() && host_backed_after_error(dst, src))
     {
         COPY_DEFAULT
     } else {
         kind
     }
+}
+
+/// After an internal error: whether `dst` or `src` lies in device memory itermem served from
+/// host memory (false if even that fails).
+#[cold]
+fn host_backed_after_error(dst: u64, src: u64) -> bool {
+    let Some(rec) = recorder_after_error() else {
+        return false;
+    };
+    let asked = || rec.host_backed(dst) || rec.host_backed(src);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(asked)).unwrap_or(false)
+}
+
+/// After an internal error, a device allocation of `size` bytes into `ptr` that the real
+/// allocator refused (`result`, out of memory): the program goes on as before the error,
+/// where itermem promised that its allocations fit. The pools nothing uses are given back
+/// and the allocation is retried (`forward`); if the device still refuses it, swap mode
+/// serves it from mapped host memory, as it did past the limit (copies to and from it then
+/// let the driver infer their direction: [`copy_kind`]). Otherwise, or if that fails too,
+/// `result`.
+#[cold]
+fn refused_after_error(
+    result: u32,
+    layer: Layer,
+    ptr: *mut u64,
+    size: usize,
+    mut forward: impl FnMut() -> u32,
+) -> u32 {
+    let Some(rec) = recorder_after_error() else {
+        return result;
+    };
+    if ptr.is_null() || size == 0 {
+        return result;
+    }
+    let retried = if rec.release_after_error() > 0 {
+        forward()
+    } else {
+        result
+    };
+    if retried != MEMORY_ALLOCATION {
+        if retried == SUCCESS && layer == Layer::Runtime {
+            // The first attempt's error must not reach the program's cudaGetLastError.
+            clear_last_error();
+        }
+        return retried;
+    }
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rec.host_backed_after_error(current_device(), size as u64)
+    }));
+    let Ok(Some(addr)) = served else {
+        return retried;
+    };
+    // SAFETY: `ptr` is the caller's non-null out-parameter of the allocation (one 64-bit word).
+    unsafe { *ptr = addr };
+    if layer == Layer::Runtime {
+        clear_last_error();
+    }
+    SUCCESS
 }
 
 /// A runtime copy: `kind` is the program's `cudaMemcpyKind`.
@@ -952,15 +1015,18 @@ const fn symbol(name_with_nul: &'static str) -> &'static CStr {
     }
 }
 
-/// `fn name(args) [keeps ptr | infers kind] => observer;` — `keeps ptr`: a free whose real
-/// call must never receive a block of itermem's own allocator, even when passing through
-/// ([`kept_by_itermem`]); `infers kind`: a copy whose real call gets `cudaMemcpyDefault` when
-/// its observer asks ([`copy_kind`]).
+/// `fn name(args) [keeps ptr | infers kind of dst src | backs ptr size Layer] => observer;` —
+/// `keeps ptr`: a free whose real call must never receive a block of itermem's own
+/// allocator, even when passing through ([`kept_by_itermem`]); `infers kind of dst src`: a
+/// copy whose real call gets `cudaMemcpyDefault` when its observer asks, or after an internal
+/// error when a side is memory itermem served from the host ([`copy_kind`]); `backs ptr size
+/// Layer`: a device allocation that, after an internal error, is still served as before when
+/// the real allocator refuses it ([`refused_after_error`]).
 ///
 /// Besides the hooks it makes [`HOOK_NAMES`] and [`hook_named`], which `resolve.rs` uses to
 /// hand a hook out in place of the real function a dynamic lookup found.
 macro_rules! hooks {
-    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? $(infers $kind:ident)? => $observer:expr; )*) => {
+    ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(keeps $kept:ident)? $(infers $kind:ident of $dst:ident $src:ident)? $(backs $ptr:ident $size:ident $layer:ident)? => $observer:expr; )*) => {
         /// The CUDA functions itermem hooks (what `ITERMEM_INJECT_PANIC` may name).
         pub const HOOK_NAMES: &[&str] = &[$(stringify!($name)),*];
 
@@ -1000,9 +1066,14 @@ macro_rules! hooks {
                         $(if let Some(answer) = kept_by_itermem($kept as u64) {
                             return answer;
                         })?
-                        $(let $kind = copy_kind($kind);)?
+                        $(let $kind = copy_kind($kind, $dst as u64, $src as u64);)?
                         // SAFETY: forwards the application's arguments unchanged.
-                        unsafe { real($($arg),*) }
+                        let forward = move || unsafe { real($($arg),*) };
+                        let result = forward();
+                        $(if result == MEMORY_ALLOCATION && !active() {
+                            return refused_after_error(result, $layer, $ptr.cast(), $size, forward);
+                        })?
+                        result
                     };
                     intercept(stringify!($name), call, |rec, call| {
                         let observe: fn(&'static Recorder, Run, $($ty),*) -> u32 = $observer;
@@ -1032,13 +1103,13 @@ use Layer::{Driver, Runtime};
 
 hooks! {
     // ---- the runtime API ----
-    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) =>
+    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) backs ptr size Runtime =>
         |rec, run, ptr, size| on_alloc(rec, run, Runtime, ptr, size, MemKind::Device, 0);
     fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) =>
         |rec, run, ptr, size, _| on_alloc(rec, run, Runtime, ptr, size, MemKind::Managed, 0);
-    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: usize) =>
+    fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: usize) backs ptr size Runtime =>
         |rec, run, ptr, size, stream| on_alloc(rec, run, Runtime, ptr, size, MemKind::Async, stream as u64);
-    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: usize) =>
+    fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: usize) backs ptr size Runtime =>
         |rec, run, ptr, size, stream| on_alloc(rec, run, Runtime, ptr, size, MemKind::Async, per_thread(stream));
     fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) =>
         |rec, run, ptr, size| on_alloc(rec, run, Runtime, ptr, size, MemKind::PinnedHost, 0);
@@ -1052,13 +1123,13 @@ hooks! {
     fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: usize) keeps ptr =>
         |rec, run, ptr, stream| on_free_async(rec, run, ptr as u64, per_thread(stream));
 
-    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
+    fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind of dst src =>
         |rec, run, dst, src, count, kind| on_runtime_copy(rec, run, dst, src, count, kind, 0, false);
-    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind =>
+    fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: u32) infers kind of dst src =>
         |rec, run, dst, src, count, kind| on_runtime_copy(rec, run, dst, src, count, kind, per_thread(0), false);
-    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind =>
+    fn cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind of dst src =>
         |rec, run, dst, src, count, kind, stream| on_runtime_copy(rec, run, dst, src, count, kind, stream as u64, true);
-    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind =>
+    fn cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, count: usize, kind: u32, stream: usize) infers kind of dst src =>
         |rec, run, dst, src, count, kind, stream| on_runtime_copy(rec, run, dst, src, count, kind, per_thread(stream), true);
 
     fn cudaMemset(ptr: *mut c_void, value: i32, count: usize) =>
@@ -1102,11 +1173,11 @@ hooks! {
     // ---- the driver API (CUdeviceptr: u64; CUstream, CUfunction, CUcontext: handles) ----
     // A runtime call that reaches the driver is observed once: the runtime's hook runs the
     // driver's inside it, and a hook inside a hook passes through (`intercept`).
-    fn cuMemAlloc_v2(ptr: *mut u64, size: usize) =>
+    fn cuMemAlloc_v2(ptr: *mut u64, size: usize) backs ptr size Driver =>
         |rec, run, ptr, size| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Device, 0);
     fn cuMemAllocPitch_v2(ptr: *mut u64, pitch: *mut usize, width: usize, height: usize, element_size: u32) =>
         |rec, run, ptr, pitch, _, height, _| on_alloc_pitch(rec, run, ptr, pitch, height);
-    fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: usize) =>
+    fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: usize) backs ptr size Driver =>
         |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, stream as u64);
     fn cuMemAllocFromPoolAsync(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
         |rec, run, ptr, size, _, stream| on_unserved_alloc(rec, run, ptr, size, stream as u64);
@@ -1285,7 +1356,7 @@ hooks! {
         |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h * 2, per_thread(stream), true);
     fn cuMemsetD2D32Async_ptsz(dst: u64, pitch: usize, value: u32, width: usize, height: usize, stream: usize) =>
         |rec, run, dst, _, _, w, h, stream| on_set(rec, run, dst, w * h * 4, per_thread(stream), true);
-    fn cuMemAllocAsync_ptsz(ptr: *mut u64, size: usize, stream: usize) =>
+    fn cuMemAllocAsync_ptsz(ptr: *mut u64, size: usize, stream: usize) backs ptr size Driver =>
         |rec, run, ptr, size, stream| on_alloc(rec, run, Driver, ptr.cast(), size, MemKind::Async, per_thread(stream));
     fn cuMemAllocFromPoolAsync_ptsz(ptr: *mut u64, size: usize, pool: usize, stream: usize) =>
         |rec, run, ptr, size, _, stream| on_unserved_alloc(rec, run, ptr, size, per_thread(stream));

@@ -5,7 +5,8 @@
 //! its result, whatever happens in itermem's own code. itermem's part (the observer) runs inside
 //! `catch_unwind`; a panic there is reported once, switches the whole process to pass-through
 //! and still returns the real call's result, so no bug of ours can crash or change the host
-//! program. A thread-local flag keeps calls made while a hook is running (itermem's own, or the
+//! program (in swap mode, after bringing the swapped tensors back; where one cannot come back
+//! in time, the program stops with an `itermem: fatal:` line rather than compute on). A thread-local flag keeps calls made while a hook is running (itermem's own, or the
 //! runtime calling back into its exported names) out of the log.
 //!
 //! The state is created at the first hooked call from the `ITERMEM_*` environment. However the
@@ -218,23 +219,24 @@ fn observed<F: FnMut() -> u32>(
         Ok(result) => result,
         Err(_) => {
             if ACTIVE.swap(false, Ordering::Relaxed) {
-                // Swap mode: what is on the host must come back before the program goes on;
-                // a tensor whose range a live borrower holds cannot.
-                let stranded = catch_unwind(AssertUnwindSafe(|| recorder.restore_swapped()));
+                // Swap mode: what is on the host comes back before the program goes on, and
+                // the memory of itermem's that nothing uses goes back to the device.
+                let stranded = catch_unwind(AssertUnwindSafe(|| recorder.after_internal_error()));
                 match stranded {
-                    Ok(0) => report(format_args!(
+                    Ok(Ok(0)) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
                          on (the program is unaffected)"
                     )),
-                    Ok(n) => report(format_args!(
+                    Ok(Ok(n)) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
-                         on; {n} swapped tensor(s) could not be brought back to the device (their \
-                         memory is in use): the program may read wrong values from them"
+                         on; {n} swapped tensor(s) come back to the device when the program \
+                         frees the blocks the plan lent their memory to, before it uses them again"
                     )),
+                    Ok(Err(n)) => stop_after_error(name, n),
+                    Err(_) if recorder.config.mode == Mode::Swap => stop_after_error(name, 0),
                     Err(_) => report(format_args!(
                         "internal error in the {name} hook; passing every call through from now \
-                         on; the swapped tensors could not be brought back to the device: the \
-                         program may read wrong values from them"
+                         on (the program is unaffected)"
                     )),
                 }
             }
@@ -293,6 +295,39 @@ fn kept_after_error(addr: u64) -> Option<u32> {
     };
     // When even that fails, keeping the block (a leak) is safer than freeing it.
     catch_unwind(AssertUnwindSafe(answer)).unwrap_or(Some(SUCCESS))
+}
+
+/// The program's tensors could not be brought back after an internal error (`stranded` of
+/// them, 0: not known): going on could compute on wrong values, so the program stops, saying
+/// why.
+#[cold]
+fn stop_after_error(name: &str, stranded: usize) -> ! {
+    let which = match stranded {
+        0 => "the swapped tensors".to_string(),
+        n => format!("{n} swapped tensor(s), whose memory other blocks hold,"),
+    };
+    report(format_args!(
+        "fatal: internal error in the {name} hook, and {which} could not be brought back to the \
+         device; the program stops here rather than compute on wrong values"
+    ));
+    std::process::exit(1)
+}
+
+/// The recorder after an internal error (None while itermem works, or in mode `off`): what
+/// the hooks that must still answer for itermem's memory ask ([`kept_by_itermem`], and a
+/// device malloc the real allocator refuses).
+#[cold]
+pub fn recorder_after_error() -> Option<&'static Recorder> {
+    if ACTIVE.load(Ordering::Relaxed) {
+        return None;
+    }
+    STATE.get()?.as_ref()
+}
+
+/// Whether itermem works normally (no internal error so far). One relaxed load.
+#[inline(always)]
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
 }
 
 /// One `itermem:` line on stderr; never panics (a closed stderr is ignored).

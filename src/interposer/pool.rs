@@ -920,9 +920,18 @@ impl PoolState {
         released
     }
 
+    /// No pool serves any more (after an internal error): each is released once no block
+    /// lives in it.
+    pub(super) fn stop_serving(&mut self) {
+        self.next = None;
+        for pool in &mut self.pools {
+            pool.serving = false;
+        }
+    }
+
     /// Returns retired pools without live blocks or tensors away to the runtime (whose
     /// `cudaFree` waits for the device, so fenced work on them is finished first).
-    fn release_idle_retired_pools(&mut self) {
+    pub(super) fn release_idle_retired_pools(&mut self) {
         let unused: Vec<u64> = self
             .pools
             .iter()

@@ -370,14 +370,56 @@ impl Recorder {
         }
     }
 
-    /// Swap mode, at an internal error: brings back every tensor that is away (nothing will
-    /// later); returns how many could not be.
-    pub fn restore_swapped(&self) -> usize {
+    /// At an internal error, before every call passes through: pools stop serving, every
+    /// tensor that is away comes back, the pools nothing uses are released
+    /// ([`PoolState::after_internal_error`]); returns how many tensors could not come back yet
+    /// (a live block holds their range; each comes back at that block's free), Err if the
+    /// program may use one of them before (it did not follow its plan so far).
+    pub fn after_internal_error(&self) -> Result<usize, usize> {
+        let (mut later, mut unsafe_later) = (0, 0);
+        for dev in self.devices.seen() {
+            if let Some(pool) = &dev.pool {
+                // The event the program is at: the call that failed was recorded.
+                let index = dev.next_index.load(Relaxed).saturating_sub(1);
+                match pool.lock().after_internal_error(index) {
+                    Ok(n) => later += n,
+                    Err(n) => unsafe_later += n,
+                }
+            }
+        }
+        match unsafe_later {
+            0 => Ok(later),
+            n => Err(later + n),
+        }
+    }
+
+    /// After an internal error, when the device refused a device allocation the program
+    /// made: gives back the pool memory nothing uses (on every device: the program's
+    /// allocations go to the real allocator now); the bytes given back.
+    pub fn release_after_error(&self) -> u64 {
         self.devices
             .seen()
             .filter_map(|dev| dev.pool.as_ref())
-            .map(|pool| pool.lock().restore_all())
+            .map(|pool| pool.lock().release_unused())
             .sum()
+    }
+
+    /// After an internal error, a device allocation of `size` bytes the real allocator
+    /// refused even then: mapped host memory from swap mode's executor on `device`, as
+    /// before the error (its free is itermem's: [`Recorder::free_served_after_error`]), or
+    /// None outside swap mode.
+    pub fn host_backed_after_error(&self, device: u32, size: u64) -> Option<u64> {
+        let dev = self.device(device);
+        let addr = dev.pool.as_ref()?.lock().host_backed_after_error(size)?;
+        let block = Block {
+            id: self.next_id.fetch_add(1, Relaxed),
+            size,
+            kind: MemKind::Device,
+            device,
+            event_index: 0,
+        };
+        self.live.write().insert(addr, block);
+        Some(addr)
     }
 
     /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
@@ -410,8 +452,15 @@ impl Recorder {
     /// allocator as [`Recorder::served_free`] would, without an event; false if no live block
     /// starts at `addr` (an interior pointer, a double free), as real CUDA would say.
     pub fn free_served_after_error(&self, addr: u64) -> bool {
-        let taken = self.begin_free(addr);
-        self.release_served(addr, taken.as_ref())
+        let Some((_, block)) = self.begin_free(addr) else {
+            return false;
+        };
+        let dev = self.device(block.device);
+        match (&dev.pool, &dev.cnmem) {
+            (Some(pool), _) => pool.lock().free_after_error(addr, block.id),
+            (_, Some(cnmem)) => cnmem.lock().free(addr),
+            _ => false,
+        }
     }
 
     fn release_served(&self, addr: u64, taken: Option<&(u64, Block)>) -> bool {

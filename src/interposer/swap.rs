@@ -1470,24 +1470,51 @@ impl PoolState {
     }
 
     /// After an internal error, before every call passes through: every tensor that is away
-    /// comes back now (the host waits), since nothing will bring it back later. Returns how
-    /// many could not, because a live block holds their range.
+    /// comes back now (the host waits), since nothing will bring it back later; and again at
+    /// each free after it, for those whose range a live block held. Returns how many are still
+    /// away, because a live block holds their range.
     pub fn restore_all(&mut self) -> usize {
-        let away: Vec<(AllocId, Away)> = match self.executor.as_ref() {
+        let mut away: Vec<(AllocId, Away)> = match self.executor.as_ref() {
             Some(exec) => exec.away.iter().map(|(&id, &a)| (id, a)).collect(),
             None => return 0,
         };
-        if away.is_empty() {
-            return 0;
-        }
-        cuda::synchronize();
+        // Nested lending leaves tensors away in each other's ranges: they come back in the
+        // plan's order (the op each one's swap-in is queued before; one that comes back later
+        // comes back at the free of the one before, as the plan has it), blocks taken into
+        // the pool last (they get memory of their own where their range is held), and where
+        // the plan says nothing, the tensor allocated last first (a backward pass's order).
+        let turns = self.swap_in_turns();
+        away.sort_by_key(|(id, a)| {
+            let turn = turns.get(&a.host).copied().unwrap_or(usize::MAX);
+            (a.alias.is_some(), turn, std::cmp::Reverse(*id))
+        });
         let mut stranded = 0;
+        // The device is waited for once, before the first copy: the swap-outs and the
+        // borrowers' work must be done (a free passes here for every block).
+        let mut synchronized = false;
         for (id, a) in away {
             let back = self
                 .pools
                 .iter_mut()
                 .find(|p| p.base == a.pool)
                 .is_some_and(|pool| pool.put_back(a.offset, a.end, id));
+            if !back && a.alias.is_none() {
+                log::debug!(
+                    "tensor {id} stays away: [{:#x}, {:#x}) is held by {:?}",
+                    a.pool + a.offset,
+                    a.pool + a.end,
+                    self.pools
+                        .iter()
+                        .find(|p| p.base == a.pool)
+                        .map(|p| p.overlapping(a.offset, a.end))
+                );
+                stranded += 1;
+                continue;
+            }
+            if !synchronized {
+                cuda::synchronize();
+                synchronized = true;
+            }
             let home = if back {
                 Some(a.pool + a.offset)
             } else {
@@ -1502,8 +1529,153 @@ impl PoolState {
                 stranded += 1;
             }
         }
-        cuda::synchronize();
+        if synchronized {
+            cuda::synchronize();
+        }
         stranded
+    }
+
+    /// At an internal error, before every call passes through: nothing is served any more,
+    /// every tensor that is away comes back ([`PoolState::restore_all`]; one whose range a live
+    /// block holds, at that block's free: [`PoolState::free_after_error`]), and the pools
+    /// nothing uses go back to the device, whose real allocator serves the program from now
+    /// on. `index` is the event the program is at. Returns how many tensors are still away:
+    /// Ok where the program has always freed a borrower before it used the tensor whose range
+    /// it borrowed (no on-demand swap-in so far) and the plan swaps out no holder before the
+    /// tensor's turn, so the plan's order brings them back in time; Err where one of them may
+    /// be read before it is back (nothing would see it).
+    pub fn after_internal_error(&mut self, index: u64) -> Result<usize, usize> {
+        self.stop_serving();
+        let stranded = self.restore_all();
+        self.release_idle_retired_pools();
+        let deviated = self
+            .executor
+            .as_ref()
+            .is_some_and(|e| e.stats.on_demand_swap_ins + e.stats.exchanges > 0);
+        if stranded > 0 && (deviated || self.held_by_swapped(index)) {
+            Err(stranded)
+        } else {
+            Ok(stranded)
+        }
+    }
+
+    /// After an internal error, the program's free of block `id` at `addr` of itermem's
+    /// allocator (false: no live block starts there). As real `cudaFree`, the host waits for
+    /// the device first: itermem no longer knows which streams use the block, and its memory
+    /// (its own, or mapped host memory) is released at once. A tensor still away whose range
+    /// the block held comes back now, before the program's next call: the plan lent a range
+    /// only within its tensor's absence, so the program frees the borrower before it uses the
+    /// tensor again.
+    pub fn free_after_error(&mut self, addr: u64, id: AllocId) -> bool {
+        if self.executor.is_none() {
+            return self.free(addr, id);
+        }
+        cuda::synchronize();
+        let freed = self.free(addr, id);
+        self.release_finished_host_frees();
+        if freed && self.executor.as_ref().is_some_and(|e| !e.away.is_empty()) {
+            let left = self.restore_all();
+            log::info!("after the internal error: {left} tensor(s) still away");
+            self.release_idle_retired_pools();
+        }
+        freed
+    }
+
+    /// After an internal error, a device malloc the real allocator refused even after the
+    /// pools nothing used were given back: mapped host memory, as before the error past the
+    /// limit (swap mode promised the program that it fits). None outside swap mode.
+    pub fn host_backed_after_error(&mut self, size: u64) -> Option<u64> {
+        self.executor.as_ref()?;
+        self.host_backed_malloc(size)
+    }
+
+    /// Whether a tensor still away waits for a block that the plan swaps out before that
+    /// tensor's swap-in, `index` being the event the program is at: the plan brings the
+    /// tensor back once that block is away, a swap-out that no longer happens after the
+    /// error, so the program would use the tensor before the block's free (Adam's layers take
+    /// turns in one range this way). A block the plan does not swap out before then is freed
+    /// by then, as the executor's own swap-in waits for it.
+    fn held_by_swapped(&self, index: u64) -> bool {
+        let Some(exec) = self.executor.as_ref() else {
+            return false;
+        };
+        let (Some(schedule), true) = (exec.schedule.as_ref(), exec.following) else {
+            return false;
+        };
+        let Some(pool) = self.pools.last() else {
+            return false;
+        };
+        let Some(at) = index.checked_sub(pool.plan.start) else {
+            return false;
+        };
+        let position = (at % pool.plan.length) as usize;
+        // The last op the program has made in this iteration (None: none yet).
+        let now = (schedule
+            .op_at
+            .get(..=position)
+            .unwrap_or(&schedule.op_at)
+            .iter())
+        .rev()
+        .find(|&&op| op != NOT_AN_OP)
+        .map(|&op| op as usize);
+        let mut outs: FxHashMap<AllocId, Vec<usize>> = FxHashMap::default();
+        for (op, swaps) in schedule.outs_after.iter().enumerate() {
+            for &swap in swaps {
+                if let Some(id) =
+                    (schedule.swaps.get(swap as usize)).and_then(|p| exec.swapped_id(p))
+                {
+                    outs.entry(id).or_default().push(op);
+                }
+            }
+        }
+        let turns = self.swap_in_turns();
+        let after_now = |op: usize| now.is_none_or(|now| op > now);
+        exec.away.values().any(|a| {
+            // A tensor the plan does not bring back is not used again.
+            let Some(&turn) = turns.get(&a.host).filter(|_| a.alias.is_none()) else {
+                return false;
+            };
+            // A swap-in already due waits for whatever comes before the iteration's end.
+            let due = if after_now(turn) {
+                turn
+            } else {
+                schedule.outs_after.len()
+            };
+            (self.pools.iter())
+                .filter(|pool| pool.base == a.pool)
+                .flat_map(|pool| pool.overlapping(a.offset, a.end))
+                .any(|(_, _, holder)| {
+                    let swapped_out = (outs.get(&holder).into_iter().flatten())
+                        .any(|&op| after_now(op) && op < due);
+                    if swapped_out {
+                        log::debug!(
+                            "a tensor away (swap-in before op {turn}) waits for block {holder}, \
+                             which the plan swaps out after ops {:?} (now at op {now:?})",
+                            outs.get(&holder)
+                        );
+                    }
+                    swapped_out
+                })
+        })
+    }
+
+    /// The plan's order of its swap-ins: the op each is queued before, by host slot address.
+    fn swap_in_turns(&self) -> FxHashMap<u64, usize> {
+        let mut turns = FxHashMap::default();
+        let Some(exec) = self.executor.as_ref() else {
+            return turns;
+        };
+        let Some(schedule) = exec.schedule.as_ref() else {
+            return turns;
+        };
+        for (op, swaps) in schedule.ins_before.iter().enumerate() {
+            for &swap in swaps {
+                if let Some(planned) = schedule.swaps.get(swap as usize) {
+                    turns.insert(exec.host_base + planned.host_offset, op);
+                }
+            }
+        }
+        turns
     }
 
     /// A block taken into a pool whose range borrowers hold gets memory of its own again at its
