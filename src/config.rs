@@ -89,6 +89,36 @@ pub struct Config {
     pub bandwidth: Option<CopyModel>,
     /// Swap mode: the smallest tensor the planner swaps.
     pub swap_min_bytes: u64,
+    /// Record and cnmem modes: where events are put in order.
+    pub sequencer: Sequencer,
+}
+
+/// Where record and cnmem modes put events in order (`interposer/staging.rs`): on a thread of
+/// itermem's own, which takes that work off the program's threads but competes with them for
+/// a core, or on the program's threads, as pool and swap modes always do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sequencer {
+    /// A thread of its own where the machine has at least [`Sequencer::AUTO_CORES`] cores.
+    Auto,
+    Thread,
+    Inline,
+}
+
+impl Sequencer {
+    /// Cores from which `auto` sequences on a thread of its own: with fewer, that thread takes
+    /// a core from the program and the GPU runtime's own threads (measured on 2 cores:
+    /// docs/BENCHMARKS.md, hot path).
+    pub const AUTO_CORES: usize = 4;
+
+    pub fn on_own_thread(self) -> bool {
+        match self {
+            Sequencer::Thread => true,
+            Sequencer::Inline => false,
+            Sequencer::Auto => std::thread::available_parallelism()
+                .is_ok_and(|cores| cores.get() >= Sequencer::AUTO_CORES),
+        }
+    }
 }
 
 impl Default for Config {
@@ -106,6 +136,7 @@ impl Default for Config {
             plan_out: None,
             bandwidth: None,
             swap_min_bytes: crate::swap::AutoSwapOptions::default().min_bytes,
+            sequencer: Sequencer::Auto,
         }
     }
 }
@@ -220,6 +251,23 @@ pub const OPTIONS: &[Opt] = &[
               in swap units of at least that many bytes where the pool does not fit without \
               them (default 1M)",
         apply: |c, v| parse_bytes(v).map(|b| c.swap_min_bytes = b).is_some(),
+    },
+    Opt {
+        name: "ITERMEM_SEQUENCER",
+        forms: "auto, thread or inline",
+        doc: "record and cnmem modes: put events in order on a thread of itermem's own \
+              (thread), on the program's threads (inline), or on its own thread where the \
+              machine has at least 4 cores (auto, the default)",
+        apply: |c, v| {
+            let sequencer = match v.trim() {
+                "auto" => Sequencer::Auto,
+                "thread" => Sequencer::Thread,
+                "inline" => Sequencer::Inline,
+                _ => return false,
+            };
+            c.sequencer = sequencer;
+            true
+        },
     },
 ];
 

@@ -67,6 +67,54 @@ fn recording_mlp_train_changes_nothing_and_finds_its_iteration() {
 }
 
 #[test]
+fn the_sequencing_thread_records_what_the_programs_threads_record() {
+    let mlp = program("mlp_train");
+    let args = [mlp.to_str().unwrap(), "--iters", "6"];
+    let jitter = [("CUDA_SHIM_JITTER_US", "50"), ("CUDA_SHIM_SEED", "3")];
+    let recorded = |sequencer: &str| {
+        let trace = scratch(&format!("mlp-{sequencer}.itrace"));
+        let stats = scratch(&format!("mlp-{sequencer}.json"));
+        let env = [jitter[0], jitter[1], ("ITERMEM_SEQUENCER", sequencer)];
+        let output = stdout_ok(&run_under_itermem(
+            &[
+                "--trace",
+                trace.to_str().unwrap(),
+                "--stats",
+                stats.to_str().unwrap(),
+            ],
+            &args,
+            &env,
+        ));
+        let (info, mut summary) = (trace_info(&trace), support::read_json(&stats));
+        summary["trace"] = serde_json::Value::Null;
+        std::fs::remove_file(&trace).unwrap();
+        std::fs::remove_file(&stats).unwrap();
+        (output, info, summary)
+    };
+    let (inline, thread) = (recorded("inline"), recorded("thread"));
+    assert_eq!(inline.0, thread.0, "the program's output");
+    assert_eq!(inline.2, thread.2, "the statistics");
+    for key in [
+        "access_events",
+        "events",
+        "host_events",
+        "kernel_names",
+        "unmatched_frees",
+        "peak_live_bytes",
+        "peak_event",
+        "live_bytes_at_end",
+        "period_events",
+        "boundary_event",
+        "iterations",
+        "iteration_start_event",
+        "detected_at_event",
+        "top_kernels",
+    ] {
+        assert_eq!(inline.1[key], thread.1[key], "trace info's {key}");
+    }
+}
+
+#[test]
 fn launches_name_the_allocations_their_arguments_point_into() {
     let touch = program("touch_patterns");
     let trace = scratch("touch.itrace");
@@ -110,9 +158,16 @@ fn launches_name_the_allocations_their_arguments_point_into() {
 
 #[test]
 fn eight_threads_calling_cuda_at_once_are_all_recorded() {
+    // Whichever thread puts the events in order: the program's threads, or itermem's own.
+    for sequencer in ["inline", "thread"] {
+        eight_threads_recorded(sequencer);
+    }
+}
+
+fn eight_threads_recorded(sequencer: &str) {
     let stress = program("stress_threads");
-    let trace = scratch("stress.itrace");
-    let stats = scratch("stress.json");
+    let trace = scratch(&format!("stress-{sequencer}.itrace"));
+    let stats = scratch(&format!("stress-{sequencer}.json"));
     let output = run_under_itermem(
         &[
             "--trace",
@@ -127,7 +182,10 @@ fn eight_threads_calling_cuda_at_once_are_all_recorded() {
             "--rounds",
             "300",
         ],
-        &[("CUDA_SHIM_JITTER_US", "20")],
+        &[
+            ("CUDA_SHIM_JITTER_US", "20"),
+            ("ITERMEM_SEQUENCER", sequencer),
+        ],
     );
     assert!(stdout_ok(&output).contains("ok"));
     let info = trace_info(&trace);

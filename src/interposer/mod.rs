@@ -100,7 +100,8 @@ fn start() -> Option<Recorder> {
         return None;
     }
     ending::install(&config);
-    let staged = Recorder::may_stage(config.mode) && start_sequencing();
+    let staged =
+        Recorder::may_stage(config.mode) && config.sequencer.on_own_thread() && start_sequencing();
     Some(Recorder::new(config, staged))
 }
 
