@@ -119,7 +119,7 @@ def graph_step(device, weights, inputs, outputs, side):
 
 def run_graph(args, device, weights, host_weights, checker, pluggable):
     """--graph: WARMUP eager iterations on a side stream, one capture, replays. Returns the
-    device tensors made and the checks expected."""
+    device tensors made, the checks expected, the weights' host copy and the graph."""
     pinned = lambda numel: torch.empty(numel, dtype=torch.float32, pin_memory=True)  # noqa: E731
     inputs = {
         "batch": pinned(BATCH),
