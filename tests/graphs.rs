@@ -22,6 +22,11 @@ fn a_captured_iteration_launched_many_times_gives_the_direct_results() {
 }
 
 #[test]
+fn cuda_11s_cu_graph_instantiate_makes_the_same_exec_graph() {
+    check("replay_v2", &["6"], &[]);
+}
+
+#[test]
 fn a_graph_launch_is_one_unit_of_stream_order_and_launches_of_one_exec_never_overlap() {
     for seed in ["1", "2", "3"] {
         let env = [("CUDA_SHIM_JITTER_US", "1000"), ("CUDA_SHIM_SEED", seed)];

@@ -173,6 +173,31 @@ fn trace_info_shows_the_graph_launches_and_the_period_of_the_direct_program() {
     }
 }
 
+/// A graph instantiated with CUDA 11's `cuGraphInstantiate` (`cuGraphInstantiate_v2`, found with
+/// `cudaGetDriverEntryPointByVersion` at 11000, so through itermem's resolver) is tracked as one
+/// instantiated with `cuGraphInstantiateWithFlags`: the same launches, each with its nodes' work.
+#[test]
+fn a_graph_instantiated_with_cuda_11s_cu_graph_instantiate_is_seen_as_any_other() {
+    let graphs = program("graphs");
+    let info = |case: &str| {
+        let trace = scratch(&format!("graphs-{case}.trace"));
+        let args = [graphs.to_str().unwrap(), case, "6"];
+        let extra = ["--mode", "record", "--trace", trace.to_str().unwrap()];
+        let out = stdout_ok(&run_under_itermem(&extra, &args, &[]));
+        assert_eq!(out.trim(), "ok", "{case}");
+        let info = trace_info(&trace);
+        std::fs::remove_file(trace).unwrap();
+        info
+    };
+    let (current, legacy) = (info("replay"), info("replay_v2"));
+    assert_eq!(current["graph_launches"], 6, "{current:#}");
+    assert_eq!(
+        legacy["graph_launches"], current["graph_launches"],
+        "{legacy:#}"
+    );
+    assert_eq!(legacy["events"], current["events"], "{legacy:#}");
+}
+
 /// Every case of the shim's own graph checks (`tests/programs/graphs.c`: captures in each mode,
 /// fork and join, updates, and each call that is illegal in a capture, with CUDA's error code
 /// and the invalidation) behaves the same under itermem in every mode: itermem adds no node to
@@ -182,6 +207,7 @@ fn captures_and_their_illegal_calls_behave_under_itermem_as_without_it() {
     let graphs = program("graphs");
     let cases = [
         "replay",
+        "replay_v2",
         "launch_order",
         "explicit",
         "update",

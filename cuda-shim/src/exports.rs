@@ -1441,16 +1441,8 @@ driver_api! {
     /// `INVALID_VALUE`, as on CUDA); the other flags (upload, device launch, priority) change
     /// nothing on the shim; unknown bits are `INVALID_VALUE`.
     fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) {
-        const AUTO_FREE_ON_LAUNCH: u64 = 0x1;
-        const DEVICE_LAUNCH: u64 = 0x4;
-        let driver = initialized()?;
-        let auto_free = flags & AUTO_FREE_ON_LAUNCH != 0;
-        if exec.is_null() || flags & !0xF != 0 || (auto_free && flags & DEVICE_LAUNCH != 0) {
-            return Err(INVALID_VALUE);
-        }
-        let handle = driver.graphs.instantiate(graph, auto_free)?;
-        // SAFETY: checked non-null; out-parameter of the caller.
-        unsafe { put(exec, handle) }
+        // SAFETY: the caller's out-parameter, forwarded.
+        unsafe { instantiate_graph(exec, graph, flags) }
     }
 
     /// As `cuGraphInstantiateWithFlags`, with the result in `params` (`result_out`: success, or
@@ -1468,6 +1460,34 @@ driver_api! {
         let result = code_result(unsafe { cuGraphInstantiateWithFlags(exec, graph, p.flags) });
         p.error_node = 0;
         p.result = u32::from(result.is_err());
+        result
+    }
+
+    /// CUDA 11's instantiation (what `cuGetProcAddress` gives for "cuGraphInstantiate" from
+    /// 11000 to 11999; since CUDA 12 declared only for `__CUDA_API_VERSION_INTERNAL`): as
+    /// `cuGraphInstantiateWithFlags` with no flags. CUDA "may" name a node contributing to an
+    /// error in `phErrorNode`: the shim names none (NULL on an error, as
+    /// `cuGraphInstantiateWithParams`'s `hErrNode_out`), and its diagnostic message is empty
+    /// (`logBuffer[0]` is NUL whenever `bufferSize` > 0).
+    fn cuGraphInstantiate_v2(
+        exec: *mut usize,
+        graph: usize,
+        error_node: *mut usize,
+        log: *mut c_char,
+        log_size: usize,
+    ) {
+        // Not through the export, so that an interposer sees this call as itself alone, as on
+        // NVIDIA's driver.
+        // SAFETY: the caller's out-parameter, forwarded.
+        let result = unsafe { instantiate_graph(exec, graph, 0) };
+        if result.is_err() && !error_node.is_null() {
+            // SAFETY: checked non-null; out-parameter of the caller.
+            unsafe { error_node.write(0) };
+        }
+        if !log.is_null() && log_size > 0 {
+            // SAFETY: checked non-null; the caller's buffer of `log_size` > 0 bytes.
+            unsafe { log.write(0) };
+        }
         result
     }
 
@@ -2890,6 +2910,23 @@ fn module_loading_mode() -> u32 {
 }
 
 /// An exported function's raw code as a result again.
+/// `cuGraphInstantiateWithFlags` (see there), for the exports that instantiate.
+///
+/// # Safety
+/// `exec` is null (rejected) or valid for a write.
+unsafe fn instantiate_graph(exec: *mut usize, graph: usize, flags: u64) -> CuResult<()> {
+    const AUTO_FREE_ON_LAUNCH: u64 = 0x1;
+    const DEVICE_LAUNCH: u64 = 0x4;
+    let driver = initialized()?;
+    let auto_free = flags & AUTO_FREE_ON_LAUNCH != 0;
+    if exec.is_null() || flags & !0xF != 0 || (auto_free && flags & DEVICE_LAUNCH != 0) {
+        return Err(INVALID_VALUE);
+    }
+    let handle = driver.graphs.instantiate(graph, auto_free)?;
+    // SAFETY: checked non-null; out-parameter of the caller.
+    unsafe { put(exec, handle) }
+}
+
 fn code_result(code: u32) -> CuResult<()> {
     if code == CUDA_SUCCESS {
         Ok(())
@@ -3166,6 +3203,7 @@ pub const PROCS: &[(&str, i32, &str)] = &[
     ("cuGraphCreate", 10000, "cuGraphCreate"),
     ("cuGraphDestroy", 10000, "cuGraphDestroy"),
     ("cuGraphGetNodes", 10000, "cuGraphGetNodes"),
+    ("cuGraphInstantiate", 11000, "cuGraphInstantiate_v2"),
     ("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags"),
     (
         "cuGraphInstantiateWithFlags",

@@ -16,7 +16,7 @@ use super::{
     CUDA_ERROR_SYMBOL_NOT_FOUND, Recorder, active, intercept, kept_by_itermem, recorder_after_error,
 };
 use crate::event::{AllocId, CopyKind, MemKind};
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_char, c_void};
 
 /// `dim3`, passed by value as in C.
 #[repr(C)]
@@ -1279,6 +1279,8 @@ hooks! {
     fn cuGraphDestroy(graph: usize) => |rec, run, graph| on_graph_call(run, || rec.graphs.destroy(graph));
     fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, flags: u64) =>
         |rec, run, exec, graph, _| on_instantiate(rec, run, exec, graph);
+    fn cuGraphInstantiate_v2(exec: *mut usize, graph: usize, error_node: *mut usize, log: *mut c_char, log_size: usize) =>
+        |rec, run, exec, graph, _, _, _| on_instantiate(rec, run, exec, graph);
     fn cuGraphInstantiateWithParams(exec: *mut usize, graph: usize, params: *mut c_void) =>
         |rec, run, exec, graph, _| on_instantiate(rec, run, exec, graph);
     fn cuGraphInstantiateWithParams_ptsz(exec: *mut usize, graph: usize, params: *mut c_void) =>

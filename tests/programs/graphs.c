@@ -6,7 +6,9 @@
  * Each case asserts its own expectations and exits 1 with a message on the first mismatch, or
  * prints "ok". `replay` is a training-like iteration (an upload, a memset, kernels on a forked
  * side stream joined back, a host node, a download) captured once and launched ITERS times
- * (default 8), compared with the same work launched directly; `explicit` builds such an
+ * (default 8), compared with the same work launched directly (`replay_v2`: instantiated with
+ * CUDA 11's cuGraphInstantiate, found with cudaGetDriverEntryPointByVersion at 11000);
+ * `explicit` builds such an
  * iteration with the explicit graph API instead (nodes, dependencies, a child graph) and
  * changes a kernel node's arguments between launches; `memnodes` checks graph memory nodes
  * (cudaMallocAsync and cudaFreeAsync in a capture, explicit alloc and free nodes) and CUDA's
@@ -163,7 +165,32 @@ static void fill_input(struct model *m, int it) {
     for (int i = 0; i < N; i++) m->input[i] = (i * 7 + it * 31) % 17;
 }
 
-static int case_replay(int iters) {
+/* CUDA 11's cuGraphInstantiate (the driver's cuGraphInstantiate_v2), as a program built for
+ * CUDA 11 finds it: the driver's "cuGraphInstantiate" at version 11000. */
+typedef int (*instantiate_v2_fn)(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 cudaGraphNode_t *error_node, char *log, size_t log_size);
+
+static instantiate_v2_fn instantiate_v2(void) {
+    void *fn = NULL, *current = NULL;
+    enum cudaDriverEntryPointQueryResult found;
+    OK(cudaGetDriverEntryPointByVersion("cuGraphInstantiate", &fn, 11000, cudaEnableDefault, &found));
+    EXPECT(found == cudaDriverEntryPointSuccess && fn != NULL);
+    /* From 12000 on the name is cuGraphInstantiateWithFlags, another function. */
+    OK(cudaGetDriverEntryPointByVersion("cuGraphInstantiate", &current, 12000, cudaEnableDefault, &found));
+    EXPECT(found == cudaDriverEntryPointSuccess && current != NULL && current != fn);
+    instantiate_v2_fn instantiate;
+    memcpy(&instantiate, &fn, sizeof fn);
+    /* An error names no node and leaves an empty message. */
+    cudaGraphExec_t exec = NULL;
+    cudaGraphNode_t node = (cudaGraphNode_t)1;
+    char log[16] = "unchanged";
+    EXPECT(instantiate(&exec, NULL, &node, log, sizeof log) == 1 /* CUDA_ERROR_INVALID_VALUE */);
+    EXPECT(node == NULL && log[0] == 0);
+    return instantiate;
+}
+
+/* legacy_instantiate: instantiate with CUDA 11's cuGraphInstantiate (instantiate_v2). */
+static int case_replay_with(int iters, int legacy_instantiate) {
     register_kernels();
     struct model direct, graph;
     model_init(&direct);
@@ -220,7 +247,14 @@ static int case_replay(int iters) {
     EXPECT(count == 7); /* memcpy, memset, forward, gradient, update, host, memcpy */
 
     cudaGraphExec_t exec;
-    OK(cudaGraphInstantiate(&exec, g, 0));
+    if (legacy_instantiate) {
+        char log[64] = "unchanged";
+        cudaGraphNode_t node = NULL;
+        EXPECT(instantiate_v2()(&exec, g, &node, log, sizeof log) == 0);
+        EXPECT(log[0] == 0);
+    } else {
+        OK(cudaGraphInstantiate(&exec, g, 0));
+    }
     for (int it = 0; it < iters; it++) {
         fill_input(&graph, it); /* the copy node reads the input when the graph runs */
         OK(cudaGraphLaunch(exec, graph.main));
@@ -237,6 +271,11 @@ static int case_replay(int iters) {
     free(expected);
     return 0;
 }
+
+static int case_replay(int iters) { return case_replay_with(iters, 0); }
+
+/* The same, the exec made by CUDA 11's cuGraphInstantiate. */
+static int case_replay_v2(int iters) { return case_replay_with(iters, 1); }
 
 /* Later work on the stream waits for the whole graph, and two launches of one exec on two
  * streams never overlap. */
@@ -728,6 +767,7 @@ int main(int argc, char **argv) {
     const char *name = argv[1];
     int rc;
     if (!strcmp(name, "replay")) rc = case_replay(iters);
+    else if (!strcmp(name, "replay_v2")) rc = case_replay_v2(iters);
     else if (!strcmp(name, "launch_order")) rc = case_launch_order(iters);
     else if (!strcmp(name, "explicit")) rc = case_explicit(iters);
     else if (!strcmp(name, "update")) rc = case_update();
