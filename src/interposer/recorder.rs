@@ -1036,7 +1036,8 @@ impl Recorder {
     }
 
     /// [`Recorder::emit`] under the device's sequencer, on the calling thread or the
-    /// sequencing thread.
+    /// sequencing thread. Inlined: at every event.
+    #[inline(always)]
     fn sequence(
         &self,
         dev: &DeviceState,
