@@ -443,7 +443,7 @@ impl Recorder {
         taken: Option<(u64, Block)>,
         stream: StreamHandle,
     ) -> bool {
-        let freed = self.release_served(addr, taken.as_ref());
+        let freed = self.release_served(addr, taken.as_ref(), false);
         self.end_free(taken, freed, stream);
         freed
     }
@@ -452,23 +452,19 @@ impl Recorder {
     /// allocator as [`Recorder::served_free`] would, without an event; false if no live block
     /// starts at `addr` (an interior pointer, a double free), as real CUDA would say.
     pub fn free_served_after_error(&self, addr: u64) -> bool {
-        let Some((_, block)) = self.begin_free(addr) else {
-            return false;
-        };
-        let dev = self.device(block.device);
-        match (&dev.pool, &dev.cnmem) {
-            (Some(pool), _) => pool.lock().free_after_error(addr, block.id),
-            (_, Some(cnmem)) => cnmem.lock().free(addr),
-            _ => false,
-        }
+        let taken = self.begin_free(addr);
+        self.release_served(addr, taken.as_ref(), true)
     }
 
-    fn release_served(&self, addr: u64, taken: Option<&(u64, Block)>) -> bool {
+    /// Gives a block `taken` out of the live index back to itermem's allocator (`after_error`:
+    /// the pool's way after an internal error).
+    fn release_served(&self, addr: u64, taken: Option<&(u64, Block)>, after_error: bool) -> bool {
         let Some((_, block)) = taken else {
             return false;
         };
         let dev = self.device(block.device);
         match (&dev.pool, &dev.cnmem) {
+            (Some(pool), _) if after_error => pool.lock().free_after_error(addr, block.id),
             (Some(pool), _) => pool.lock().free(addr, block.id),
             (_, Some(cnmem)) => cnmem.lock().free(addr),
             _ => false,
