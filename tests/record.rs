@@ -116,12 +116,19 @@ fn the_sequencing_thread_records_what_the_programs_threads_record() {
 
 #[test]
 fn launches_name_the_allocations_their_arguments_point_into() {
+    // Resolved at the launch (inline), or late on the sequencing thread.
+    for sequencer in ["inline", "thread"] {
+        launches_resolved(sequencer);
+    }
+}
+
+fn launches_resolved(sequencer: &str) {
     let touch = program("touch_patterns");
-    let trace = scratch("touch.itrace");
+    let trace = scratch(&format!("touch-{sequencer}.itrace"));
     let output = run_under_itermem(
         &["--trace", trace.to_str().unwrap()],
         &[touch.to_str().unwrap()],
-        &[],
+        &[("ITERMEM_SEQUENCER", sequencer)],
     );
     assert!(stdout_ok(&output).contains("ok"));
     let csv = Command::new(itermem())
@@ -152,7 +159,7 @@ fn launches_name_the_allocations_their_arguments_point_into() {
         .iter()
         .map(|(k, t)| (k.to_string(), t.to_string()))
         .collect();
-    assert_eq!(launches, expected);
+    assert_eq!(launches, expected, "{sequencer}");
     std::fs::remove_file(&trace).unwrap();
 }
 

@@ -51,8 +51,8 @@ const STAGED_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// What one launch touches: its kernel and the allocations its arguments point into.
 pub struct LaunchAccesses {
     kernel: &'static Kernel,
-    /// Resolved at the launch in pool and swap modes; in other modes left empty here and
-    /// filled in from `late` off the program's thread (`late.rs`).
+    /// Resolved at the launch, unless events are staged: then left empty here and filled in
+    /// from `late` on the sequencing thread (`late.rs`).
     pub touched: Touched,
     /// The pointer words to resolve late (empty when resolved now, or when no trace is kept).
     late: smallvec::SmallVec<[u64; 8]>,
@@ -213,10 +213,8 @@ pub struct Recorder {
     /// The work of CUDA graphs' nodes, for recording their launches.
     pub graphs: Graphs,
     devices: Devices,
-    /// Whether launches are resolved to allocations at the call (pool and swap modes, which
-    /// act on what a launch touches); otherwise only for the trace, late (`late.rs`).
-    resolves_at_launch: bool,
-    /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`).
+    /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`),
+    /// and launches resolved there (`late.rs`); otherwise at the call.
     staging: Option<Staging>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
@@ -236,7 +234,6 @@ impl Recorder {
             kernel_count: AtomicU64::new(0),
             graphs: Graphs::default(),
             devices: Devices::new(),
-            resolves_at_launch: matches!(config.mode, Mode::Pool | Mode::Swap),
             staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
             trace: OnceLock::new(),
             counters: Counters::default(),
@@ -751,14 +748,15 @@ impl Recorder {
         accesses
     }
 
-    /// Resolves a launch's pointer `words` now, or keeps them to be resolved late (only if a
-    /// trace will show them: nothing else asks in those modes).
+    /// Resolves a launch's pointer `words` now, or keeps them to be resolved late; neither
+    /// where nobody asks (record and cnmem modes without a trace).
     fn take_words(&self, accesses: &mut LaunchAccesses, words: impl Iterator<Item = u64>) {
         accesses.words_scanned = accesses.kernel.pointer_words.as_ref().map_or(0, Vec::len) as u64;
-        if self.resolves_at_launch {
-            accesses.touched = self.scan(words);
-        } else if self.config.trace.is_some() {
-            accesses.late.extend(words);
+        let asked = self.config.trace.is_some() || !Self::may_stage(self.config.mode);
+        match (&self.staging, asked) {
+            (_, false) => {}
+            (None, true) => accesses.touched = self.scan(words),
+            (Some(_), true) => accesses.late.extend(words),
         }
     }
 
