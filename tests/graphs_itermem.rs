@@ -11,7 +11,7 @@
 mod support;
 
 use support::{
-    program, read_json, results, run_ok, run_under_itermem, same_json, scratch, stdout_ok,
+    assert_same_plan, program, read_json, results, run_ok, run_under_itermem, scratch, stdout_ok,
     trace_info,
 };
 
@@ -261,19 +261,16 @@ fn the_plan_a_graph_program_used_is_what_itermem_plan_makes_from_its_trace() {
     let offline: serde_json::Value = serde_json::from_str(&stdout_ok(&replanned)).unwrap();
     let live = read_json(&plan);
     assert!(!live["swaps"].as_array().unwrap().is_empty(), "{live:#}");
-    for key in [
-        "swaps",
-        "weights",
-        "pool_footprint_bytes",
-        "peak_after_bytes",
-    ] {
-        assert!(
-            same_json(&offline[key], &live[key]),
-            "{key} differs: offline {} live {}",
-            offline[key],
-            live[key]
-        );
-    }
+    assert_same_plan(
+        &offline,
+        &live,
+        &[
+            "swaps",
+            "weights",
+            "pool_footprint_bytes",
+            "peak_after_bytes",
+        ],
+    );
     for path in [trace, plan] {
         std::fs::remove_file(path).unwrap();
     }

@@ -6,7 +6,7 @@
 mod support;
 
 use support::{
-    itermem, program, read_json, results, run_ok, run_on_shim, run_under_itermem, same_json,
+    assert_same_plan, itermem, program, read_json, results, run_ok, run_on_shim, run_under_itermem,
     scratch, stdout_ok,
 };
 
@@ -200,21 +200,18 @@ fn the_plan_a_process_used_is_what_itermem_plan_makes_from_its_trace() {
         .expect("itermem plan --json prints JSON");
     let live = read_json(&plan);
     assert!(!live["swaps"].as_array().unwrap().is_empty(), "{live:#}");
-    for key in [
-        "swaps",
-        "weights",
-        "limit_bytes",
-        "pool_footprint_bytes",
-        "peak_after_bytes",
-        "swapped_bytes",
-    ] {
-        assert!(
-            same_json(&offline[key], &live[key]),
-            "{key} differs: offline {} live {}",
-            offline[key],
-            live[key]
-        );
-    }
+    assert_same_plan(
+        &offline,
+        &live,
+        &[
+            "swaps",
+            "weights",
+            "limit_bytes",
+            "pool_footprint_bytes",
+            "peak_after_bytes",
+            "swapped_bytes",
+        ],
+    );
     let relative = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
     for key in ["time_ns", "base_time_ns", "overhead"] {
         let (a, b) = (offline[key].as_f64().unwrap(), live[key].as_f64().unwrap());

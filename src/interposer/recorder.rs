@@ -473,15 +473,34 @@ impl Recorder {
     /// peer's memory; in swap mode also timing, swap-ins and tensors that are away). What it
     /// prepared is finished by [`Recorder::after_use`].
     pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
-        let mut prepared = Prepared::default();
+        self.prepare_pools(device, ids, stream, |pool, next| {
+            pool.prepare(ids, stream, next)
+        })
+    }
+
+    /// Waits for the fences of `ids`'s ranges on every device's pool, after `prepare` ran on
+    /// `device`'s pool if it swaps (given the index of the next event): what it returned, or
+    /// nothing to finish.
+    fn prepare_pools<T: Default>(
+        &self,
+        device: u32,
+        ids: &[AllocId],
+        stream: StreamHandle,
+        prepare: impl FnOnce(&mut PoolState, u64) -> T,
+    ) -> T {
+        let mut prepared = T::default();
         if !self.allocating() {
             return prepared;
         }
+        let mut prepare = Some(prepare);
         for dev in self.devices.seen() {
             let Some(pool) = &dev.pool else { continue };
             let mut pool = pool.lock();
-            if dev.ordinal == device && pool.executor.is_some() {
-                prepared = pool.prepare(ids, stream, dev.next_index.load(Relaxed));
+            if dev.ordinal == device
+                && pool.executor.is_some()
+                && let Some(prepare) = prepare.take()
+            {
+                prepared = prepare(&mut pool, dev.next_index.load(Relaxed));
             }
             pool.before_use(ids.iter().copied(), stream);
         }
@@ -519,26 +538,15 @@ impl Recorder {
         stream: StreamHandle,
         nodes: usize,
     ) -> Vec<Prepared> {
-        let mut prepared = Vec::new();
-        if !self.allocating() {
-            return prepared;
-        }
-        for dev in self.devices.seen() {
-            let Some(pool) = &dev.pool else { continue };
-            let mut pool = pool.lock();
-            if dev.ordinal == device && pool.executor.is_some() {
-                let next = dev.next_index.load(Relaxed);
-                // The swap-ins planned before each node start before the launch; then the
-                // tensors the graph uses are checked at once (as the last node's), so none is
-                // away when it is enqueued.
-                let last = (nodes as u64).saturating_sub(1);
-                prepared = (0..nodes as u64)
-                    .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, next + k))
-                    .collect();
-            }
-            pool.before_use(ids.iter().copied(), stream);
-        }
-        prepared
+        self.prepare_pools(device, ids, stream, |pool, next| {
+            // The swap-ins planned before each node start before the launch; then the tensors
+            // the graph uses are checked at once (as the last node's), so none is away when it
+            // is enqueued.
+            let last = (nodes as u64).saturating_sub(1);
+            (0..nodes as u64)
+                .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, next + k))
+                .collect()
+        })
     }
 
     /// After a graph launch prepared by [`Recorder::before_graph`] (`recorded`: its events,

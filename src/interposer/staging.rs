@@ -222,13 +222,13 @@ impl Staging {
     fn round(&self, order: &mut Order, next: &mut impl FnMut(Entry, &[u64]), ends: &[u64]) {
         for attempt in 0.. {
             self.collect(order);
-            order.hand_on(next);
+            order.hand_on(next, false);
             if order.reached(ends) {
                 return;
             }
             if attempt == 100 {
                 // A key that never came (its thread stopped inside a hook): hand on the rest.
-                order.skip_gaps(next);
+                order.hand_on(next, true);
                 return;
             }
             std::thread::sleep(Duration::from_micros(100));
@@ -277,8 +277,9 @@ impl Order {
             }));
     }
 
-    /// Hands on, per device, every event whose key follows the last one handed on.
-    fn hand_on(&mut self, next: &mut impl FnMut(Entry, &[u64])) {
+    /// Hands on, per device, every event whose key follows the last one handed on; with
+    /// `skip_gaps`, every event waiting, in key order, as if the missing keys had been skipped.
+    fn hand_on(&mut self, next: &mut impl FnMut(Entry, &[u64]), skip_gaps: bool) {
         self.waiting
             .sort_unstable_by_key(|entry| (entry.device, entry.key));
         let mut kept = std::mem::take(&mut self.kept);
@@ -288,7 +289,7 @@ impl Order {
                 self.next_key.resize(device + 1, 0);
             }
             // (A smaller key came after its gap was skipped: handed on as soon as seen.)
-            if entry.key <= self.next_key[device] {
+            if skip_gaps || entry.key <= self.next_key[device] {
                 self.next_key[device] = self.next_key[device].max(entry.key + 1);
                 let late = entry.late.clone();
                 next(entry, &self.words[late]);
@@ -305,22 +306,6 @@ impl Order {
         ends.iter()
             .enumerate()
             .all(|(device, &end)| end == 0 || self.next_key.get(device).is_some_and(|&k| k >= end))
-    }
-
-    /// Hands on everything waiting in key order, as if the missing keys had been skipped.
-    fn skip_gaps(&mut self, next: &mut impl FnMut(Entry, &[u64])) {
-        self.waiting
-            .sort_unstable_by_key(|entry| (entry.device, entry.key));
-        for entry in self.waiting.drain(..) {
-            let device = entry.device as usize;
-            if self.next_key.len() <= device {
-                self.next_key.resize(device + 1, 0);
-            }
-            self.next_key[device] = entry.key + 1;
-            let late = entry.late.clone();
-            next(entry, &self.words[late]);
-        }
-        self.words.clear();
     }
 
     /// Keeps only the words of events still waiting.
@@ -408,13 +393,13 @@ mod tests {
         }
         order.take(&mut buffer);
         let mut handed = Vec::new();
-        order.hand_on(&mut |entry, _| handed.push(entry.key));
+        order.hand_on(&mut |entry, _| handed.push(entry.key), false);
         assert_eq!(handed, [0, 1]);
         let mut late = free(0, 2);
         late.key = 2;
         buffer.entries.push(late);
         order.take(&mut buffer);
-        order.hand_on(&mut |entry, _| handed.push(entry.key));
+        order.hand_on(&mut |entry, _| handed.push(entry.key), false);
         assert_eq!(handed, [0, 1, 2, 3]);
         assert!(order.reached(&[4]));
         assert!(!order.reached(&[5]));

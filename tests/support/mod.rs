@@ -223,6 +223,19 @@ pub fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     }
 }
 
+/// Asserts that the plan made live and the one `itermem plan` makes again from its trace agree
+/// in each of `keys` ([`same_json`]).
+pub fn assert_same_plan(offline: &serde_json::Value, live: &serde_json::Value, keys: &[&str]) {
+    for key in keys {
+        assert!(
+            same_json(&offline[key], &live[key]),
+            "{key} differs: offline {} live {}",
+            offline[key],
+            live[key]
+        );
+    }
+}
+
 /// Where NVIDIA's wheels of one CUDA major version are unpacked: its C headers, its C++ headers
 /// (nvcc's `crt/`), and the directory of its `libcudart.so.<major>`.
 pub struct NvidiaDirs {
