@@ -377,8 +377,16 @@ mod tests {
         for (_, _, id, late) in &handed {
             assert_eq!(late, &[id / 1000, id % 1000]);
         }
-        // The threads have ended: their buffers are forgotten at the next collection.
-        staging.collect(&mut order);
+        // The threads have ended: their buffers are forgotten at a collection once their
+        // thread-locals are destroyed (a scoped thread is joined before that, so wait for it).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            staging.collect(&mut order);
+            if staging.buffers.lock().is_empty() || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert!(staging.buffers.lock().is_empty());
     }
 
