@@ -472,7 +472,12 @@ impl Recorder {
     /// (fences of earlier tenants of their ranges, on any device's pool: a kernel may read a
     /// peer's memory; in swap mode also timing, swap-ins and tensors that are away). What it
     /// prepared is finished by [`Recorder::after_use`].
+    /// Inlined: at every call, and in record mode there is nothing to do.
+    #[inline]
     pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
+        if !self.allocating() {
+            return Prepared::default();
+        }
         self.prepare_pools(device, ids, stream, |pool, next| {
             pool.prepare(ids, stream, next)
         })
@@ -508,7 +513,8 @@ impl Recorder {
     }
 
     /// After the call prepared by [`Recorder::before_use`]; `index` is its event when it
-    /// succeeded.
+    /// succeeded. Inlined: most calls have nothing to finish.
+    #[inline(always)]
     pub fn after_use(
         &self,
         device: u32,
@@ -516,9 +522,19 @@ impl Recorder {
         stream: StreamHandle,
         index: Option<u64>,
     ) {
-        if prepared.is_empty() {
-            return;
+        if !prepared.is_empty() {
+            self.finish_use(device, prepared, stream, index);
         }
+    }
+
+    /// [`Recorder::after_use`] of a call that prepared something.
+    fn finish_use(
+        &self,
+        device: u32,
+        prepared: Prepared,
+        stream: StreamHandle,
+        index: Option<u64>,
+    ) {
         if let Some(pool) = &self.device(device).pool {
             let mut pool = pool.lock();
             if pool.executor.is_some() {
