@@ -441,19 +441,8 @@ fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
         &[("CUDA_SHIM_DEVICE_MEMORY", limit)],
     );
     assert_eq!(results(&stdout_ok(&output)), results(&on_big_device));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|line| line.contains("cannot be kept with the device alone"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
-    let smallest: u64 = lines[0]
-        .split("the smallest limit that can is ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|bytes| bytes.parse().ok())
-        .unwrap_or_else(|| panic!("no smallest limit in: {}", lines[0]));
-    assert!(smallest > 2_500_000, "{}", lines[0]);
+    let smallest = said_smallest_limit(&output);
+    assert!(smallest > 2_500_000, "{smallest}");
     // And it can: at that limit a plan serves.
     let smallest = smallest.to_string();
     let stats = scratch("smallest-stats.json");
@@ -477,6 +466,65 @@ fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
         summary["swap"]["mapped_host_bytes_after_plan"], 0,
         "{summary:#}"
     );
+}
+
+/// The smallest limit that can be kept, as the one line saying that the limit asked cannot be.
+fn said_smallest_limit(output: &std::process::Output) -> u64 {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("cannot be kept with the device alone"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    lines[0]
+        .split("the smallest limit that can is ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|bytes| bytes.parse().ok())
+        .unwrap_or_else(|| panic!("no smallest limit in: {}", lines[0]))
+}
+
+/// A small iteration where nothing can be swapped (`prefetch_loop`: 4 ops, each using what it
+/// holds) at 70 % of its peak: the line comes at its first plan, within a 200-iteration run
+/// (its planning took 0.7 s before, longer than the run, and nothing was said), and at the
+/// limit it names a plan serves.
+#[test]
+fn a_short_program_hears_at_its_first_plan_that_its_limit_cannot_be_kept() {
+    let prefetch = program("prefetch_loop");
+    let args = ["--iters", "200"];
+    let plain = run_ok(&prefetch, &args, &[]);
+    let peak: u64 = 4 << 20; // two inputs, a temporary and an output of 1 MiB
+    let limit = (peak * 7 / 10).to_string();
+    let output = run_under_itermem(
+        &["--mode", "swap", "--limit", &limit],
+        &[prefetch.to_str().unwrap(), args[0], args[1]],
+        &[],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&plain));
+    let smallest = said_smallest_limit(&output);
+    assert!(smallest > peak * 7 / 10 && smallest < peak, "{smallest}");
+    let smallest = smallest.to_string();
+    let stats = scratch("short-smallest-stats.json");
+    let shim_stats = scratch("short-smallest-shim.json");
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            &smallest,
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        &[prefetch.to_str().unwrap(), args[0], args[1]],
+        &[("CUDA_SHIM_STATS", shim_stats.to_str().unwrap())],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&plain));
+    let (summary, shim) = (read_json(&stats), read_json(&shim_stats));
+    assert_eq!(summary["swap"]["plans"], 1, "{summary:#}");
+    assert!(shim["peak_device_bytes"].as_u64().unwrap() <= smallest.parse().unwrap());
+    for path in [stats, shim_stats] {
+        std::fs::remove_file(path).unwrap();
+    }
 }
 
 /// Issue 31: weights and Adam's moments (8 layers of 1024 × 1024: 100 MB) are more than twice

@@ -1955,9 +1955,11 @@ fn make_schedule(
     let smallest = outside_pool_bytes + granules(planned.pool.footprint);
     schedule.unfit = if smallest >= program_peak {
         format!(
-            "no plan lowers the program's peak of {program_peak} bytes, because every block it \
-             holds at its peak (a caching allocator's segment, say) is used too often to be \
-             away then"
+            "no plan lowers the program's peak of {program_peak} bytes, which is the smallest \
+             limit that can be kept: every block it holds at its peak (a caching allocator's \
+             segment, say) is used then or too soon before and after to be away, or is smaller \
+             than ITERMEM_SWAP_MIN_BYTES ({} bytes) and in no swap unit",
+            config.min_bytes
         )
     } else {
         format!(

@@ -1046,3 +1046,25 @@ fn overhead_bound_grows_with_the_overhead() {
     let more = overhead_bound(&fig7(), UNIT, 0.5);
     assert!(more.max_removal >= zero.max_removal, "{zero:?} {more:?}");
 }
+
+/// An iteration with no candidate (here every tensor is used by every op) is planned without
+/// BO: every weight makes the same plan, and BO's own arithmetic made a 4-op iteration of
+/// `prefetch_loop` wait 0.7 s for it, longer than the program ran.
+#[test]
+fn an_iteration_with_nothing_to_swap_is_planned_without_a_search() {
+    let t = OpTrace {
+        source: "busy".into(),
+        tensors: vec![tensor(0, 50, None, None), tensor(1, 50, Some(0), Some(3))],
+        ops: (0..4)
+            .map(|k| op(&format!("op{k}"), 100.0, &[0, 1], &[1]))
+            .collect(),
+    };
+    assert!(autoswap::candidates(&t, 60, UNIT, &opts()).is_empty());
+    let chosen = combined::bo_plan(&t, 60, UNIT, 36, &opts(), None).unwrap();
+    assert!(chosen.plan.swaps.is_empty());
+    // One evaluation for each of the runs the options make (no zero overhead under 60 B).
+    assert!(chosen.evaluations <= 4, "{}", chosen.evaluations);
+    // With something to swap, the search runs its budget.
+    let chosen = combined::bo_plan(&fig7(), 100, UNIT, 36, &opts(), None).unwrap();
+    assert!(chosen.evaluations >= 36, "{}", chosen.evaluations);
+}
