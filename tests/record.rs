@@ -249,6 +249,39 @@ fn a_panic_inside_a_hook_does_not_hurt_the_program() {
     }
 }
 
+/// cnmem mode on a device the size of what it holds at its peak (mlp_train: 9.8 MB):
+/// after an internal error the program's mallocs go to the real allocator, which finds the
+/// device held by cnmem's regions the program freed its blocks from. They are given back and
+/// the malloc retried, so the program trains on unchanged (before: out of memory).
+#[test]
+fn after_an_internal_error_cnmem_gives_back_the_regions_the_program_left() {
+    let mlp = program("mlp_train");
+    let args = [mlp.to_str().unwrap(), "--iters", "10"];
+    let plain = run_ok(&mlp, &args[1..], &[]);
+    let shim_stats = scratch("cnmem-error-shim.json");
+    let output = run_under_itermem(
+        &["--mode", "cnmem"],
+        &args,
+        &[("CUDA_SHIM_STATS", shim_stats.to_str().unwrap())],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&plain));
+    let device = support::read_json(&shim_stats)["peak_device_bytes"].to_string();
+    std::fs::remove_file(shim_stats).unwrap();
+    for hook in ["cudaMalloc@20", "cudaFree@40", "cudaLaunchKernel@100"] {
+        let output = run_under_itermem(
+            &["--mode", "cnmem"],
+            &args,
+            &[
+                ("ITERMEM_INJECT_PANIC", hook),
+                ("CUDA_SHIM_DEVICE_MEMORY", &device),
+            ],
+        );
+        assert_eq!(results(&stdout_ok(&output)), results(&plain), "{hook}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("internal error in the"), "{hook}: {stderr}");
+    }
+}
+
 #[test]
 fn a_child_forked_without_exec_exits_and_leaves_the_parents_trace_alone() {
     // The child's exit() runs itermem's exit handler: it must not wait for the writer thread

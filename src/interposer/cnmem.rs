@@ -32,6 +32,18 @@ impl RegionSource for DriverRegions {
     }
 }
 
+/// Gives the regions no block is allocated from back to the device; the bytes given back.
+fn give_back_free_regions(cnmem: &mut Cnmem<DriverRegions>, stats: &mut CnmemStats) -> u64 {
+    let released = cnmem.take_free_regions();
+    let bytes: u64 = released.iter().map(|region| region.size).sum();
+    for region in &released {
+        cuda::free(region.base);
+    }
+    stats.released_bytes += bytes;
+    stats.regions_released += released.len() as u64;
+    bytes
+}
+
 /// A request the policy could not serve: the regions without blocks go back to the device and
 /// the request is retried; if it still fails, the first such request says why.
 #[cold]
@@ -40,12 +52,7 @@ fn retry_when_full(
     size: u64,
     stats: &mut CnmemStats,
 ) -> Option<u64> {
-    let released = cnmem.take_free_regions();
-    for region in &released {
-        cuda::free(region.base);
-        stats.released_bytes += region.size;
-    }
-    stats.regions_released += released.len() as u64;
+    give_back_free_regions(cnmem, stats);
     let addr = cnmem.alloc(size).ok();
     if addr.is_none() && stats.fallback == 0 {
         let largest_free = cnmem.free_blocks().map(|(_, bytes)| bytes).max();
@@ -232,6 +239,21 @@ impl CnmemState {
             None => self.stats.fallback += 1,
         }
         served
+    }
+
+    /// After an internal error, when the device refused an allocation of the program's (which
+    /// cnmem no longer serves): the regions without blocks go back to the device; the bytes
+    /// given back. A real cnmem library never gives its regions back: none.
+    pub fn release_unused(&mut self) -> u64 {
+        match &mut self.allocator {
+            Some(Allocator::Recreated(cnmem)) => {
+                let bytes = give_back_free_regions(cnmem, &mut self.stats);
+                self.stats.reserved_bytes = cnmem.reserved();
+                self.stats.regions = cnmem.regions().len() as u64;
+                bytes
+            }
+            Some(Allocator::Real(_)) | None => 0,
+        }
     }
 
     /// Whether `addr` belongs to the policy (a region of the re-creation, a block of real

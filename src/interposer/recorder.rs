@@ -391,13 +391,19 @@ impl Recorder {
     }
 
     /// After an internal error, when the device refused a device allocation the program
-    /// made: gives back the pool memory nothing uses (on every device: the program's
+    /// made: gives back the pool and cnmem memory nothing uses (on every device: the program's
     /// allocations go to the real allocator now); the bytes given back.
     pub fn release_after_error(&self) -> u64 {
         self.devices
             .seen()
-            .filter_map(|dev| dev.pool.as_ref())
-            .map(|pool| pool.lock().release_unused())
+            .map(|dev| {
+                let pool = dev
+                    .pool
+                    .as_ref()
+                    .map_or(0, |pool| pool.lock().release_unused());
+                let cnmem = (dev.cnmem.as_ref()).map_or(0, |cnmem| cnmem.lock().release_unused());
+                pool + cnmem
+            })
             .sum()
     }
 
