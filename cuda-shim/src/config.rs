@@ -39,6 +39,11 @@ pub const DEFAULT_CAPACITY: u64 = 8 << 30;
 /// Most devices the shim simulates (`CUDA_SHIM_DEVICES`).
 pub const MAX_DEVICES: usize = 16;
 
+/// Minimum and recommended granularity of physical allocations and mappings of the virtual
+/// memory API by default (2 MiB, as on NVIDIA's GPUs; `CUDA_SHIM_VMM_GRANULARITY` sets another,
+/// so that a replay scaled down keeps its tensors' sizes in granules).
+pub const GRANULARITY: usize = 2 << 20;
+
 impl Config {
     pub fn from_env() -> Config {
         Config::from_lookup(|name| std::env::var(name).ok())
@@ -128,7 +133,7 @@ impl Config {
                         .map(Setting::Int)
                 },
             )
-            .map_or(crate::vmm::GRANULARITY, |s| s.int() as usize),
+            .map_or(GRANULARITY, |s| s.int() as usize),
         }
     }
 }

@@ -21,16 +21,11 @@
 //! synchronises every context before `cuMemUnmap`), so a stream worker never touches an unmapped
 //! range.
 
-use crate::config::MAX_DEVICES;
+use crate::config::{GRANULARITY, MAX_DEVICES};
 use crate::result::{CuResult, INVALID_VALUE, OUT_OF_MEMORY};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
-/// Minimum and recommended granularity of physical allocations and mappings by default (2 MiB,
-/// as on NVIDIA's GPUs; `CUDA_SHIM_VMM_GRANULARITY` sets another, so that a replay scaled down
-/// keeps its tensors' sizes in granules).
-pub const GRANULARITY: usize = 2 << 20;
 
 /// The location of physical memory on the host (`CU_MEM_LOCATION_TYPE_HOST`, CUDA 12.2+): not
 /// charged to any device; devices reach it over the host link, like mapped page-locked memory.
