@@ -82,6 +82,9 @@ pub struct Config {
     /// Swap mode: a swapped-out range is filled with `0xFF` before anything else may use it,
     /// so an access itermem did not see shows as wrong results.
     pub swap_verify: bool,
+    /// Swap mode: make a second plan, in the background, from the op times measured under
+    /// the first, and switch to it at an iteration boundary if it is faster.
+    pub swap_second_plan: bool,
     /// Swap mode: write the plan in use here (the JSON of `itermem plan --json`).
     pub plan_out: Option<PathBuf>,
     /// Swap mode: the host link the planner assumes for its copies (None: measured before
@@ -133,6 +136,7 @@ impl Default for Config {
             cnmem_library: None,
             inject_panic: None,
             swap_verify: false,
+            swap_second_plan: true,
             plan_out: None,
             bandwidth: None,
             swap_min_bytes: crate::swap::AutoSwapOptions::default().min_bytes,
@@ -226,6 +230,22 @@ pub const OPTIONS: &[Opt] = &[
             }
             "1" => {
                 c.swap_verify = true;
+                true
+            }
+            _ => false,
+        },
+    },
+    Opt {
+        name: "ITERMEM_SWAP_SECOND_PLAN",
+        forms: "0 or 1",
+        doc: "swap mode: a second plan from op times measured under the first (1, the default)",
+        apply: |c, v| match v.trim() {
+            "0" => {
+                c.swap_second_plan = false;
+                true
+            }
+            "1" => {
+                c.swap_second_plan = true;
                 true
             }
             _ => false,
