@@ -252,6 +252,10 @@ pub struct PlanStats {
     pub op_times: &'static str,
     pub swaps: u64,
     pub pool_bytes: u64,
+    /// The host link it was planned with, GB/s each way: a second plan's is the one its
+    /// first plan's copies were timed at.
+    pub copy_out_gb_s: f64,
+    pub copy_in_gb_s: f64,
     /// The simulator's iteration time for the plan, and without swapping, from its op times.
     pub predicted_iteration_ns: f64,
     pub predicted_base_iteration_ns: f64,
@@ -330,6 +334,8 @@ struct Timing {
     /// Device bytes of the program's own blocks at the iteration's start (a boundary: the
     /// blocks that stay outside the pool).
     resident_bytes: u64,
+    /// Under a first plan, its copies: (to the host, bytes, start and end timing events).
+    copies: Vec<(bool, u64, usize, usize)>,
 }
 
 /// What the second planning thread found, for the statistics (read at the next iteration).
@@ -460,6 +466,9 @@ pub struct Executor {
     /// runs.
     second_report: Arc<parking_lot::Mutex<Option<SecondReport>>>,
     second_pending: bool,
+    /// Whether the call being made is in `second_timing` and its swaps' copies are timed
+    /// (unless `ITERMEM_BANDWIDTH` gives the copy model).
+    copies_timed: bool,
     /// Stall measurements not yet read: (start, end) timing events.
     stalls: Vec<(usize, usize)>,
     spare_timing: Vec<usize>,
@@ -502,6 +511,7 @@ impl Executor {
             second_timing: None,
             second_report: Default::default(),
             second_pending: false,
+            copies_timed: false,
             stalls: Vec::new(),
             spare_timing: Vec::new(),
             iteration: IterationStats::default(),
@@ -894,6 +904,7 @@ impl PoolState {
             ops: Vec::new(),
             host_start: None,
             resident_bytes: 0,
+            copies: Vec::new(),
         });
         Some((start, length))
     }
@@ -1033,11 +1044,14 @@ impl PoolState {
         if let Some(plan) = exec.plan_stats() {
             plan.serves = false;
         }
+        let copy = schedule.made.as_ref().map(|made| made.inputs.copy);
         if exec.stats.plans_made.len() < ITERATIONS_KEPT {
             exec.stats.plans_made.push(PlanStats {
                 op_times: if schedule.is_second() { SECOND } else { FIRST },
                 swaps: schedule.swaps.len() as u64,
                 pool_bytes,
+                copy_out_gb_s: copy.map_or(0.0, |c| 1.0 / c.out_ns_per_byte),
+                copy_in_gb_s: copy.map_or(0.0, |c| 1.0 / c.in_ns_per_byte),
                 predicted_iteration_ns: schedule.predicted_ns,
                 predicted_base_iteration_ns: schedule.predicted_base_ns,
                 plan_ms,
@@ -1061,6 +1075,7 @@ impl PoolState {
                 ops: Vec::new(),
                 host_start: None,
                 resident_bytes: 0,
+                copies: Vec::new(),
             });
         }
         exec.slot_ids.clear();
@@ -1533,7 +1548,7 @@ impl PoolState {
         if exec.second_timing.as_ref().is_none_or(|t| index < t.end) {
             return;
         }
-        let timed = exec.second_timing.take().expect("checked above").ops;
+        let Timing { ops, copies, .. } = exec.second_timing.take().expect("checked above");
         let Some(made) = (exec.schedule.as_ref())
             .filter(|_| exec.following)
             .and_then(|schedule| schedule.made.clone())
@@ -1544,7 +1559,7 @@ impl PoolState {
         let spawned = std::thread::Builder::new()
             .name("itermem-second-plan".into())
             .spawn(move || {
-                let made = std::panic::catch_unwind(move || second_plan(made, timed));
+                let made = std::panic::catch_unwind(move || second_plan(made, ops, copies));
                 let found = match made {
                     Ok(Ok((found, plan))) => {
                         // Not over a first plan of another period, made after a deviation.
@@ -1607,6 +1622,10 @@ impl PoolState {
         // launches alone, as under a caching allocator).
         self.install(index);
         self.roll(index);
+        if let Some(exec) = self.executor.as_mut() {
+            exec.copies_timed = exec.config.copy.is_none()
+                && (exec.second_timing.as_ref()).is_some_and(|t| (t.start..t.end).contains(&index));
+        }
         if let Some((op, ins, outs)) = self.op_of(index) {
             if let Some(exec) = self.executor.as_mut() {
                 for swap in ins {
@@ -1741,9 +1760,11 @@ impl PoolState {
                 cuda::wait(out_stream, event);
             }
         }
+        let timed = self.copy_timing_start(out_stream);
         if !cuda::copy(host, addr, end - offset, out_stream) {
             return;
         }
+        self.copy_timing_end(timed, out_stream, true, end - offset);
         if verify {
             cuda::fill(addr, 0xFF, end - offset, out_stream);
         }
@@ -1804,7 +1825,9 @@ impl PoolState {
         let Some(done) = self.spare_events.pop().or_else(cuda::event) else {
             return false;
         };
+        let timed = self.copy_timing_start(in_stream);
         cuda::copy(start, away.host, end - start, in_stream);
+        self.copy_timing_end(timed, in_stream, false, end - start);
         cuda::record(done, in_stream);
         self.waits.insert(
             id,
@@ -1883,6 +1906,34 @@ impl PoolState {
         }
         if let Some(exec) = self.exec() {
             exec.away.insert(id, away);
+        }
+    }
+
+    /// Before a planned copy on itermem's `stream`, where copies are timed for the second plan:
+    /// the timing event recorded before it.
+    fn copy_timing_start(&mut self, stream: u64) -> Option<usize> {
+        let exec = self.exec().filter(|e| e.copies_timed)?;
+        let start = exec.timing_event()?;
+        if cuda::record(start, stream) {
+            Some(start)
+        } else {
+            exec.spare_timing.push(start);
+            None
+        }
+    }
+
+    /// After the copy [`PoolState::copy_timing_start`] began timing: its end, kept with its
+    /// direction and bytes.
+    fn copy_timing_end(&mut self, start: Option<usize>, stream: u64, out: bool, bytes: u64) {
+        let (Some(start), Some(exec)) = (start, self.executor.as_mut()) else {
+            return;
+        };
+        match exec.timing_event() {
+            Some(end) if cuda::record(end, stream) => match &mut exec.second_timing {
+                Some(timing) => timing.copies.push((out, bytes, start, end)),
+                None => exec.spare_timing.extend([start, end]),
+            },
+            end => exec.spare_timing.extend(std::iter::once(start).chain(end)),
         }
     }
 
@@ -2500,12 +2551,14 @@ impl Planning {
 fn second_plan(
     made: Arc<Made>,
     timed: Vec<(u64, usize, usize)>,
+    copies: Vec<(bool, u64, usize, usize)>,
 ) -> anyhow::Result<(SecondReport, Option<SwapReady>)> {
     let started = Instant::now();
     cuda::ensure_context();
     let planning = &made.planning;
     let inputs = ExecutorInputs {
         op_time_ns: planning.op_times(&timed)?,
+        copy: copy_model_measured(made.inputs.copy, &copies),
         patient: true,
         ..made.inputs.clone()
     };
@@ -2539,6 +2592,37 @@ fn second_plan(
     planning.write(&json);
     report.reason = format!("chosen: {compared}");
     Ok((report, Some(ready)))
+}
+
+/// `model` with the time per byte each way of the planned `copies` timed under a first plan
+/// (to the host or not, bytes, timing events, which are destroyed): the median over the
+/// copies of (time − the model's latency) ÷ bytes, where any was timed. The link measured at
+/// activation was idle; under the plan it carries every swap while the kernels run.
+fn copy_model_measured(model: CopyModel, copies: &[(bool, u64, usize, usize)]) -> CopyModel {
+    let mut per_byte = [Vec::new(), Vec::new()];
+    for &(out, bytes, start, end) in copies {
+        cuda::synchronize_event(end);
+        let latency = if out {
+            model.out_latency_ns
+        } else {
+            model.in_latency_ns
+        };
+        if let Some(ns) = cuda::elapsed_ns(start, end).filter(|_| bytes > 0) {
+            per_byte[usize::from(out)].push((ns - latency).max(0.0) / bytes as f64);
+        }
+        cuda::destroy_event(start);
+        cuda::destroy_event(end);
+    }
+    let median = |times: &mut Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        times.get(times.len() / 2).copied().filter(|&t| t > 0.0)
+    };
+    let [mut into, mut out] = per_byte;
+    CopyModel {
+        out_ns_per_byte: median(&mut out).unwrap_or(model.out_ns_per_byte),
+        in_ns_per_byte: median(&mut into).unwrap_or(model.in_ns_per_byte),
+        ..model
+    }
 }
 
 /// The planning thread's work: op times from the timing events, the op trace of the captured
