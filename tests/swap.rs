@@ -156,8 +156,14 @@ fn results_are_exact_under_random_stream_delays_with_poisoned_swapped_ranges() {
 #[test]
 fn the_verify_switch_poisons_every_swapped_out_range() {
     let args = ["--iters", "8"];
-    let (_, plain_summary, plain_shim) = swapped(&args, &[], "unpoisoned");
-    let (_, summary, shim) = swapped(&args, &[("ITERMEM_SWAP_VERIFY", "1")], "poisoned");
+    // One plan each (a second plan comes from times measured under the first, which vary).
+    let first_only = ("ITERMEM_SWAP_SECOND_PLAN", "0");
+    let (_, plain_summary, plain_shim) = swapped(&args, &[first_only], "unpoisoned");
+    let (_, summary, shim) = swapped(
+        &args,
+        &[("ITERMEM_SWAP_VERIFY", "1"), first_only],
+        "poisoned",
+    );
     let memset = |shim: &serde_json::Value| shim["memset_bytes"].as_u64().unwrap();
     let swapped_out = summary["swap"]["swapped_out_bytes"].as_u64().unwrap();
     assert!(swapped_out > 0);
@@ -490,10 +496,12 @@ fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
 /// link.
 ///
 /// The first plan is made from the timing iteration, in which the state that did not fit is in
-/// host memory and every kernel touching it pays the host link: a second plan, made from the op
-/// times measured under the first, replaces it at an iteration boundary (the first plan's
+/// host memory and every kernel touching it pays the host link: a second plan is made from the
+/// op times measured under the first and replaces it at an iteration boundary (the first plan's
 /// blocks go through host memory to the second's pool), with the device under the limit
-/// throughout and the results unchanged.
+/// throughout and the results unchanged. Whether the second is faster depends on the times
+/// measured (on a loaded machine it may not be: docs/BENCHMARKS.md), so the test has it
+/// installed whatever it costs (`ITERMEM_SWAP_SECOND_PLAN=always`): the switch is exercised.
 #[test]
 fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_swap_mode() {
     let mlp = program("mlp_train");
@@ -510,6 +518,7 @@ fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_sw
         ("ITERMEM_SWAP_VERIFY", "1"),
         ("CUDA_SHIM_JITTER_US", "20"),
         ("CUDA_SHIM_SEED", "3"),
+        ("ITERMEM_SWAP_SECOND_PLAN", "always"),
     ];
     let (out, summary, shim) = swapped_under(device, &args, &env, "adam-3x");
     assert_eq!(results(&out), results(&on_big_device), "results changed");
@@ -548,10 +557,8 @@ fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_sw
         second_plan.starts_with("chosen") && second_plan.contains("installed at event"),
         "{summary:#}"
     );
-    // The first plan's time from the op times measured under it is what the second improves
-    // on, and what the statistics say of the first.
-    let ns = |plan: &serde_json::Value, key: &str| plan[key].as_f64().unwrap();
-    assert!(ns(&made[1], "predicted_iteration_ns") < ns(&made[0], "remeasured_iteration_ns"));
+    // The statistics give the first plan's time from the op times measured under it too.
+    assert!(made[0]["remeasured_base_iteration_ns"].as_f64().unwrap() > 0.0);
     let under = |plan: u64| iterations.iter().filter(|i| i["plan"] == plan).count();
     assert!(under(0) >= 4 && under(1) >= 2, "{summary:#}");
 }

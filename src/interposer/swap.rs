@@ -68,7 +68,7 @@ pub struct SwapConfig {
     /// The trace being written (named in the plan file).
     pub trace: Option<PathBuf>,
     /// `ITERMEM_SWAP_SECOND_PLAN`: make a second plan from op times measured under the first.
-    pub second_plan: bool,
+    pub second_plan: crate::config::SecondPlan,
 }
 
 /// Objective evaluations of Bayesian optimisation (as `itermem plan`'s default).
@@ -627,6 +627,16 @@ impl Executor {
             .find(|t| (t.start..t.end).contains(&index))
     }
 
+    /// The timing events of `timing`, for reuse (it is given up).
+    fn spare_timing_of(&mut self, timing: Timing) {
+        let ops = timing
+            .ops
+            .into_iter()
+            .flat_map(|(_, start, end)| [start, end]);
+        let copies = (timing.copies.into_iter()).flat_map(|(_, _, start, end)| [start, end]);
+        self.spare_timing.extend(ops.chain(copies));
+    }
+
     /// The statistics of the plan in use.
     fn plan_stats(&mut self) -> Option<&mut PlanStats> {
         self.stats.plans_made.last_mut()
@@ -920,7 +930,9 @@ impl PoolState {
         }
         exec.following = false;
         exec.timing = None;
-        exec.second_timing = None;
+        if let Some(timing) = exec.second_timing.take() {
+            exec.spare_timing_of(timing);
+        }
     }
 
     /// The planning thread of swap mode: from the captured timing iteration to a plan ready to
@@ -1063,7 +1075,7 @@ impl PoolState {
         // A first plan's iterations from its second on are timed op by op for the second plan
         // (the first may begin with the activation's copies).
         exec.second_timing = None;
-        if exec.config.second_plan
+        if exec.config.second_plan != crate::config::SecondPlan::Off
             && schedule.made.is_some()
             && !schedule.is_second()
             && let Some(pool) = self.pools.last()
@@ -1205,6 +1217,8 @@ impl PoolState {
     /// second pool cannot be had, the first is made again; if neither can, the blocks get
     /// host memory of their own, with their content, and no plan serves.
     pub(super) fn switch_plan(&mut self, mut plan: PoolPlan, schedule: Arc<Schedule>, index: u64) {
+        // The first plan's last iteration ends here, in its statistics.
+        self.roll(index);
         self.read_second_report();
         let Some(exec) = self.executor.as_mut() else {
             return;
@@ -1548,37 +1562,45 @@ impl PoolState {
         if exec.second_timing.as_ref().is_none_or(|t| index < t.end) {
             return;
         }
-        let Timing { ops, copies, .. } = exec.second_timing.take().expect("checked above");
+        let timing = exec.second_timing.take().expect("checked above");
         let Some(made) = (exec.schedule.as_ref())
             .filter(|_| exec.following)
             .and_then(|schedule| schedule.made.clone())
         else {
+            exec.spare_timing_of(timing);
             return;
         };
+        let Timing { ops, copies, .. } = timing;
         let (report, ready) = (exec.second_report.clone(), self.swap_ready.clone());
+        let always = exec.config.second_plan == crate::config::SecondPlan::Always;
         let spawned = std::thread::Builder::new()
             .name("itermem-second-plan".into())
             .spawn(move || {
-                let made = std::panic::catch_unwind(move || second_plan(made, ops, copies));
-                let found = match made {
-                    Ok(Ok((found, plan))) => {
-                        // Not over a first plan of another period, made after a deviation.
-                        let mut slot = ready.lock();
-                        if slot.is_none() {
-                            *slot = plan;
-                        }
-                        found
-                    }
-                    Ok(Err(err)) => SecondReport {
-                        remeasured: None,
-                        reason: format!("not made: {err:#}"),
-                    },
-                    Err(_) => SecondReport {
-                        remeasured: None,
-                        reason: "not made: internal error while planning".into(),
-                    },
+                let made = std::panic::catch_unwind(move || second_plan(made, ops, copies, always));
+                let (found, plan) = match made {
+                    Ok(Ok(made)) => made,
+                    Ok(Err(err)) => (
+                        SecondReport {
+                            remeasured: None,
+                            reason: format!("not made: {err:#}"),
+                        },
+                        None,
+                    ),
+                    Err(_) => (
+                        SecondReport {
+                            remeasured: None,
+                            reason: "not made: internal error while planning".into(),
+                        },
+                        None,
+                    ),
                 };
+                // The report first: the switch adds to it what became of the plan.
                 *report.lock() = Some(found);
+                // Not over a first plan of another period, made after a deviation.
+                let mut slot = ready.lock();
+                if slot.is_none() {
+                    *slot = plan;
+                }
             });
         let exec = self.executor.as_mut().expect("checked above");
         match spawned {
@@ -2546,12 +2568,14 @@ impl Planning {
 
 /// The second planning thread's work: the op times measured under the first plan (`made`),
 /// the first plan's time with them, and a plan made with them and the full search, chosen if
-/// it is faster by [`SECOND_PLAN_GAIN`] of the iteration. Not made where the first plan does
-/// not stall with these times: no plan can be faster.
+/// it is faster by [`SECOND_PLAN_GAIN`] of the iteration (or whatever it costs, with
+/// `always`). Not made where the first plan does not stall with these times: no plan can be
+/// faster.
 fn second_plan(
     made: Arc<Made>,
     timed: Vec<(u64, usize, usize)>,
     copies: Vec<(bool, u64, usize, usize)>,
+    always: bool,
 ) -> anyhow::Result<(SecondReport, Option<SwapReady>)> {
     let started = Instant::now();
     cuda::ensure_context();
@@ -2585,12 +2609,18 @@ fn second_plan(
         ms(first.time_ns),
         ms(first.base_time_ns)
     );
-    if first.time_ns - second < SECOND_PLAN_GAIN * first.time_ns {
+    let faster = first.time_ns - second >= SECOND_PLAN_GAIN * first.time_ns;
+    if !faster && !always {
         report.reason = format!("not chosen: {compared}");
         return Ok((report, None));
     }
     planning.write(&json);
-    report.reason = format!("chosen: {compared}");
+    let forced = if faster {
+        ""
+    } else {
+        " (ITERMEM_SWAP_SECOND_PLAN=always)"
+    };
+    report.reason = format!("chosen{forced}: {compared}");
     Ok((report, Some(ready)))
 }
 
