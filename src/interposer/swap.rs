@@ -1240,6 +1240,7 @@ impl PoolState {
         };
         let taken = ids(&current);
         let Some(first) = self.pools.last().filter(|pool| pool.serving) else {
+            exec.note_second("not installed: the first plan's pool no longer serves");
             return;
         };
         let (first_base, first_footprint) = (first.base, first.plan.footprint);
@@ -1264,7 +1265,11 @@ impl PoolState {
         let Some(exec) = self.executor.as_mut() else {
             return;
         };
-        if ids(&schedule) != taken || in_use + footprint > limit {
+        if ids(&schedule) != taken {
+            exec.note_second("not installed: it takes other blocks than the first");
+            return;
+        }
+        if in_use + footprint > limit {
             exec.note_second(&format!(
                 "not installed: its pool of {footprint} bytes does not fit beside the {in_use} \
                  bytes the device holds outside the first plan's, under the limit of {limit}"
