@@ -82,6 +82,9 @@ pub struct Config {
     /// Swap mode: a swapped-out range is filled with `0xFF` before anything else may use it,
     /// so an access itermem did not see shows as wrong results.
     pub swap_verify: bool,
+    /// Swap mode: make a second plan, in the background, from the op times measured under
+    /// the first, and switch to it at an iteration boundary if it is faster.
+    pub swap_second_plan: SecondPlan,
     /// Swap mode: write the plan in use here (the JSON of `itermem plan --json`).
     pub plan_out: Option<PathBuf>,
     /// Swap mode: the host link the planner assumes for its copies (None: measured before
@@ -91,6 +94,16 @@ pub struct Config {
     pub swap_min_bytes: u64,
     /// Record and cnmem modes: where events are put in order.
     pub sequencer: Sequencer,
+}
+
+/// Swap mode's second plan (`ITERMEM_SWAP_SECOND_PLAN`): none, one that replaces the first
+/// where it is faster, or (for tests: every switch exercised) wherever the first stalls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecondPlan {
+    Off,
+    IfFaster,
+    Always,
 }
 
 /// Where record and cnmem modes put events in order (`interposer/staging.rs`): on a thread of
@@ -133,6 +146,7 @@ impl Default for Config {
             cnmem_library: None,
             inject_panic: None,
             swap_verify: false,
+            swap_second_plan: SecondPlan::IfFaster,
             plan_out: None,
             bandwidth: None,
             swap_min_bytes: crate::swap::AutoSwapOptions::default().min_bytes,
@@ -229,6 +243,20 @@ pub const OPTIONS: &[Opt] = &[
                 true
             }
             _ => false,
+        },
+    },
+    Opt {
+        name: "ITERMEM_SWAP_SECOND_PLAN",
+        forms: "0, 1 or always",
+        doc: "swap mode: a second plan from op times measured under the first (1, the default)",
+        apply: |c, v| {
+            c.swap_second_plan = match v.trim() {
+                "0" => SecondPlan::Off,
+                "1" => SecondPlan::IfFaster,
+                "always" => SecondPlan::Always,
+                _ => return false,
+            };
+            true
         },
     },
     Opt {

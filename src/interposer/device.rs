@@ -181,6 +181,7 @@ fn pool_state(config: &Config) -> Option<PoolState> {
             verify: config.swap_verify,
             plan_out: config.plan_out.clone(),
             trace: config.trace.clone(),
+            second_plan: config.swap_second_plan,
         })),
         _ => None,
     }

@@ -552,7 +552,7 @@ pub struct PoolState {
     pub(super) swap_ready: std::sync::Arc<parking_lot::Mutex<Option<SwapReady>>>,
     /// A taken plan whose first iteration has not started yet: its pool is allocated at that
     /// boundary, where the live memory is least, not while an iteration's blocks still live.
-    next: Option<(PoolPlan, Option<std::sync::Arc<Schedule>>)>,
+    pub(super) next: Option<(PoolPlan, Option<std::sync::Arc<Schedule>>)>,
     fences: Vec<Fence>,
     /// Streams that used each live pool block (to fence it when freed).
     pub(super) used_on: FxHashMap<AllocId, smallvec::SmallVec<[u64; 2]>>,
@@ -656,7 +656,10 @@ impl PoolState {
         if let Some((mut plan, schedule, plan_ms)) = taken {
             let behind = index.saturating_sub(plan.start);
             plan.start += behind.div_ceil(plan.length) * plan.length;
-            self.stats.plans += 1;
+            // A second plan of swap mode replaces its period's first.
+            if !schedule.as_ref().is_some_and(|s| s.is_second()) {
+                self.stats.plans += 1;
+            }
             self.stats.plan_ms = plan_ms;
             self.next = Some((plan, schedule));
         }
@@ -673,6 +676,11 @@ impl PoolState {
         // A pool left with no block live (its last one freed before the program left its
         // plan) must not stand beside the new one.
         self.release_idle_retired_pools();
+        if let Some(schedule) = schedule.as_ref().filter(|s| s.is_second()) {
+            let schedule = schedule.clone();
+            self.switch_plan(plan, schedule, index);
+            return;
+        }
         if !self.fits_limit(plan.footprint, schedule.as_deref()) {
             match &schedule {
                 Some(schedule) => super::report(format_args!(

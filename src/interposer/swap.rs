@@ -11,6 +11,14 @@
 //! plans with [`crate::swap::combined::ExecutorInputs::plan`]: the very code path of
 //! `itermem plan --timings`. The plan is installed at the next iteration boundary.
 //!
+//! The timing iteration's op times are not those the plan runs with: what did not fit the
+//! device was in mapped host memory then, and every kernel touching it paid the host link. So
+//! the first plan's iterations from its second on are timed op by op too, and a **second
+//! plan** is made from them on a thread of its own, with `itermem plan`'s full search
+//! ([`second_plan`]); if it is faster than the first with the same op times, it replaces the
+//! first at an iteration boundary where the first's swaps are settled
+//! ([`PoolState::switch_plan`]: the device never holds both pools).
+//!
 //! Execution (each ordering is an event, never a host wait):
 //! - swap-out after op `out_at`: the device-to-host stream waits for every stream that used the
 //!   tensor, copies it to its slot of the pinned host pool, (with `ITERMEM_SWAP_VERIFY`) fills
@@ -29,12 +37,12 @@
 
 use super::backing::{Backing, Block, ChunkedPool};
 use super::driver as cuda;
-use super::pool::{Pool, PoolPlan, PoolState, Waits};
+use super::pool::{Pool, PoolPlan, PoolState, SwapReady, Waits};
 use super::real::allocation_gone;
 use crate::event::{AllocId, Event, EventKind, StreamHandle};
 use crate::ops::{self, Birth, LoadOptions, TensorId};
 use crate::swap::CopyModel;
-use crate::swap::combined::{ExecutorInputs, PlanJson};
+use crate::swap::combined::{Executable, ExecutorInputs, PlanJson};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -59,6 +67,8 @@ pub struct SwapConfig {
     pub plan_out: Option<PathBuf>,
     /// The trace being written (named in the plan file).
     pub trace: Option<PathBuf>,
+    /// `ITERMEM_SWAP_SECOND_PLAN`: make a second plan from op times measured under the first.
+    pub second_plan: crate::config::SecondPlan,
 }
 
 /// Objective evaluations of Bayesian optimisation (as `itermem plan`'s default).
@@ -73,6 +83,16 @@ const ITERATIONS_KEPT: usize = 1000;
 const NOT_AN_OP: u32 = u32::MAX;
 /// The slot position of a resident tensor's swap (it has no malloc in the iteration).
 const NOT_A_SLOT: u64 = u64::MAX;
+/// Where the op times of a first and of a second plan come from (`PlanStats::op_times`).
+const FIRST: &str = "timing iteration";
+const SECOND: &str = "measured under the first plan";
+/// How much faster than the first plan (with the op times measured under it), as a share of
+/// its iteration, a second plan must be to replace it: switching costs a wait for the device
+/// and a round trip of the blocks the pools take through host memory, once.
+const SECOND_PLAN_GAIN: f64 = 0.02;
+/// Iterations under a first plan timed op by op for the second plan (each op's median counts:
+/// one iteration's times vary with what else runs on the machine).
+const SECOND_TIMED_ITERATIONS: u64 = 3;
 
 /// The blocks at addresses of their own, with their own memory, when a plan is made, by
 /// allocation; and the granularity they are rounded to.
@@ -83,7 +103,7 @@ struct Blocks {
 }
 
 /// A block at an address of its own, as the planner sees it.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct OwnBlock {
     va: u64,
     rounded: u64,
@@ -136,12 +156,20 @@ pub struct Schedule {
     predicted_base_ns: f64,
     /// Why no plan keeps the limit, said if this one does not fit it when it would start.
     pub unfit: String,
+    /// The plan and what it was made from (for the second plan).
+    made: Option<Arc<Made>>,
 }
 
 impl Schedule {
     /// Whether the pool takes no block of the program's (it is then one allocation).
     pub fn takes_no_blocks(&self) -> bool {
         self.residents.is_empty()
+    }
+
+    /// Whether this is a second plan, made while a first served: it replaces that one
+    /// ([`PoolState::switch_plan`]).
+    pub fn is_second(&self) -> bool {
+        self.made.as_ref().is_some_and(|made| made.inputs.patient)
     }
 }
 
@@ -212,6 +240,35 @@ pub struct IterationStats {
     pub stall_ns: f64,
     /// Host time from this iteration's first event to the next's.
     pub time_ns: f64,
+    /// The plan it ran under: its index in `plans_made`.
+    pub plan: usize,
+}
+
+/// One plan swap mode served, in the order they began.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PlanStats {
+    /// Where its op times came from: `timing iteration` (a first plan), or `measured under
+    /// the first plan` (a second plan, made with the full search).
+    pub op_times: &'static str,
+    pub swaps: u64,
+    pub pool_bytes: u64,
+    /// The host link it was planned with, GB/s each way: a second plan's is the one its
+    /// first plan's copies were timed at.
+    pub copy_out_gb_s: f64,
+    pub copy_in_gb_s: f64,
+    /// The simulator's iteration time for the plan, and without swapping, from its op times.
+    pub predicted_iteration_ns: f64,
+    pub predicted_base_iteration_ns: f64,
+    /// A first plan: the same from the op times measured under it (0 where not measured).
+    pub remeasured_iteration_ns: f64,
+    pub remeasured_base_iteration_ns: f64,
+    /// Median host time of the iterations run under it.
+    pub measured_iteration_ns: f64,
+    pub iterations: u64,
+    pub plan_ms: f64,
+    /// Whether it is the last plan to serve (it serves at the end unless the program left its
+    /// period: `plans_abandoned`).
+    pub serves: bool,
 }
 
 /// Swap mode's statistics (`swap` in `ITERMEM_STATS`).
@@ -220,6 +277,8 @@ pub struct SwapStats {
     pub limit_bytes: Option<u64>,
     /// Device bytes the pool of the last plan could take.
     pub budget_bytes: u64,
+    /// Periods planned (a second plan replaces its period's first and is not counted again:
+    /// `plans_made` lists both).
     pub plans: u64,
     /// Plans given up because the program left its period (an iteration of another shape, an
     /// unplanned call, the end of training), and the events at which that happened.
@@ -235,10 +294,11 @@ pub struct SwapStats {
     pub exchanges: u64,
     /// Time the program's streams waited for swap-ins (GPU time, from events).
     pub stall_ns: f64,
-    /// The simulator's iteration time for the plan in use, and without swapping.
+    /// The simulator's iteration time for the plan in use, and without swapping, from the
+    /// latest op times: those measured under the first plan once they are.
     pub predicted_iteration_ns: f64,
     pub predicted_base_iteration_ns: f64,
-    /// Median host time of the iterations run under the plan.
+    /// Median host time of the iterations run under the plan in use.
     pub measured_iteration_ns: f64,
     /// Host time of the timing iteration (no swaps).
     pub timing_iteration_ns: f64,
@@ -257,6 +317,10 @@ pub struct SwapStats {
     /// The most mapped host memory of the program's live at once after the first plan
     /// serves (blocks left there from the warm-up, and mallocs past the limit since).
     pub mapped_host_bytes_after_plan: u64,
+    /// Every plan that served, in order.
+    pub plans_made: Vec<PlanStats>,
+    /// Whether a second plan was made and installed, and why (or why not).
+    pub second_plan: String,
     pub iterations: Vec<IterationStats>,
 }
 
@@ -270,6 +334,16 @@ struct Timing {
     /// Device bytes of the program's own blocks at the iteration's start (a boundary: the
     /// blocks that stay outside the pool).
     resident_bytes: u64,
+    /// Under a first plan, its copies: (to the host, bytes, start and end timing events).
+    copies: Vec<(bool, u64, usize, usize)>,
+}
+
+/// What the second planning thread found, for the statistics (read at the next iteration).
+struct SecondReport {
+    /// The first plan's simulated time and base from the op times measured under it.
+    remeasured: Option<(f64, f64)>,
+    /// Whether a second plan was made and chosen, and why (or why not).
+    reason: String,
 }
 
 /// What the sequencer captured of the timing iteration (see `Recorder::emit`).
@@ -386,6 +460,15 @@ pub struct Executor {
     /// Pools made of granules (those that took residents): base → pool.
     chunked_pools: FxHashMap<u64, ChunkedPool>,
     timing: Option<Timing>,
+    /// The iteration under a first plan whose ops are timed for the second plan.
+    second_timing: Option<Timing>,
+    /// The second planning thread's findings, once it has them; `second_pending` while it
+    /// runs.
+    second_report: Arc<parking_lot::Mutex<Option<SecondReport>>>,
+    second_pending: bool,
+    /// Whether the call being made is in `second_timing` and its swaps' copies are timed
+    /// (unless `ITERMEM_BANDWIDTH` gives the copy model).
+    copies_timed: bool,
     /// Stall measurements not yet read: (start, end) timing events.
     stalls: Vec<(usize, usize)>,
     spare_timing: Vec<usize>,
@@ -425,6 +508,10 @@ impl Executor {
             own_block_bytes: 0,
             chunked_pools: FxHashMap::default(),
             timing: None,
+            second_timing: None,
+            second_report: Default::default(),
+            second_pending: false,
+            copies_timed: false,
             stalls: Vec::new(),
             spare_timing: Vec::new(),
             iteration: IterationStats::default(),
@@ -529,6 +616,39 @@ impl Executor {
 
     fn timing_event(&mut self) -> Option<usize> {
         self.spare_timing.pop().or_else(cuda::timing_event)
+    }
+
+    /// The iteration being timed op by op that event `index` is in: the timing iteration, or
+    /// the one under a first plan timed for the second plan.
+    fn timed_at(&mut self, index: u64) -> Option<&mut Timing> {
+        [&mut self.timing, &mut self.second_timing]
+            .into_iter()
+            .flatten()
+            .find(|t| (t.start..t.end).contains(&index))
+    }
+
+    /// The timing events of `timing`, for reuse (it is given up).
+    fn spare_timing_of(&mut self, timing: Timing) {
+        let ops = timing
+            .ops
+            .into_iter()
+            .flat_map(|(_, start, end)| [start, end]);
+        let copies = (timing.copies.into_iter()).flat_map(|(_, _, start, end)| [start, end]);
+        self.spare_timing.extend(ops.chain(copies));
+    }
+
+    /// The statistics of the plan in use.
+    fn plan_stats(&mut self) -> Option<&mut PlanStats> {
+        self.stats.plans_made.last_mut()
+    }
+
+    /// Adds what became of a chosen second plan to why it was chosen.
+    fn note_second(&mut self, outcome: &str) {
+        let reason = &mut self.stats.second_plan;
+        if !reason.is_empty() {
+            reason.push_str("; ");
+        }
+        reason.push_str(outcome);
     }
 }
 
@@ -794,6 +914,7 @@ impl PoolState {
             ops: Vec::new(),
             host_start: None,
             resident_bytes: 0,
+            copies: Vec::new(),
         });
         Some((start, length))
     }
@@ -809,6 +930,9 @@ impl PoolState {
         }
         exec.following = false;
         exec.timing = None;
+        if let Some(timing) = exec.second_timing.take() {
+            exec.spare_timing_of(timing);
+        }
     }
 
     /// The planning thread of swap mode: from the captured timing iteration to a plan ready to
@@ -892,6 +1016,8 @@ impl PoolState {
     /// Swap mode: a plan was installed with its pool (`Pool` just pushed); sets up streams and
     /// the host slots.
     pub(super) fn start_schedule(&mut self, schedule: Arc<Schedule>, index: u64) {
+        let pool_bytes = self.pools.last().map_or(0, |p| p.plan.footprint);
+        let plan_ms = self.stats.plan_ms;
         let Some(exec) = self.exec() else { return };
         if !schedule.swaps.is_empty() {
             if exec.out_stream == 0 {
@@ -919,11 +1045,51 @@ impl PoolState {
             }
             exec.stats.pinned_host_bytes += schedule.host_bytes;
         }
-        exec.stats.plans += 1;
+        // A second plan replaces its first: one plan of the period.
+        if !schedule.is_second() {
+            exec.stats.plans += 1;
+        }
         exec.note_mapped_after_plan();
         exec.stats.swaps_planned = schedule.swaps.len() as u64;
         exec.stats.predicted_iteration_ns = schedule.predicted_ns;
         exec.stats.predicted_base_iteration_ns = schedule.predicted_base_ns;
+        if let Some(plan) = exec.plan_stats() {
+            plan.serves = false;
+        }
+        let copy = schedule.made.as_ref().map(|made| made.inputs.copy);
+        if exec.stats.plans_made.len() < ITERATIONS_KEPT {
+            exec.stats.plans_made.push(PlanStats {
+                op_times: if schedule.is_second() { SECOND } else { FIRST },
+                swaps: schedule.swaps.len() as u64,
+                pool_bytes,
+                copy_out_gb_s: copy.map_or(0.0, |c| 1.0 / c.out_ns_per_byte),
+                copy_in_gb_s: copy.map_or(0.0, |c| 1.0 / c.in_ns_per_byte),
+                predicted_iteration_ns: schedule.predicted_ns,
+                predicted_base_iteration_ns: schedule.predicted_base_ns,
+                plan_ms,
+                serves: true,
+                ..Default::default()
+            });
+        }
+        let exec = self.executor.as_mut().expect("checked above");
+        // A first plan's iterations from its second on are timed op by op for the second plan
+        // (the first may begin with the activation's copies).
+        exec.second_timing = None;
+        if exec.config.second_plan != crate::config::SecondPlan::Off
+            && schedule.made.is_some()
+            && !schedule.is_second()
+            && let Some(pool) = self.pools.last()
+        {
+            let start = pool.plan.start + pool.plan.length;
+            exec.second_timing = Some(Timing {
+                start,
+                end: start + SECOND_TIMED_ITERATIONS * pool.plan.length,
+                ops: Vec::new(),
+                host_start: None,
+                resident_bytes: 0,
+                copies: Vec::new(),
+            });
+        }
         exec.slot_ids.clear();
         exec.following = true;
         exec.iteration_number = None;
@@ -943,7 +1109,7 @@ impl PoolState {
         schedule: &Schedule,
     ) -> Option<(u64, Staged)> {
         let exec = self.executor.as_mut()?;
-        let backing = exec.backing()?;
+        exec.backing()?;
         let still_there = schedule.residents.iter().all(|r| {
             exec.blocks
                 .get(&r.va)
@@ -977,23 +1143,11 @@ impl PoolState {
                 *exec.own_memory(on_host) -= r.rounded;
             }
         }
-        let pool = backing.allocate_pool(footprint);
-        let aliased = pool.as_ref().is_some_and(|pool| {
-            schedule.residents.iter().all(|r| {
-                exec.blocks
-                    .get_mut(&r.va)
-                    .is_some_and(|(block, _)| block.alias(pool, r.offset))
-            })
-        });
-        let pool = match pool {
-            Some(pool) if aliased => {
-                let base = pool.va;
-                exec.chunked_pools.insert(base, pool);
-                return Some((base, Staged { staging, places }));
-            }
-            pool => pool,
-        };
+        if let Some(base) = self.alias_pool(footprint, schedule) {
+            return Some((base, Staged { staging, places }));
+        }
         // Undone: every block gets memory of its own again, with its content.
+        let exec = self.executor.as_mut()?;
         for r in &schedule.residents {
             let Some((block, _)) = exec.blocks.get_mut(&r.va) else {
                 continue;
@@ -1005,9 +1159,6 @@ impl PoolState {
             }
             *exec.own_memory(on_host) += r.rounded;
         }
-        if let Some(pool) = pool {
-            pool.release();
-        }
         for &(r, host) in &places {
             cuda::copy(r.va, host, r.rounded, 0);
         }
@@ -1018,6 +1169,230 @@ impl PoolState {
              the plan is not used"
         ));
         None
+    }
+
+    /// A pool of `footprint` bytes in granules, with the blocks `schedule` takes (their own
+    /// memory released) mapped at their ranges of it; None with no pool left and nothing
+    /// mapped at the blocks' addresses.
+    fn alias_pool(&mut self, footprint: u64, schedule: &Schedule) -> Option<u64> {
+        let exec = self.executor.as_mut()?;
+        let pool = exec.backing()?.allocate_pool(footprint)?;
+        let aliased = schedule.residents.iter().all(|r| {
+            exec.blocks
+                .get_mut(&r.va)
+                .is_some_and(|(block, _)| block.alias(&pool, r.offset))
+        });
+        if !aliased {
+            for r in &schedule.residents {
+                if let Some((block, _)) = exec.blocks.get_mut(&r.va) {
+                    block.release_own();
+                }
+            }
+            pool.release();
+            return None;
+        }
+        let base = pool.va;
+        exec.chunked_pools.insert(base, pool);
+        Some(base)
+    }
+
+    /// A pool for `plan`: in granules with its blocks mapped where `schedule` takes blocks
+    /// ([`PoolState::alias_pool`]), else one allocation.
+    fn allocate_pool_for(&mut self, plan: &PoolPlan, schedule: &Schedule) -> Option<u64> {
+        if schedule.takes_no_blocks() {
+            cuda::malloc(plan.footprint.max(1))
+        } else {
+            self.alias_pool(plan.footprint, schedule)
+        }
+    }
+
+    /// Activation of a second plan at iteration boundary `index`, in place of the first plan
+    /// it was made for ([`Schedule::is_second`]), which served until here. The boundary must
+    /// find the first plan's swaps settled: no tensor of an iteration live in its pool, and no
+    /// tensor away but the blocks it takes (their swaps wrap the boundary); else the switch
+    /// waits for the next boundary. The host waits for the device once, the blocks' content
+    /// goes to page-locked staging memory (from their ranges, or their host slots), the first
+    /// pool and its host slots are released, and then the second pool is allocated and the
+    /// blocks mapped there, as at an activation: the device never holds both pools. If the
+    /// second pool cannot be had, the first is made again; if neither can, the blocks get
+    /// host memory of their own, with their content, and no plan serves.
+    pub(super) fn switch_plan(&mut self, mut plan: PoolPlan, schedule: Arc<Schedule>, index: u64) {
+        // The first plan's last iteration ends here, in its statistics.
+        self.roll(index);
+        self.read_second_report();
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        let planning = |s: &Schedule| s.made.as_ref().map(|made| Arc::as_ptr(&made.planning));
+        let Some(current) = (exec.schedule.clone())
+            .filter(|current| exec.following && planning(current) == planning(&schedule))
+        else {
+            exec.note_second(
+                "not installed: the program left the first plan's period before the \
+                 second could begin",
+            );
+            return;
+        };
+        let ids = |s: &Schedule| {
+            let mut ids: Vec<AllocId> = s.residents.iter().map(|r| r.id).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let taken = ids(&current);
+        let Some(first) = self.pools.last().filter(|pool| pool.serving) else {
+            exec.note_second("not installed: the first plan's pool no longer serves");
+            return;
+        };
+        let (first_base, first_footprint) = (first.base, first.plan.footprint);
+        let settled = (first.overlapping(0, first_footprint).iter())
+            .all(|(_, _, id)| taken.binary_search(id).is_ok())
+            && (exec.away.iter())
+                .all(|(id, away)| taken.binary_search(id).is_ok() && away.pool == first_base);
+        if !settled {
+            log::info!("the second plan waits for the next boundary: the first's is not settled");
+            plan.start += plan.length;
+            self.next = Some((plan, Some(schedule)));
+            return;
+        }
+        let limit = exec.limit().unwrap_or(u64::MAX);
+        let footprint = match exec.backing().filter(|_| !schedule.takes_no_blocks()) {
+            Some(backing) => backing.rounded(plan.footprint),
+            None => granules(plan.footprint),
+        };
+        let in_use = self
+            .device_bytes()
+            .saturating_sub(granules(first_footprint));
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        if ids(&schedule) != taken {
+            exec.note_second("not installed: it takes other blocks than the first");
+            return;
+        }
+        if in_use + footprint > limit {
+            exec.note_second(&format!(
+                "not installed: its pool of {footprint} bytes does not fit beside the {in_use} \
+                 bytes the device holds outside the first plan's, under the limit of {limit}"
+            ));
+            return;
+        }
+        // The blocks' content, wherever it is once the device is idle.
+        cuda::synchronize();
+        let total: u64 = current.residents.iter().map(|r| r.rounded).sum();
+        let staging = match total {
+            0 => 0,
+            _ => match cuda::pinned_host(total) {
+                Some(staging) => staging,
+                None => {
+                    exec.note_second(&format!(
+                        "not installed: no {total} bytes of page-locked staging memory"
+                    ));
+                    return;
+                }
+            },
+        };
+        let mut staged_at = FxHashMap::default();
+        let mut at = staging;
+        for r in &current.residents {
+            match exec.away.get(&r.id) {
+                // SAFETY: the host slot and the staging are page-locked host allocations of
+                // ours of at least `rounded` bytes from these addresses, and the device, idle
+                // now, uses neither.
+                Some(away) => unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        away.host as *const u8,
+                        at as *mut u8,
+                        r.rounded as usize,
+                    )
+                },
+                None => {
+                    cuda::copy(at, r.va, r.rounded, 0);
+                }
+            }
+            staged_at.insert(r.id, at);
+            at += r.rounded;
+        }
+        if !cuda::synchronize() {
+            cuda::free_host(staging);
+            exec.note_second("not installed: staging the blocks failed");
+            return;
+        }
+        // The first plan ends: its pool, its host slots, its blocks' mappings.
+        for r in &current.residents {
+            if let Some((block, _)) = exec.blocks.get_mut(&r.va) {
+                block.release_own();
+            }
+            exec.away.remove(&r.id);
+        }
+        if exec.host_base != 0 {
+            cuda::free_host(exec.host_base);
+            exec.host_base = 0;
+            exec.stats.pinned_host_bytes -= current.host_bytes;
+        }
+        exec.schedule = None;
+        exec.following = false;
+        exec.coming_back.clear();
+        for r in &current.residents {
+            self.used_on.remove(&r.id);
+            self.waits.remove(&r.id);
+        }
+        let first = self.pools.pop().expect("the serving pool");
+        self.free_pool_memory(first.base);
+        let (plan, schedule, reason) = match self.allocate_pool_for(&plan, &schedule) {
+            Some(base) => (
+                Some((base, plan)),
+                schedule,
+                format!("installed at event {index}"),
+            ),
+            None => {
+                let again = PoolPlan {
+                    start: plan.start,
+                    ..first.plan
+                };
+                let base = self.allocate_pool_for(&again, &current);
+                let why = format!(
+                    "not installed: the device refused its pool of {} bytes",
+                    plan.footprint
+                );
+                (base.map(|base| (base, again)), current, why)
+            }
+        };
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        exec.note_second(&reason);
+        let Some((base, plan)) = plan else {
+            // Neither pool: each block gets host memory of its own back, with its content.
+            for r in &schedule.residents {
+                let Some((block, _)) = exec.blocks.get_mut(&r.va) else {
+                    continue;
+                };
+                if !block.remap_own(true) {
+                    lost_block(r.va, r.rounded);
+                }
+                *exec.own_memory(true) += r.rounded;
+                cuda::copy(r.va, staged_at[&r.id], r.rounded, 0);
+            }
+            cuda::synchronize();
+            if staging != 0 {
+                cuda::free_host(staging);
+            }
+            super::report(format_args!(
+                "the device refused the pool of the second plan and of the first again; the \
+                 blocks they took live in host memory, and no plan serves"
+            ));
+            return;
+        };
+        self.stats.pool_bytes = plan.footprint;
+        self.stats.planned_peak_live_bytes = plan.peak_live;
+        let places: Vec<(Resident, u64)> = (schedule.residents.iter())
+            .map(|r| (*r, staged_at[&r.id]))
+            .collect();
+        self.pools.push(Pool::new(base, plan));
+        self.start_schedule(schedule, index);
+        if staging != 0 {
+            self.place_residents(Staged { staging, places });
+        }
     }
 
     /// After [`PoolState::take_residents`] and the plan's installation: each block's content
@@ -1148,6 +1523,7 @@ impl PoolState {
             return;
         }
         let now = Instant::now();
+        let plan = exec.stats.plans_made.len().saturating_sub(1);
         if exec.iteration_number.is_some() {
             let mut done = std::mem::take(&mut exec.iteration);
             done.time_ns = exec
@@ -1156,17 +1532,113 @@ impl PoolState {
             if exec.stats.iterations.len() < ITERATIONS_KEPT {
                 exec.stats.iterations.push(done);
             }
-            let mut times: Vec<f64> = exec.stats.iterations.iter().map(|i| i.time_ns).collect();
+            let mut times: Vec<f64> = (exec.stats.iterations.iter())
+                .filter(|i| i.plan == plan)
+                .map(|i| i.time_ns)
+                .collect();
             times.sort_by(f64::total_cmp);
-            exec.stats.measured_iteration_ns = times[times.len() / 2];
+            if let Some(&median) = times.get(times.len() / 2) {
+                exec.stats.measured_iteration_ns = median;
+                if let Some(stats) = exec.plan_stats() {
+                    stats.measured_iteration_ns = median;
+                    stats.iterations = times.len() as u64;
+                }
+            }
         }
         exec.iteration = IterationStats {
             start_event: start + number * length,
+            plan,
             ..Default::default()
         };
         exec.iteration_number = Some(number);
         exec.iteration_host_start = Some(now);
         exec.slot_ids.clear();
+        self.second_plan_step(index);
+    }
+
+    /// At an iteration boundary `index` under a first plan: once the iteration timed for the
+    /// second plan is over, the second plan is made on a thread of its own
+    /// ([`second_plan`]), which hands it to [`PoolState::install`] if it is chosen.
+    fn second_plan_step(&mut self, index: u64) {
+        self.read_second_report();
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        if exec.second_timing.as_ref().is_none_or(|t| index < t.end) {
+            return;
+        }
+        let timing = exec.second_timing.take().expect("checked above");
+        let Some(made) = (exec.schedule.as_ref())
+            .filter(|_| exec.following)
+            .and_then(|schedule| schedule.made.clone())
+        else {
+            exec.spare_timing_of(timing);
+            return;
+        };
+        let Timing { ops, copies, .. } = timing;
+        let (report, ready) = (exec.second_report.clone(), self.swap_ready.clone());
+        let always = exec.config.second_plan == crate::config::SecondPlan::Always;
+        let spawned = std::thread::Builder::new()
+            .name("itermem-second-plan".into())
+            .spawn(move || {
+                let made = std::panic::catch_unwind(move || second_plan(made, ops, copies, always));
+                let (found, plan) = match made {
+                    Ok(Ok(made)) => made,
+                    Ok(Err(err)) => (
+                        SecondReport {
+                            remeasured: None,
+                            reason: format!("not made: {err:#}"),
+                        },
+                        None,
+                    ),
+                    Err(_) => (
+                        SecondReport {
+                            remeasured: None,
+                            reason: "not made: internal error while planning".into(),
+                        },
+                        None,
+                    ),
+                };
+                // The report first: the switch adds to it what became of the plan.
+                *report.lock() = Some(found);
+                // Not over a first plan of another period, made after a deviation.
+                let mut slot = ready.lock();
+                if slot.is_none() {
+                    *slot = plan;
+                }
+            });
+        let exec = self.executor.as_mut().expect("checked above");
+        match spawned {
+            Ok(_) => exec.second_pending = true,
+            Err(_) => exec.stats.second_plan = "not made: cannot start its thread".into(),
+        }
+    }
+
+    /// Takes what the second planning thread found into the statistics, once it has.
+    fn read_second_report(&mut self) {
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        if !exec.second_pending {
+            return;
+        }
+        let Some(report) = exec.second_report.lock().take() else {
+            return;
+        };
+        exec.second_pending = false;
+        exec.stats.second_plan = report.reason;
+        let Some((time, base)) = report.remeasured else {
+            return;
+        };
+        let first = (exec.stats.plans_made.iter_mut().rev()).find(|p| p.op_times == FIRST);
+        if let Some(first) = first {
+            first.remeasured_iteration_ns = time;
+            first.remeasured_base_iteration_ns = base;
+        }
+        if exec.schedule.as_ref().is_some_and(|s| !s.is_second()) {
+            exec.stats.predicted_iteration_ns = time;
+            exec.stats.predicted_base_iteration_ns = base;
+        }
     }
 
     /// Swap mode, before a launch, copy or memset (event `index`) on `stream` that uses `ids`:
@@ -1177,17 +1649,9 @@ impl PoolState {
         // launches alone, as under a caching allocator).
         self.install(index);
         self.roll(index);
-        let Some(exec) = self.executor.as_mut() else {
-            return prepared;
-        };
-        if exec
-            .timing
-            .as_ref()
-            .is_some_and(|t| (t.start..t.end).contains(&index))
-            && let Some(event) = exec.timing_event()
-            && cuda::record(event, stream)
-        {
-            prepared.timing_start = Some(event);
+        if let Some(exec) = self.executor.as_mut() {
+            exec.copies_timed = exec.config.copy.is_none()
+                && (exec.second_timing.as_ref()).is_some_and(|t| (t.start..t.end).contains(&index));
         }
         if let Some((op, ins, outs)) = self.op_of(index) {
             if let Some(exec) = self.executor.as_mut() {
@@ -1234,6 +1698,21 @@ impl PoolState {
                 prepared.exchanges.push(exchange);
             }
         }
+        // An op is timed from after the waits for its tensors (swap-ins, earlier tenants of
+        // their ranges) to its end: its own time, without the stalls of the plan it runs under.
+        if let Some(exec) = self.executor.as_mut()
+            && exec.timed_at(index).is_some()
+        {
+            self.before_use(ids.iter().copied(), stream);
+            let exec = self.executor.as_mut().expect("checked above");
+            if let Some(event) = exec.timing_event() {
+                if cuda::record(event, stream) {
+                    prepared.timing_start = Some(event);
+                } else {
+                    exec.spare_timing.push(event);
+                }
+            }
+        }
         prepared
     }
 
@@ -1253,7 +1732,7 @@ impl PoolState {
             let exec = self.executor.as_mut().expect("timing implies swap mode");
             match exec.timing_event() {
                 Some(end) if cuda::record(end, stream) => {
-                    if let Some(timing) = &mut exec.timing {
+                    if let Some(timing) = exec.timed_at(index) {
                         timing.ops.push((index, start, end));
                     }
                 }
@@ -1308,9 +1787,11 @@ impl PoolState {
                 cuda::wait(out_stream, event);
             }
         }
+        let timed = self.copy_timing_start(out_stream);
         if !cuda::copy(host, addr, end - offset, out_stream) {
             return;
         }
+        self.copy_timing_end(timed, out_stream, true, end - offset);
         if verify {
             cuda::fill(addr, 0xFF, end - offset, out_stream);
         }
@@ -1371,7 +1852,9 @@ impl PoolState {
         let Some(done) = self.spare_events.pop().or_else(cuda::event) else {
             return false;
         };
+        let timed = self.copy_timing_start(in_stream);
         cuda::copy(start, away.host, end - start, in_stream);
+        self.copy_timing_end(timed, in_stream, false, end - start);
         cuda::record(done, in_stream);
         self.waits.insert(
             id,
@@ -1450,6 +1933,34 @@ impl PoolState {
         }
         if let Some(exec) = self.exec() {
             exec.away.insert(id, away);
+        }
+    }
+
+    /// Before a planned copy on itermem's `stream`, where copies are timed for the second plan:
+    /// the timing event recorded before it.
+    fn copy_timing_start(&mut self, stream: u64) -> Option<usize> {
+        let exec = self.exec().filter(|e| e.copies_timed)?;
+        let start = exec.timing_event()?;
+        if cuda::record(start, stream) {
+            Some(start)
+        } else {
+            exec.spare_timing.push(start);
+            None
+        }
+    }
+
+    /// After the copy [`PoolState::copy_timing_start`] began timing: its end, kept with its
+    /// direction and bytes.
+    fn copy_timing_end(&mut self, start: Option<usize>, stream: u64, out: bool, bytes: u64) {
+        let (Some(start), Some(exec)) = (start, self.executor.as_mut()) else {
+            return;
+        };
+        match exec.timing_event() {
+            Some(end) if cuda::record(end, stream) => match &mut exec.second_timing {
+                Some(timing) => timing.copies.push((out, bytes, start, end)),
+                None => exec.spare_timing.extend([start, end]),
+            },
+            end => exec.spare_timing.extend(std::iter::once(start).chain(end)),
         }
     }
 
@@ -1739,6 +2250,418 @@ impl Pool {
     }
 }
 
+/// The op times of `timed` ops, ns, from their (start, end) timing events, which are destroyed.
+fn read_op_times(timed: &[(u64, usize, usize)]) -> Vec<f64> {
+    let mut op_time_ns = Vec::with_capacity(timed.len());
+    for &(_, start, end) in timed {
+        cuda::synchronize_event(end);
+        op_time_ns.push(cuda::elapsed_ns(start, end).unwrap_or(0.0).max(0.0));
+        cuda::destroy_event(start);
+        cuda::destroy_event(end);
+    }
+    op_time_ns
+}
+
+/// What a period's plans are made from: the timed iteration's op trace, the blocks the pool
+/// takes, and the executor's inputs without op times. Kept with the first plan, so that the
+/// second is made from the same iteration with the op times measured under the first.
+#[derive(Debug)]
+struct Planning {
+    config: SwapConfig,
+    name: PathBuf,
+    trace: ops::OpTrace,
+    births: Vec<Birth>,
+    /// The blocks the pool takes: (tensor, block, its address and size).
+    taken: Vec<(TensorId, AllocId, OwnBlock)>,
+    granularity: u64,
+    /// What each block takes in the pool beyond its size (see [`Planning::new`]).
+    slack: u64,
+    /// Event position (in the window) of each op.
+    op_positions: Vec<u64>,
+    start: u64,
+    length: u64,
+    /// Synthetic mallocs before the window's events in the capture.
+    synthetic: u64,
+    /// Everything but the op times.
+    inputs: ExecutorInputs,
+    /// The program's own peak over the iteration: every allocation, at its own size.
+    program_peak: u64,
+}
+
+/// A plan and what it was made from (the op times in `inputs`).
+#[derive(Debug)]
+struct Made {
+    planning: Arc<Planning>,
+    inputs: ExecutorInputs,
+    planned: Executable,
+}
+
+impl Planning {
+    /// The op trace of the captured timing iteration and the blocks its pool takes.
+    fn new(
+        config: &SwapConfig,
+        copy: CopyModel,
+        capture: Capture,
+        limit: u64,
+        outside_pool_bytes: u64,
+        blocks: Blocks,
+    ) -> anyhow::Result<Planning> {
+        let window = capture.synthetic..capture.synthetic + capture.length;
+        let window_events = &capture.events[window.start as usize..window.end as usize];
+        let is_op = |e: &Event| {
+            matches!(
+                e.kind,
+                EventKind::Launch { .. } | EventKind::Memcpy { .. } | EventKind::Memset { .. }
+            )
+        };
+        let op_positions: Vec<u64> = window_events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| is_op(e))
+            .map(|(i, _)| i as u64)
+            .collect();
+        let allow_swaps = !window_events.iter().any(|e| {
+            matches!(
+                e.kind,
+                EventKind::Launch {
+                    layout_known: false,
+                    ..
+                }
+            )
+        });
+        let name = config
+            .trace
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(this process)"));
+        let options = LoadOptions {
+            window: Some((capture.synthetic, capture.length)),
+            ..Default::default()
+        };
+        let events = capture.with_graph_launches();
+        let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
+        // The blocks at addresses of their own that are live over the whole iteration: the pool
+        // takes them (their own memory then leaves the bytes outside the pool), with a granule
+        // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
+        // but when they are all the pool holds (an iteration that allocates nothing, as under a
+        // caching allocator), every size is a multiple of the granule, so is every offset the
+        // pool gives (`combined_pool` aligns to the sizes), and a granule each would be waste.
+        let taken: Vec<(TensorId, AllocId, OwnBlock)> = births
+            .iter()
+            .enumerate()
+            .filter_map(|(tensor, birth)| match birth {
+                // Not one freed in the iteration: the next iteration's block of that role is
+                // another one (allocated in this iteration), which the plan cannot take.
+                Birth::Resident(id)
+                    if allow_swaps && loaded.trace.tensors.get(tensor)?.dies_after.is_none() =>
+                {
+                    Some((tensor as TensorId, *id, *blocks.by_id.get(id)?))
+                }
+                _ => None,
+            })
+            .collect();
+        // Device memory the blocks leave outside the pool (those on the host never counted).
+        let taken_bytes: u64 = (taken.iter())
+            .filter(|(_, _, block)| !block.on_host)
+            .map(|(_, _, block)| block.rounded)
+            .sum();
+        // A pool that takes blocks is made of granules: its last one may reach past the plan's
+        // footprint, and counts as outside.
+        let rounding = if taken.is_empty() {
+            0
+        } else {
+            blocks.granularity
+        };
+        let allocates = window_events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Malloc { .. }));
+        let slack = if allocates { blocks.granularity } else { 0 };
+        let mut inputs = ExecutorInputs {
+            window: [capture.start, capture.length],
+            op_time_ns: Vec::new(),
+            copy,
+            budget_bytes: 0,
+            outside_pool_bytes: outside_pool_bytes.saturating_sub(taken_bytes) + rounding,
+            evaluations: EVALUATIONS,
+            min_swap_bytes: config.min_bytes,
+            allow_swaps,
+            residents: (taken.iter())
+                .map(|&(tensor, _, block)| (tensor, block.rounded + slack))
+                .collect(),
+            patient: false,
+        };
+        inputs.budget_bytes = inputs.budget_for(limit);
+        Ok(Planning {
+            config: config.clone(),
+            name,
+            program_peak: loaded.trace.peak().map_or(0, |p| p.bytes),
+            trace: loaded.trace,
+            births,
+            taken,
+            granularity: blocks.granularity,
+            slack,
+            op_positions,
+            start: capture.start,
+            length: capture.length,
+            synthetic: capture.synthetic,
+            inputs,
+        })
+    }
+
+    /// The op times of iterations of this period timed op by op (`timed`: event index and
+    /// timing events of each op), in op order: each op's median over the iterations.
+    fn op_times(&self, timed: &[(u64, usize, usize)]) -> anyhow::Result<Vec<f64>> {
+        let op_time_ns = read_op_times(timed);
+        let ops = self.op_positions.len();
+        let timed_positions = timed.iter().map(|t| (t.0 - self.start) % self.length);
+        let cycled = self.op_positions.iter().copied().cycle().take(timed.len());
+        if ops == 0 || !timed.len().is_multiple_of(ops) || !timed_positions.eq(cycled) {
+            anyhow::bail!(
+                "the timed iterations timed {} calls but the trace has {ops} ops an iteration",
+                timed.len()
+            );
+        }
+        let iterations = timed.len() / ops;
+        Ok((0..ops)
+            .map(|op| {
+                let mut times: Vec<f64> =
+                    (0..iterations).map(|i| op_time_ns[i * ops + op]).collect();
+                times.sort_by(f64::total_cmp);
+                times[iterations / 2]
+            })
+            .collect())
+    }
+
+    /// The plan made with `inputs` (this planning's, with op times) and its schedule in the
+    /// terms of the running program; with the plan as `ITERMEM_PLAN_OUT` writes it.
+    fn schedule(
+        self: &Arc<Planning>,
+        inputs: ExecutorInputs,
+        started: Instant,
+    ) -> anyhow::Result<(SwapReady, PlanJson)> {
+        let (reduced, kept, planned) = inputs.plan(&self.trace)?;
+        let position_of = |tensor: usize| -> Option<u64> {
+            match self.births.get(kept[tensor] as usize)? {
+                Birth::Malloc(index) => index.checked_sub(self.synthetic),
+                Birth::Resident(_) => None,
+            }
+        };
+        let block_of = |tensor: usize| self.taken.iter().find(|t| t.0 == kept[tensor]);
+        let mut slots = FxHashMap::default();
+        for (tensor, t) in reduced.tensors.iter().enumerate() {
+            if let (Some(position), Some(offset)) =
+                (position_of(tensor), planned.pool.offsets[tensor])
+            {
+                slots.insert(position, (t.bytes, offset));
+            }
+        }
+        let n_ops = reduced.ops.len();
+        let mut op_at = vec![NOT_AN_OP; self.length as usize];
+        for (op, &position) in self.op_positions.iter().enumerate() {
+            op_at[position as usize] = op as u32;
+        }
+        let mut schedule = Schedule {
+            op_at,
+            outs_after: vec![Vec::new(); n_ops],
+            ins_before: vec![Vec::new(); n_ops],
+            swaps: Vec::new(),
+            residents: Vec::new(),
+            host_bytes: 0,
+            predicted_ns: planned.result.time_ns,
+            predicted_base_ns: planned.result.base_time_ns,
+            unfit: String::new(),
+            made: None,
+        };
+        for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
+            if let (Some(&(_, id, block)), Some(offset)) = (block_of(tensor), offset) {
+                anyhow::ensure!(
+                    self.slack > 0 || offset % self.granularity == 0,
+                    "internal error: the pool put a block at offset {offset}, off its granule"
+                );
+                schedule.residents.push(Resident {
+                    id,
+                    va: block.va,
+                    on_host: block.on_host,
+                    offset: offset.next_multiple_of(self.granularity),
+                    rounded: block.rounded,
+                    away_at_start: None,
+                });
+            }
+        }
+        for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
+            let tensor = swap.tensor as usize;
+            let resident = block_of(tensor).map(|&(_, id, block)| (id, block.va));
+            let Some(position) = position_of(tensor).or(resident.map(|_| NOT_A_SLOT)) else {
+                continue;
+            };
+            if let Some((id, _)) = resident.filter(|_| swap.wraps())
+                && let Some(r) = schedule.residents.iter_mut().find(|r| r.id == id)
+            {
+                r.away_at_start = Some(schedule.host_bytes);
+            }
+            let bytes = reduced.tensors[tensor].bytes;
+            let index = schedule.swaps.len() as u32;
+            schedule.outs_after[swap.out_at].push(index);
+            if let Some(need) = swap.in_before {
+                let queued = planned.pool.swap_in_op(planned_index, swap.in_issue, need);
+                schedule.ins_before[queued].push(index);
+            }
+            schedule.swaps.push(Planned {
+                position,
+                resident,
+                host_offset: schedule.host_bytes,
+            });
+            schedule.host_bytes += bytes.div_ceil(HOST_ALIGN) * HOST_ALIGN;
+        }
+        let plan = PoolPlan {
+            start: self.start,
+            length: self.length,
+            slots,
+            footprint: planned.pool.footprint,
+            peak_live: planned.pool.lower_bound,
+        };
+        let json = PlanJson::executed(
+            self.name.display().to_string(),
+            &reduced,
+            &planned,
+            started.elapsed(),
+            inputs.clone(),
+        );
+        // Said when the plan cannot be installed (`PoolState::install`, which knows the device's
+        // bytes then; the planner counted them at the timing iteration's start).
+        let outside_pool_bytes = inputs.outside_pool_bytes;
+        let smallest = outside_pool_bytes + granules(planned.pool.footprint);
+        let program_peak = self.program_peak;
+        schedule.unfit = if smallest >= program_peak {
+            format!(
+                "no plan lowers the program's peak of {program_peak} bytes, which is the \
+                 smallest limit that can be kept: every block it holds at its peak (a caching \
+                 allocator's segment, say) is used then or too soon before and after to be away, \
+                 or is smaller than ITERMEM_SWAP_MIN_BYTES ({} bytes) and in no swap unit",
+                self.config.min_bytes
+            )
+        } else {
+            format!(
+                "the program holds {outside_pool_bytes} bytes outside the iteration's pool, \
+                 whose smallest plan takes {} more; the smallest limit that can is {smallest} \
+                 bytes",
+                planned.pool.footprint
+            )
+        };
+        schedule.made = Some(Arc::new(Made {
+            planning: self.clone(),
+            inputs,
+            planned,
+        }));
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok(((plan, Arc::new(schedule), ms), json))
+    }
+
+    /// Writes the plan chosen to `ITERMEM_PLAN_OUT`, if given.
+    fn write(&self, json: &PlanJson) {
+        let Some(path) = &self.config.plan_out else {
+            return;
+        };
+        let written = serde_json::to_string_pretty(json)
+            .map_err(std::io::Error::other)
+            .and_then(|text| super::ending::write_atomically(path, (text + "\n").as_bytes()));
+        if let Err(err) = written {
+            super::report(format_args!(
+                "cannot write the plan to {}: {err}",
+                path.display()
+            ));
+        }
+    }
+}
+
+/// The second planning thread's work: the op times measured under the first plan (`made`),
+/// the first plan's time with them, and a plan made with them and the full search, chosen if
+/// it is faster by [`SECOND_PLAN_GAIN`] of the iteration (or whatever it costs, with
+/// `always`). Not made where the first plan does not stall with these times: no plan can be
+/// faster.
+fn second_plan(
+    made: Arc<Made>,
+    timed: Vec<(u64, usize, usize)>,
+    copies: Vec<(bool, u64, usize, usize)>,
+    always: bool,
+) -> anyhow::Result<(SecondReport, Option<SwapReady>)> {
+    let started = Instant::now();
+    cuda::ensure_context();
+    let planning = &made.planning;
+    let inputs = ExecutorInputs {
+        op_time_ns: planning.op_times(&timed)?,
+        copy: copy_model_measured(made.inputs.copy, &copies),
+        patient: true,
+        ..made.inputs.clone()
+    };
+    let first = inputs.predict(&planning.trace, &made.planned)?;
+    let ms = |ns: f64| ns / 1e6;
+    let mut report = SecondReport {
+        remeasured: Some((first.time_ns, first.base_time_ns)),
+        reason: String::new(),
+    };
+    if first.time_ns <= first.base_time_ns {
+        report.reason = format!(
+            "not made: the first plan does not stall with the op times measured under it \
+             ({:.1} ms an iteration)",
+            ms(first.time_ns)
+        );
+        return Ok((report, None));
+    }
+    let (ready, json) = planning.schedule(inputs, started)?;
+    let second = ready.1.predicted_ns;
+    let compared = format!(
+        "{:.1} ms an iteration against the first plan's {:.1} ms, both from the op times \
+         measured under the first (base {:.1} ms)",
+        ms(second),
+        ms(first.time_ns),
+        ms(first.base_time_ns)
+    );
+    let faster = first.time_ns - second >= SECOND_PLAN_GAIN * first.time_ns;
+    if !faster && !always {
+        report.reason = format!("not chosen: {compared}");
+        return Ok((report, None));
+    }
+    planning.write(&json);
+    let forced = if faster {
+        ""
+    } else {
+        " (ITERMEM_SWAP_SECOND_PLAN=always)"
+    };
+    report.reason = format!("chosen{forced}: {compared}");
+    Ok((report, Some(ready)))
+}
+
+/// `model` with the time per byte each way of the planned `copies` timed under a first plan
+/// (to the host or not, bytes, timing events, which are destroyed): the median over the
+/// copies of (time − the model's latency) ÷ bytes, where any was timed. The link measured at
+/// activation was idle; under the plan it carries every swap while the kernels run.
+fn copy_model_measured(model: CopyModel, copies: &[(bool, u64, usize, usize)]) -> CopyModel {
+    let mut per_byte = [Vec::new(), Vec::new()];
+    for &(out, bytes, start, end) in copies {
+        cuda::synchronize_event(end);
+        let latency = if out {
+            model.out_latency_ns
+        } else {
+            model.in_latency_ns
+        };
+        if let Some(ns) = cuda::elapsed_ns(start, end).filter(|_| bytes > 0) {
+            per_byte[usize::from(out)].push((ns - latency).max(0.0) / bytes as f64);
+        }
+        cuda::destroy_event(start);
+        cuda::destroy_event(end);
+    }
+    let median = |times: &mut Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        times.get(times.len() / 2).copied().filter(|&t| t > 0.0)
+    };
+    let [mut into, mut out] = per_byte;
+    CopyModel {
+        out_ns_per_byte: median(&mut out).unwrap_or(model.out_ns_per_byte),
+        in_ns_per_byte: median(&mut into).unwrap_or(model.in_ns_per_byte),
+        ..model
+    }
+}
+
 /// The planning thread's work: op times from the timing events, the op trace of the captured
 /// iteration, the plan, and its schedule in the terms of the running program.
 fn make_schedule(
@@ -1749,230 +2672,18 @@ fn make_schedule(
     limit: u64,
     outside_pool_bytes: u64,
     blocks: Blocks,
-) -> anyhow::Result<(PoolPlan, Arc<Schedule>, f64)> {
+) -> anyhow::Result<SwapReady> {
     let started = Instant::now();
     cuda::ensure_context();
-    let mut op_time_ns = Vec::with_capacity(timed.len());
-    for &(_, start, end) in &timed {
-        cuda::synchronize_event(end);
-        op_time_ns.push(cuda::elapsed_ns(start, end).unwrap_or(0.0).max(0.0));
-        cuda::destroy_event(start);
-        cuda::destroy_event(end);
-    }
-    let window = capture.synthetic..capture.synthetic + capture.length;
-    let window_events = &capture.events[window.start as usize..window.end as usize];
-    let is_op = |e: &Event| {
-        matches!(
-            e.kind,
-            EventKind::Launch { .. } | EventKind::Memcpy { .. } | EventKind::Memset { .. }
-        )
+    let planning = Planning::new(config, copy, capture, limit, outside_pool_bytes, blocks)?;
+    let inputs = ExecutorInputs {
+        op_time_ns: planning.op_times(&timed)?,
+        ..planning.inputs.clone()
     };
-    let op_positions: Vec<u64> = window_events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| is_op(e))
-        .map(|(i, _)| i as u64)
-        .collect();
-    let timed_positions: Vec<u64> = timed.iter().map(|t| t.0 - capture.start).collect();
-    if timed_positions != op_positions {
-        anyhow::bail!(
-            "the timing iteration timed {} calls but its trace has {} ops",
-            timed.len(),
-            op_positions.len()
-        );
-    }
-    let allow_swaps = !window_events.iter().any(|e| {
-        matches!(
-            e.kind,
-            EventKind::Launch {
-                layout_known: false,
-                ..
-            }
-        )
-    });
-    let name = config
-        .trace
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("(this process)"));
-    let options = LoadOptions {
-        window: Some((capture.synthetic, capture.length)),
-        ..Default::default()
-    };
-    let events = capture.with_graph_launches();
-    let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
-    // The blocks at addresses of their own that are live over the whole iteration: the pool
-    // takes them (their own memory then leaves the bytes outside the pool), with a granule
-    // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
-    // but when they are all the pool holds (an iteration that allocates nothing, as under a
-    // caching allocator), every size is a multiple of the granule, so is every offset the
-    // pool gives (`combined_pool` aligns to the sizes), and a granule each would be waste.
-    let taken: Vec<(TensorId, AllocId, OwnBlock)> = births
-        .iter()
-        .enumerate()
-        .filter_map(|(tensor, birth)| match birth {
-            // Not one freed in the iteration: the next iteration's block of that role is
-            // another one (allocated in this iteration), which the plan cannot take.
-            Birth::Resident(id)
-                if allow_swaps && loaded.trace.tensors.get(tensor)?.dies_after.is_none() =>
-            {
-                Some((tensor as TensorId, *id, *blocks.by_id.get(id)?))
-            }
-            _ => None,
-        })
-        .collect();
-    // Device memory the blocks leave outside the pool (those on the host never counted).
-    let taken_bytes: u64 = (taken.iter())
-        .filter(|(_, _, block)| !block.on_host)
-        .map(|(_, _, block)| block.rounded)
-        .sum();
-    // A pool that takes blocks is made of granules: its last one may reach past the plan's
-    // footprint, and counts as outside.
-    let rounding = if taken.is_empty() {
-        0
-    } else {
-        blocks.granularity
-    };
-    let allocates = window_events
-        .iter()
-        .any(|e| matches!(e.kind, EventKind::Malloc { .. }));
-    let slack = if allocates { blocks.granularity } else { 0 };
-    let mut inputs = ExecutorInputs {
-        window: [capture.start, capture.length],
-        op_time_ns,
-        copy,
-        budget_bytes: 0,
-        outside_pool_bytes: outside_pool_bytes.saturating_sub(taken_bytes) + rounding,
-        evaluations: EVALUATIONS,
-        min_swap_bytes: config.min_bytes,
-        allow_swaps,
-        residents: (taken.iter())
-            .map(|&(tensor, _, block)| (tensor, block.rounded + slack))
-            .collect(),
-    };
-    inputs.budget_bytes = inputs.budget_for(limit);
-    let outside_pool_bytes = inputs.outside_pool_bytes;
-    let (reduced, kept, planned) = inputs.plan(&loaded.trace)?;
-    let position_of = |tensor: usize| -> Option<u64> {
-        match births.get(kept[tensor] as usize)? {
-            Birth::Malloc(index) => index.checked_sub(capture.synthetic),
-            Birth::Resident(_) => None,
-        }
-    };
-    let block_of = |tensor: usize| taken.iter().find(|t| t.0 == kept[tensor]);
-    let mut slots = FxHashMap::default();
-    for (tensor, t) in reduced.tensors.iter().enumerate() {
-        if let (Some(position), Some(offset)) = (position_of(tensor), planned.pool.offsets[tensor])
-        {
-            slots.insert(position, (t.bytes, offset));
-        }
-    }
-    let n_ops = reduced.ops.len();
-    let mut op_at = vec![NOT_AN_OP; capture.length as usize];
-    for (op, &position) in op_positions.iter().enumerate() {
-        op_at[position as usize] = op as u32;
-    }
-    let mut schedule = Schedule {
-        op_at,
-        outs_after: vec![Vec::new(); n_ops],
-        ins_before: vec![Vec::new(); n_ops],
-        swaps: Vec::new(),
-        residents: Vec::new(),
-        host_bytes: 0,
-        predicted_ns: planned.result.time_ns,
-        predicted_base_ns: planned.result.base_time_ns,
-        unfit: String::new(),
-    };
-    for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
-        if let (Some(&(_, id, block)), Some(offset)) = (block_of(tensor), offset) {
-            anyhow::ensure!(
-                slack > 0 || offset % blocks.granularity == 0,
-                "internal error: the pool put a block at offset {offset}, off its granule"
-            );
-            schedule.residents.push(Resident {
-                id,
-                va: block.va,
-                on_host: block.on_host,
-                offset: offset.next_multiple_of(blocks.granularity),
-                rounded: block.rounded,
-                away_at_start: None,
-            });
-        }
-    }
-    for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
-        let tensor = swap.tensor as usize;
-        let resident = block_of(tensor).map(|&(_, id, block)| (id, block.va));
-        let Some(position) = position_of(tensor).or(resident.map(|_| NOT_A_SLOT)) else {
-            continue;
-        };
-        if let Some((id, _)) = resident.filter(|_| swap.wraps())
-            && let Some(r) = schedule.residents.iter_mut().find(|r| r.id == id)
-        {
-            r.away_at_start = Some(schedule.host_bytes);
-        }
-        let bytes = reduced.tensors[tensor].bytes;
-        let index = schedule.swaps.len() as u32;
-        schedule.outs_after[swap.out_at].push(index);
-        if let Some(need) = swap.in_before {
-            let queued = planned.pool.swap_in_op(planned_index, swap.in_issue, need);
-            schedule.ins_before[queued].push(index);
-        }
-        schedule.swaps.push(Planned {
-            position,
-            resident,
-            host_offset: schedule.host_bytes,
-        });
-        schedule.host_bytes += bytes.div_ceil(HOST_ALIGN) * HOST_ALIGN;
-    }
-    let plan = PoolPlan {
-        start: capture.start,
-        length: capture.length,
-        slots,
-        footprint: planned.pool.footprint,
-        peak_live: planned.pool.lower_bound,
-    };
-    if let Some(path) = &config.plan_out {
-        let json = PlanJson::executed(
-            name.display().to_string(),
-            &reduced,
-            &planned,
-            started.elapsed(),
-            inputs,
-        );
-        let written = serde_json::to_string_pretty(&json)
-            .map_err(std::io::Error::other)
-            .and_then(|text| super::ending::write_atomically(path, (text + "\n").as_bytes()));
-        if let Err(err) = written {
-            super::report(format_args!(
-                "cannot write the plan to {}: {err}",
-                path.display()
-            ));
-        }
-    }
-    // The program's own peak over the iteration: every allocation, at its own size.
-    let program_peak = loaded.trace.peak().map_or(0, |p| p.bytes);
-    // Said when the plan cannot be installed (`PoolState::install`, which knows the device's
-    // bytes then; the planner counted them at the timing iteration's start).
-    let smallest = outside_pool_bytes + granules(planned.pool.footprint);
-    schedule.unfit = if smallest >= program_peak {
-        format!(
-            "no plan lowers the program's peak of {program_peak} bytes, which is the smallest \
-             limit that can be kept: every block it holds at its peak (a caching allocator's \
-             segment, say) is used then or too soon before and after to be away, or is smaller \
-             than ITERMEM_SWAP_MIN_BYTES ({} bytes) and in no swap unit",
-            config.min_bytes
-        )
-    } else {
-        format!(
-            "the program holds {outside_pool_bytes} bytes outside the iteration's pool, whose \
-             smallest plan takes {} more; the smallest limit that can is {smallest} bytes",
-            planned.pool.footprint
-        )
-    };
-    Ok((
-        plan,
-        Arc::new(schedule),
-        started.elapsed().as_secs_f64() * 1e3,
-    ))
+    let planning = Arc::new(planning);
+    let (ready, json) = planning.schedule(inputs, started)?;
+    planning.write(&json);
+    Ok(ready)
 }
 
 #[cfg(test)]

@@ -131,10 +131,14 @@ pub fn build(inputs: &Inputs) -> Result<Report, ReportError> {
     });
     let schedule = match (&plan, &stats) {
         (Some(plan), Some(stats)) => {
+            // The plan file is the last plan's (a second plan replaces the first): the
+            // iterations run under it.
+            let last = (stats["swap"]["plans_made"].as_array()).map_or(0, |p| p.len().max(1) - 1);
             let starts: Vec<u64> = stats["swap"]["iterations"]
                 .as_array()
                 .into_iter()
                 .flatten()
+                .filter(|i| i["plan"].as_u64().is_none_or(|p| p == last as u64))
                 .filter_map(|i| i["start_event"].as_u64())
                 .collect();
             Some(schedule::build(&recorded, plan, &starts))

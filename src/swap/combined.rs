@@ -665,6 +665,11 @@ pub struct ExecutorInputs {
     /// there (see [`poolable`]); plans written before they could be were made without.
     #[serde(default)]
     pub residents: Vec<(TensorId, u64)>,
+    /// The full search of `itermem plan` (runs made again with more budget, then the local
+    /// search, where zero overhead is missed and the copy bound allows it): swap mode's second
+    /// plan, made in the background from op times measured under the first.
+    #[serde(default)]
+    pub patient: bool,
 }
 
 fn default_min_swap_bytes() -> u64 {
@@ -724,17 +729,30 @@ impl ExecutorInputs {
     /// AutoSwap's options in swap mode, before units (see [`ExecutorInputs::plan`]). No early
     /// copy-out: the executor releases a tensor's range when its copy-out ends, so a copy
     /// started before the last read would free the range under that read. No retry for zero
-    /// overhead: the plan must come while the program runs, and where AutoSwap has no
-    /// zero-overhead plan the retries cost up to twelve times the first run (a 20-iteration
+    /// overhead in the first plan: it must come while the program runs, and where AutoSwap has
+    /// no zero-overhead plan the retries cost up to twelve times the first run (a 20-iteration
     /// replay, `tests/replay.rs`, then ended before its plan) for a plan that stalls anyway.
+    /// The second plan (`patient`), made while the first serves, retries.
     fn options_without_units(&self) -> AutoSwapOptions {
         AutoSwapOptions {
             min_bytes: self.min_swap_bytes,
             units: false,
             early_out: false,
-            retry_zero_overhead: false,
+            retry_zero_overhead: self.patient,
             ..AutoSwapOptions::default()
         }
+    }
+
+    /// The simulator's result for `planned` (made from other op times) under these inputs'
+    /// op times: what the plan in use costs with the times measured under it.
+    pub fn predict(&self, trace: &OpTrace, planned: &Executable) -> anyhow::Result<SimResult> {
+        let (reduced, _) = poolable(&self.timed(trace)?, &self.residents);
+        Ok(evaluate(
+            &reduced,
+            &planned.plan,
+            planned.swap_limit,
+            self.copy,
+        ))
     }
 
     /// `trace` with the measured op times.
@@ -881,6 +899,7 @@ mod tests {
             min_swap_bytes: 1024 * KIB,
             allow_swaps: true,
             residents: Vec::new(),
+            patient: false,
         };
         let without_units = inputs.options_without_units();
         let alone = plan_within(
