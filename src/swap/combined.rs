@@ -411,15 +411,15 @@ const GUARD_ROUNDS: usize = 8;
 /// [`combined_pool`] for execution: every lent tensor gets a guard of [`GUARD`] bytes, and a
 /// tensor that still has the address of another one alive at the same time (a borrower placed
 /// at the start of a lent tensor's range, with a guard as large) gets a larger one, until
-/// every address names one tensor at any time. Where [`GUARD_ROUNDS`] of guards leave some
-/// (thousands of equal tensors lent in chains: the DTR LSTM kept 16 to 20 after any number of
-/// rounds, and swap mode made no plan), those lenders' ranges are no longer lent during the
-/// windows that held such a borrower, a few more each round, until none are left: the plan
-/// keeps its swaps and its pool grows by what those windows lent (a lender's other windows
-/// still lend: a plan that swaps every gap lends each tensor many times, and stopping all of
-/// a lender's lending for one shared address grew the generated ResNet-50's pool from 34 to 47
-/// % of its peak). An instance without lending has no two live tensors at one address, so
-/// this ends.
+/// every address names one tensor at any time; after each placement, tensors move within
+/// their guards where that separates them ([`separate`]). Where [`GUARD_ROUNDS`] of guards
+/// leave some (thousands of equal tensors lent in chains: the DTR LSTM kept 19 after 8 rounds
+/// and some after 40), each borrower still at the address of a tensor alive with it moves to a
+/// range of its own above the pool, which grows by their bytes and nothing else. Before, the
+/// lenders stopped lending instead, a few more each round with the pool placed again each
+/// time, which shared other addresses: 35 more placements grew the DTR LSTM's pool from 55.6
+/// to 90.4 MB (at `--scale 0.02`; swap mode then lowered its swap limit from 50 % to 19 %
+/// of its peak, and planned for 13.5 s).
 pub fn distinct_addresses(trace: &OpTrace, lent: &[Lent]) -> anyhow::Result<CombinedPool> {
     distinct_addresses_after(trace, lent, GUARD_ROUNDS)
 }
@@ -453,25 +453,25 @@ fn distinct_addresses_after(
         pool = combined_pool(trace, lent, &guards)?;
         separate(trace, &mut pool, &guards);
     }
-    let mut lent = lent.to_vec();
-    loop {
-        let shared = shared_addresses(trace, &pool);
-        if shared.is_empty() {
-            return Ok(pool);
-        }
-        let before = lent.len();
-        lent.retain(|l| {
-            !shared.iter().any(|s| {
-                s.lender == l.tensor && (s.borrowers.iter()).any(|&(b, d)| l.from < d && b < l.to)
-            })
-        });
-        anyhow::ensure!(
-            lent.len() < before,
-            "internal error: the combined plan gives two live tensors one address"
-        );
-        pool = combined_pool(trace, &lent, &guards)?;
-        separate(trace, &mut pool, &guards);
+    // Every borrower still at the address of a tensor alive with it moves to a range of its
+    // own above the pool: nothing else is placed again, so no new address is shared.
+    let mut moved: Vec<TensorId> = (shared_addresses(trace, &pool).into_iter())
+        .flat_map(|s| s.borrowers)
+        .collect();
+    moved.sort_unstable();
+    moved.dedup();
+    for t in moved {
+        let bytes = trace.tensors.get(t as usize).map_or(0, |t| t.bytes);
+        let guard = guards.get(&t).copied().unwrap_or(0);
+        let at = pool.footprint.next_multiple_of(Alignment::DEFAULT.get());
+        pool.offsets[t as usize] = Some(at + guard);
+        pool.footprint = at + guard + bytes;
     }
+    anyhow::ensure!(
+        shared_addresses(trace, &pool).is_empty(),
+        "internal error: the combined plan gives two live tensors one address"
+    );
+    Ok(pool)
 }
 
 /// Ops `[born, dead)` during which tensor `t` of an iteration of `n` ops is alive (all of
@@ -489,10 +489,10 @@ fn life(t: &Tensor, n: usize) -> (usize, usize) {
 /// where that is enough: a tensor whose guard is `g` bytes may start anywhere from its
 /// buffer's start to `g` bytes after it, in steps of [`GUARD`], and still lie in its buffer.
 /// Tensors without a guard keep their address; then, in the order of birth, each of the
-/// others takes the first of its addresses (from the last) that no tensor alive with it has. Nested lending puts chains of borrowers at the start of
-/// one range, each with a guard: without this, the rounds of growing guards left the plan
-/// that swaps every gap of the generated ResNet-50 with dozens of shared addresses, and
-/// stopping the lending that held them nearly tripled its pool.
+/// others takes the first of its addresses (from the last) that no tensor alive with it has.
+/// Nested lending puts chains of borrowers at the start of one range, each with a guard: the
+/// rounds of growing guards alone left the plan that swaps every gap of the generated
+/// ResNet-50 with dozens of shared addresses.
 fn separate(trace: &OpTrace, pool: &mut CombinedPool, guards: &HashMap<TensorId, u64>) {
     let n = trace.ops.len();
     let mut order: Vec<&Tensor> = (trace.tensors.iter())
@@ -527,8 +527,8 @@ struct Shared {
     lender: TensorId,
     /// The guard units it must grow by: the length of the chain of borrowers after it.
     units: u64,
-    /// The lives `[born, dead)` (ops) of the borrowers at its address.
-    borrowers: Vec<(usize, usize)>,
+    /// The borrowers at its address.
+    borrowers: Vec<TensorId>,
 }
 
 /// The tensors whose address is that of another tensor alive at the same time. Tensors of one
@@ -568,10 +568,7 @@ fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<Shared> {
                 shared.push(Shared {
                     lender: a.3,
                     units: chain[i],
-                    borrowers: borrowers
-                        .iter()
-                        .map(|&j| (group[j].1, group[j].2))
-                        .collect(),
+                    borrowers: borrowers.iter().map(|&j| group[j].3).collect(),
                 });
             }
         }
@@ -1099,8 +1096,8 @@ mod tests {
                 .iter()
                 .map(|s| (s.lender, s.units, s.borrowers.clone())))
             .collect::<Vec<_>>(),
-            [(0, 1, vec![(1, 3)])],
-            "the lender grows, and its lending during the borrower's life could stop"
+            [(0, 1, vec![1])],
+            "the lender grows, or its borrower moves"
         );
     }
 
@@ -1206,14 +1203,14 @@ mod tests {
     }
 
     #[test]
-    fn lenders_that_guards_cannot_separate_stop_lending() {
-        // Without guard rounds beyond the first guards, every address shared while both
-        // tensors live is resolved by moving a tensor within its guard or else by taking the
-        // lender's range out of lending during the borrower's life: the pool is valid, no two
-        // live tensors share an address, and the rest of the lending stays.
+    fn borrowers_that_guards_cannot_separate_move_above_the_pool() {
+        // Without guard rounds beyond the first guards, every address still shared while both
+        // tensors live after moving within the guards is resolved by moving the borrower
+        // above the pool: no two live tensors share an address, every lending stays, and the
+        // pool grows by the bytes moved at most (and their guards, and alignment).
         let mut rng = SplitMix64::new(11);
         let copy = CopyModel::pcie3();
-        let (mut shared, mut unlent, mut kept) = (0, 0, 0);
+        let (mut shared, mut moved) = (0, 0);
         for _ in 0..60 {
             let (trace, _) = poolable(&random_iteration(&mut rng, 60, 40, 1 << 20), &[]);
             let Some(peak) = trace.peak() else { continue };
@@ -1227,18 +1224,23 @@ mod tests {
             separate(&trace, &mut separated, &guards);
             let pool = distinct_addresses_after(&trace, &lent, 0).unwrap();
             assert!(shared_addresses(&trace, &pool).is_empty());
+            assert_eq!(pool.lent, first.lent);
             shared += usize::from(!shared_addresses(&trace, &first).is_empty());
-            if !shared_addresses(&trace, &separated).is_empty() {
-                unlent += 1;
+            let left = shared_addresses(&trace, &separated);
+            if !left.is_empty() {
+                moved += 1;
+                let bytes: u64 = (left.iter().flat_map(|s| &s.borrowers))
+                    .map(|&t| trace.tensors[t as usize].bytes + 2 * GUARD)
+                    .sum();
                 assert!(
-                    pool.lent.len() < first.lent.len(),
-                    "nothing stopped lending"
+                    first.footprint < pool.footprint && pool.footprint <= first.footprint + bytes,
+                    "{} → {} for {bytes} B moved",
+                    first.footprint,
+                    pool.footprint
                 );
             }
-            kept += pool.lent.len();
         }
         assert!(shared > 0, "no random plan shared an address");
-        assert!(unlent > 0, "moving within the guards separated every plan");
-        assert!(kept > 0, "every lending was dropped");
+        assert!(moved > 0, "moving within the guards separated every plan");
     }
 }
