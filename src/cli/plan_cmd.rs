@@ -141,7 +141,7 @@ fn run_planner(
                 Some(&report),
             )?;
             drop(bar);
-            (found.plan, Some(found.weights), found.evaluations)
+            (found.plan, found.weights, found.evaluations)
         }
         Planner::Aoa => (
             baselines::single_score(trace, limit, baselines::Score::Aoa, copy),
@@ -356,10 +356,16 @@ fn describe(p: &PlanJson, trace: &OpTrace) -> String {
         p.planner,
         p.evaluations,
         p.plan_ms,
-        p.weights.map_or(String::new(), |w| format!(
-            ", weights AOA {:.3} DOA {:.3} WDOA {:.3} SWDOA {:.3}",
-            w[0], w[1], w[2], w[3]
-        ))
+        match p.weights {
+            Some(w) => format!(
+                ", weights AOA {:.3} DOA {:.3} WDOA {:.3} SWDOA {:.3}",
+                w[0], w[1], w[2], w[3]
+            ),
+            None if p.planner == "bo" && !p.swaps.is_empty() => {
+                ", no weights kept the limit: every gap swapped, stalls relaxed".into()
+            }
+            None => String::new(),
+        }
     );
     let _ = writeln!(
         out,

@@ -1171,3 +1171,114 @@ pub(super) fn ideal_absence(p: &Profile, c: &Candidate, copy: CopyModel) -> (f64
     };
     (left, next - c.in_ns(copy))
 }
+
+/// The most op steps the relaxation of [`every_gap_plan`] simulates (simulations × ops):
+/// about a second on the generated ResNet-50.
+const RELAX_SIMULATED_OPS: usize = 2_000_000;
+
+/// The plan of last resort, for a limit where AutoSwap's selection cannot keep the limit: every
+/// candidate gap swapped, out right after its last access and back when the op that needs it is
+/// launched, so that the compute stream waits for each swap-in (on the simulator, and on a GPU).
+/// Only what an op uses (and what has no gap spanning an op over the limit) is on the device
+/// while it runs, so this keeps every limit at which the op's own tensors fit. None when even it
+/// cannot.
+///
+/// With `relax`, its stalls are then cut, one swap at a time, while the limit is kept: each
+/// swap-in, in the order of need, is issued earlier (to start two, one or half a copy time
+/// ahead of its need on the stall-free timeline) where that lowers the simulated overhead,
+/// and each swap is left out where that does not raise it, within [`RELAX_SIMULATED_OPS`].
+/// Unrelaxed, every tensor is away whenever it is not used: the plan whose pool, with
+/// swapped ranges lent ([`super::combined::combined_pool`]), fragments least.
+pub fn every_gap_plan(
+    trace: &OpTrace,
+    limit: u64,
+    copy: CopyModel,
+    opts: &AutoSwapOptions,
+    relax: bool,
+) -> Option<(SwapPlan, SimResult)> {
+    let p = Profile::new(trace);
+    let opts = AutoSwapOptions {
+        early_out: false,
+        ..*opts
+    };
+    let cands = candidates_profile(&p, limit, copy, &opts);
+    let mut swaps = Vec::new();
+    for c in &cands {
+        let issue = if c.returns { c.in_before } else { c.out_after };
+        swaps.extend(c.members.iter().map(|m| Swap {
+            tensor: m.tensor,
+            out_after: m.out_after,
+            out_at: c.out_after,
+            in_before: c.returns.then_some(m.in_before),
+            in_issue: issue,
+            in_delay_ns: 0.0,
+        }));
+    }
+    let plan = SwapPlan {
+        swaps,
+        claims_zero_overhead: false,
+    };
+    let (plan, result) = priced(&p, plan, limit, copy);
+    if result.over_limit {
+        return None;
+    }
+    Some(if relax {
+        relaxed(&p, plan, result, limit, copy)
+    } else {
+        (plan, result)
+    })
+}
+
+/// [`every_gap_plan`]'s relaxation of `plan` (simulated as `result`).
+fn relaxed(
+    p: &Profile,
+    mut plan: SwapPlan,
+    mut result: SimResult,
+    limit: u64,
+    copy: CopyModel,
+) -> (SwapPlan, SimResult) {
+    let mut budget = RELAX_SIMULATED_OPS / (p.n + plan.swaps.len()).max(1);
+    let mut try_plan = |tried: SwapPlan, result: &SimResult, keep_equal: bool| {
+        if budget == 0 {
+            return None;
+        }
+        budget -= 1;
+        let t = priced(p, tried, limit, copy);
+        let better =
+            t.1.overhead < result.overhead || keep_equal && t.1.overhead == result.overhead;
+        (!t.1.over_limit && better).then_some(t)
+    };
+    let mut order: Vec<usize> = (0..plan.swaps.len())
+        .filter(|&s| plan.swaps[s].in_before.is_some())
+        .collect();
+    order.sort_by_key(|&s| (plan.swaps[s].in_before, plan.swaps[s].tensor));
+    for s in order {
+        let swap = &plan.swaps[s];
+        let Some(need) = swap.in_before else {
+            continue;
+        };
+        let bytes = p.bytes.get(swap.tensor as usize).copied().unwrap_or(0);
+        let earliest = if swap.wraps() { 0 } else { swap.out_after + 1 };
+        for lead in [2.0, 1.0, 0.5] {
+            let start = p.start[need] - lead * copy.in_ns(bytes);
+            let (issue, delay) = issue_at(p, start, earliest, need);
+            let mut tried = plan.clone();
+            tried.swaps[s].in_issue = issue;
+            tried.swaps[s].in_delay_ns = delay;
+            if let Some(t) = try_plan(tried, &result, false) {
+                (plan, result) = t;
+                break;
+            }
+        }
+    }
+    let mut s = 0;
+    while s < plan.swaps.len() {
+        let mut tried = plan.clone();
+        tried.swaps.remove(s);
+        match try_plan(tried, &result, true) {
+            Some(t) => (plan, result) = t,
+            None => s += 1,
+        }
+    }
+    (plan, result)
+}
