@@ -589,6 +589,9 @@ fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<Shared> {
     shared
 }
 
+/// Budgets [`ExecutorInputs::smallest_fitting_budget`] plans at before it gives up.
+const FIT_CHECKS: usize = 3;
+
 /// Attempts at lowering the swap limit until the pool fits the budget.
 const FIT_ATTEMPTS: usize = 8;
 
@@ -782,6 +785,27 @@ impl ExecutorInputs {
     /// The pool's budget under a device limit of `limit` bytes.
     pub fn budget_for(&self, limit: u64) -> u64 {
         limit.saturating_sub(self.outside_pool_bytes)
+    }
+
+    /// Where `unfit`, this plan of `trace`, does not fit the budget: the smallest budget
+    /// from its pool's footprint up at which [`ExecutorInputs::plan`] makes a plan that fits,
+    /// planned again to be sure (a plan made for another budget lends differently, and its
+    /// pool may need a little more: then again at that, [`FIT_CHECKS`] times at most); None if
+    /// none of those fit.
+    pub fn smallest_fitting_budget(&self, trace: &OpTrace, unfit: &Executable) -> Option<u64> {
+        let mut budget = unfit.pool.footprint;
+        for _ in 0..FIT_CHECKS {
+            let inputs = ExecutorInputs {
+                budget_bytes: budget,
+                ..self.clone()
+            };
+            let (_, _, planned) = inputs.plan(trace).ok()?;
+            if planned.fits {
+                return Some(budget);
+            }
+            budget = budget.max(planned.pool.footprint);
+        }
+        None
     }
 
     /// [`plan_within`] on [`poolable`]'s part of the iteration `trace` (read with the
