@@ -10,7 +10,8 @@
 use super::cnmem::CnmemState;
 use super::driver as cuda;
 use super::pool::PoolState;
-use super::swap::{Capture, SwapConfig};
+use super::swap::SwapConfig;
+use super::swap::planning::Capture;
 use crate::analysis::{EventCounts, HostCounts};
 use crate::config::{Config, Mode};
 use crate::detect::{Detector, DetectorConfig, Period};

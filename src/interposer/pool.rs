@@ -29,7 +29,9 @@
 
 use super::driver as cuda;
 use super::real::allocation_gone;
-use super::swap::{Executor, Schedule, SwapConfig};
+use super::swap::SwapConfig;
+use super::swap::executor::Executor;
+use super::swap::planning::Schedule;
 use crate::event::AllocId;
 use crate::plan::{Absence, Buffer, Instance};
 use rustc_hash::FxHashMap;

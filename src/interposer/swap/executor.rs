@@ -1,177 +1,34 @@
-//! Swap mode (AutoSwap executed): the pool of pool mode, planned with swaps so the iteration
-//! fits a device memory limit, and the executor that carries the swaps out on two side streams.
-//!
-//! Life cycle (see `docs/ARCHITECTURE.md`): while recording, a device malloc that would take the
-//! device over the limit is served from mapped page-locked host memory (zero-copy, the same
-//! pointer for its whole life), so even the warm-up fits. When the detector finds the
-//! iteration, the next iteration is the **timing iteration**: every launch, copy and memset is
-//! bracketed with timing events on its own stream, and the sequencer captures its events. A
-//! planning thread turns them into the op trace `itermem plan` reads from a trace file
-//! ([`crate::ops::from_events_with_births`], the window given), sets the measured op times and
-//! plans with [`crate::swap::combined::ExecutorInputs::plan`]: the very code path of
-//! `itermem plan --timings`. The plan is installed at the next iteration boundary.
-//!
-//! The timing iteration's op times are not those the plan runs with: what did not fit the
-//! device was in mapped host memory then, and every kernel touching it paid the host link. So
-//! the first plan's iterations from its second on are timed op by op too, and a **second
-//! plan** is made from them on a thread of its own, with `itermem plan`'s full search
-//! ([`second_plan`]); if it is faster than the first with the same op times, it replaces the
-//! first at an iteration boundary where the first's swaps are settled
-//! ([`PoolState::switch_plan`]: the device never holds both pools).
-//!
-//! Execution (each ordering is an event, never a host wait):
-//! - swap-out after op `out_at`: the device-to-host stream waits for every stream that used the
-//!   tensor, copies it to its slot of the pinned host pool, (with `ITERMEM_SWAP_VERIFY`) fills
-//!   the range with `0xFF`, and records a fence on the range: the next tenant of the range (a
-//!   borrower placed there by the plan) waits for it before its first use;
-//! - swap-in before op `in_issue`: only once no live block overlaps the range (the borrowers
-//!   were freed; otherwise it is retried at every later call); the host-to-device stream waits
-//!   for the fences on the range (the borrowers' last uses, the swap-out), copies the tensor
-//!   back to the **same address**, and every stream that uses the tensor next waits for it;
-//! - an access to a tensor that is away (a deviation from the plan) swaps it in first
-//!   (`on_demand_swap_ins`); if a borrower holds its range, the borrowers are moved aside to
-//!   host memory for that one call and the tensor back out after it (an exchange: the host
-//!   waits, results stay exact);
-//! - when the detector loses the period, planned swaps stop (`plans_abandoned`), tensors away
-//!   come back as their ranges free, and the next period is timed and planned again.
+//! The executor: what swap mode adds to the pool, and the per-call path that carries out a
+//! plan's swaps (the life cycle: `mod.rs`).
 
-use super::backing::{Backing, Block, ChunkedPool};
-use super::driver as cuda;
-use super::pool::{Pool, PoolPlan, PoolState, SwapReady, Waits};
-use super::real::allocation_gone;
-use crate::event::{AllocId, Event, EventKind, StreamHandle};
-use crate::ops::{self, Birth, LoadOptions, TensorId};
+use super::super::backing::{Backing, Block, ChunkedPool};
+use super::super::driver as cuda;
+use super::super::pool::{Pool, PoolPlan, PoolState, Waits};
+use super::super::real::allocation_gone;
+use super::planning::{
+    Blocks, Capture, GRANULE, NOT_AN_OP, OwnBlock, Planned, Resident, Schedule, granules,
+    make_schedule,
+};
+use super::second_plan::{SecondReport, second_plan};
+use super::{IterationStats, PlanStats, SwapConfig, SwapStats};
+use crate::event::{AllocId, StreamHandle};
 use crate::swap::CopyModel;
-use crate::swap::combined::{Executable, ExecutorInputs, PlanJson};
 use rustc_hash::FxHashMap;
-use serde::Serialize;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-/// What swap mode was configured with.
-#[derive(Clone, Debug)]
-pub struct SwapConfig {
-    /// Device bytes the process may hold (None: no limit, nothing is swapped).
-    pub limit: Option<crate::config::Limit>,
-    /// `ITERMEM_BANDWIDTH`; None: measured before the first plan ([`super::bandwidth`]).
-    pub copy: Option<CopyModel>,
-    /// `ITERMEM_SWAP_MIN_BYTES`: the smallest tensor swapped on its own (smaller ones move in
-    /// swap units of at least that many bytes).
-    pub min_bytes: u64,
-    /// `ITERMEM_SWAP_VERIFY`: poison a range once its bytes are on the host.
-    pub verify: bool,
-    /// `ITERMEM_PLAN_OUT`: where the plan in use is written.
-    pub plan_out: Option<PathBuf>,
-    /// The trace being written (named in the plan file).
-    pub trace: Option<PathBuf>,
-    /// `ITERMEM_SWAP_SECOND_PLAN`: make a second plan from op times measured under the first.
-    pub second_plan: crate::config::SecondPlan,
-}
-
-/// Objective evaluations of Bayesian optimisation (as `itermem plan`'s default).
-const EVALUATIONS: usize = 36;
-/// Host slots are aligned like device allocations.
-const HOST_ALIGN: u64 = 512;
-/// The shim and real drivers count device memory in 256-byte granules (at least).
-const GRANULE: u64 = 256;
 /// Per-iteration statistics kept at most.
 const ITERATIONS_KEPT: usize = 1000;
-/// Marks a position of the iteration that is not an op.
-const NOT_AN_OP: u32 = u32::MAX;
-/// The slot position of a resident tensor's swap (it has no malloc in the iteration).
-const NOT_A_SLOT: u64 = u64::MAX;
+
 /// Where the op times of a first and of a second plan come from (`PlanStats::op_times`).
 const FIRST: &str = "timing iteration";
 const SECOND: &str = "measured under the first plan";
-/// How much faster than the first plan (with the op times measured under it), as a share of
-/// its iteration, a second plan must be to replace it: switching costs a wait for the device
-/// and a round trip of the blocks the pools take through host memory, once.
-const SECOND_PLAN_GAIN: f64 = 0.02;
+
 /// Iterations under a first plan timed op by op for the second plan (each op's median counts:
 /// one iteration's times vary with what else runs on the machine).
 const SECOND_TIMED_ITERATIONS: u64 = 3;
-
-/// The blocks at addresses of their own, with their own memory, when a plan is made, by
-/// allocation; and the granularity they are rounded to.
-#[derive(Default)]
-struct Blocks {
-    by_id: FxHashMap<AllocId, OwnBlock>,
-    granularity: u64,
-}
-
-/// A block at an address of its own, as the planner sees it.
-#[derive(Clone, Copy, Debug)]
-struct OwnBlock {
-    va: u64,
-    rounded: u64,
-    /// Its own memory is page-locked host memory (it came when the device was full).
-    on_host: bool,
-}
-
-fn granules(bytes: u64) -> u64 {
-    bytes.div_ceil(GRANULE) * GRANULE
-}
-
-/// One planned swap, in the terms of the running program.
-#[derive(Clone, Debug)]
-struct Planned {
-    /// Position in the iteration of the malloc of the tensor (its pool slot).
-    position: u64,
-    /// The block and its address, for a resident tensor (it has no malloc in the iteration).
-    resident: Option<(AllocId, u64)>,
-    host_offset: u64,
-}
-
-/// A block of the program's the pool takes at activation (its memory becomes the pool's
-/// granules at `offset`, mapped at the block's own addresses).
-#[derive(Clone, Copy, Debug)]
-struct Resident {
-    id: AllocId,
-    va: u64,
-    /// Its own memory is page-locked host memory (it came when the device was full).
-    on_host: bool,
-    offset: u64,
-    rounded: u64,
-    /// Host offset of its slot when the plan has it away at the iteration's start (a swap that
-    /// wraps the boundary): it then starts on the host.
-    away_at_start: Option<u64>,
-}
-
-/// The swaps of a plan, indexed by the ops at which they are issued.
-#[derive(Debug, Default)]
-pub struct Schedule {
-    /// Op index at each event position of the iteration (`NOT_AN_OP` elsewhere).
-    op_at: Vec<u32>,
-    /// Per op: swaps queued when it ends.
-    outs_after: Vec<Vec<u32>>,
-    /// Per op: swaps queued before it is launched.
-    ins_before: Vec<Vec<u32>>,
-    swaps: Vec<Planned>,
-    residents: Vec<Resident>,
-    host_bytes: u64,
-    predicted_ns: f64,
-    predicted_base_ns: f64,
-    /// Why no plan keeps the limit, said if this one does not fit it when it would start.
-    pub unfit: String,
-    /// The plan and what it was made from (for the second plan).
-    made: Option<Arc<Made>>,
-}
-
-impl Schedule {
-    /// Whether the pool takes no block of the program's (it is then one allocation).
-    pub fn takes_no_blocks(&self) -> bool {
-        self.residents.is_empty()
-    }
-
-    /// Whether this is a second plan, made while a first served: it replaces that one
-    /// ([`PoolState::switch_plan`]).
-    pub fn is_second(&self) -> bool {
-        self.made.as_ref().is_some_and(|made| made.inputs.patient)
-    }
-}
 
 /// A tensor whose bytes are on the host.
 #[derive(Clone, Copy, Debug)]
@@ -195,7 +52,7 @@ pub struct Staged {
 /// A block whose memory was released and could not be given again: its content cannot be kept
 /// exact, so the program stops, saying so (never computes on with wrong values).
 fn lost_block(va: u64, bytes: u64) -> ! {
-    super::report(format_args!(
+    super::super::report(format_args!(
         "fatal: the device refused {bytes} bytes for the block at {va:#x} just after releasing \
          them; its content cannot be restored, and the program stops here"
     ));
@@ -227,103 +84,6 @@ impl Prepared {
     }
 }
 
-/// Counters of one iteration under a plan.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct IterationStats {
-    /// First event of the iteration.
-    pub start_event: u64,
-    pub swapped_out: u64,
-    pub swapped_out_bytes: u64,
-    pub swapped_in: u64,
-    pub swapped_in_bytes: u64,
-    pub on_demand_swap_ins: u64,
-    pub stall_ns: f64,
-    /// Host time from this iteration's first event to the next's.
-    pub time_ns: f64,
-    /// The plan it ran under: its index in `plans_made`.
-    pub plan: usize,
-}
-
-/// One plan swap mode served, in the order they began.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct PlanStats {
-    /// Where its op times came from: `timing iteration` (a first plan), or `measured under
-    /// the first plan` (a second plan, made with the full search).
-    pub op_times: &'static str,
-    pub swaps: u64,
-    pub pool_bytes: u64,
-    /// The host link it was planned with, GB/s each way: a second plan's is the one its
-    /// first plan's copies were timed at.
-    pub copy_out_gb_s: f64,
-    pub copy_in_gb_s: f64,
-    /// The simulator's iteration time for the plan, and without swapping, from its op times.
-    pub predicted_iteration_ns: f64,
-    pub predicted_base_iteration_ns: f64,
-    /// A first plan: the same from the op times measured under it (0 where not measured).
-    pub remeasured_iteration_ns: f64,
-    pub remeasured_base_iteration_ns: f64,
-    /// Median host time of the iterations run under it.
-    pub measured_iteration_ns: f64,
-    pub iterations: u64,
-    pub plan_ms: f64,
-    /// Whether it is the last plan to serve (it serves at the end unless the program left its
-    /// period: `plans_abandoned`).
-    pub serves: bool,
-}
-
-/// Swap mode's statistics (`swap` in `ITERMEM_STATS`).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct SwapStats {
-    pub limit_bytes: Option<u64>,
-    /// Device bytes the pool of the last plan could take.
-    pub budget_bytes: u64,
-    /// Periods planned (a second plan replaces its period's first and is not counted again:
-    /// `plans_made` lists both).
-    pub plans: u64,
-    /// Plans given up because the program left its period (an iteration of another shape, an
-    /// unplanned call, the end of training), and the events at which that happened.
-    pub plans_abandoned: u64,
-    pub abandoned_at_events: Vec<u64>,
-    pub swaps_planned: u64,
-    pub swapped_out: u64,
-    pub swapped_out_bytes: u64,
-    pub swapped_in: u64,
-    pub swapped_in_bytes: u64,
-    pub on_demand_swap_ins: u64,
-    /// On-demand swap-ins whose range was held by borrowers (moved aside for that call).
-    pub exchanges: u64,
-    /// Time the program's streams waited for swap-ins (GPU time, from events).
-    pub stall_ns: f64,
-    /// The simulator's iteration time for the plan in use, and without swapping, from the
-    /// latest op times: those measured under the first plan once they are.
-    pub predicted_iteration_ns: f64,
-    pub predicted_base_iteration_ns: f64,
-    /// Median host time of the iterations run under the plan in use.
-    pub measured_iteration_ns: f64,
-    /// Host time of the timing iteration (no swaps).
-    pub timing_iteration_ns: f64,
-    /// The copy model the planner uses: `measured` (timed copies before planning),
-    /// `ITERMEM_BANDWIDTH`, or `pcie3 (not measured)` where the measurement failed; and its
-    /// bandwidth each way, GB/s.
-    pub copy_model: &'static str,
-    pub copy_out_gb_s: f64,
-    pub copy_in_gb_s: f64,
-    /// Page-locked host memory of the swap slots.
-    pub pinned_host_bytes: u64,
-    /// Device mallocs served from host memory (mapped, or at an address of their own) because
-    /// the device was at the limit, and the most such bytes live at once.
-    pub warmup_host_allocations: u64,
-    pub warmup_host_bytes: u64,
-    /// The most mapped host memory of the program's live at once after the first plan
-    /// serves (blocks left there from the warm-up, and mallocs past the limit since).
-    pub mapped_host_bytes_after_plan: u64,
-    /// Every plan that served, in order.
-    pub plans_made: Vec<PlanStats>,
-    /// Whether a second plan was made and installed, and why (or why not).
-    pub second_plan: String,
-    pub iterations: Vec<IterationStats>,
-}
-
 /// A timing iteration in progress: events `[start, end)`, and the (start, end) timing events
 /// of each op, by event index.
 struct Timing {
@@ -336,90 +96,6 @@ struct Timing {
     resident_bytes: u64,
     /// Under a first plan, its copies: (to the host, bytes, start and end timing events).
     copies: Vec<(bool, u64, usize, usize)>,
-}
-
-/// What the second planning thread found, for the statistics (read at the next iteration).
-struct SecondReport {
-    /// The first plan's simulated time and base from the op times measured under it.
-    remeasured: Option<(f64, f64)>,
-    /// Whether a second plan was made and chosen, and why (or why not).
-    reason: String,
-}
-
-/// What the sequencer captured of the timing iteration (see `Recorder::emit`).
-pub struct Capture {
-    /// Absolute index of the window's first event.
-    pub start: u64,
-    pub length: u64,
-    /// Synthetic mallocs of the allocations live at the window's start, then its events.
-    pub events: Vec<Event>,
-    pub synthetic: u64,
-    /// The graph launches that began while the window was being captured: (absolute index
-    /// of the first event, events), for [`Capture::with_graph_launches`].
-    pub graphs: Vec<(u64, u64)>,
-}
-
-impl Capture {
-    /// For a window that allocates and frees nothing: the bytes its calls use and the bytes
-    /// live across it. An iteration under a caching allocator uses nearly all it holds; a loop
-    /// of launches within an iteration (a layer's kernels, repeated) leaves most of it alone.
-    fn use_of_live(&self) -> Option<(u64, u64)> {
-        let (live, window) = self.events.split_at(self.synthetic as usize);
-        let mut used = rustc_hash::FxHashSet::default();
-        for event in window {
-            match &event.kind {
-                EventKind::Malloc { .. } | EventKind::Free { .. } => return None,
-                EventKind::Launch { touched, .. } => used.extend(touched.iter().copied()),
-                EventKind::Memcpy { dst, src, .. } => used.extend(dst.iter().chain(src)),
-                EventKind::Memset { dst, .. } => used.extend(dst.iter()),
-                _ => {}
-            }
-        }
-        let (mut used_bytes, mut live_bytes) = (0, 0);
-        for event in live {
-            if let EventKind::Malloc { id, size, .. } = event.kind {
-                live_bytes += size;
-                if used.contains(&id) {
-                    used_bytes += size;
-                }
-            }
-        }
-        Some((used_bytes, live_bytes))
-    }
-
-    /// The captured events with a `GraphLaunch` marker before the window's part of each graph
-    /// launch, so that the planner keeps everything a launch uses resident for all of it
-    /// (`ops::from_trace`). The markers are not in `events`: a launch may begin before the
-    /// window does, and the events of the window are counted by index.
-    fn with_graph_launches(&self) -> Vec<Event> {
-        let (start, end) = (self.start, self.start + self.length);
-        let mut graphs: Vec<(u64, u64)> = (self.graphs.iter())
-            .filter(|&&(first, nodes)| first < end && first + nodes > start)
-            .map(|&(first, nodes)| {
-                let from = first.max(start);
-                (from, (first + nodes).min(end) - from)
-            })
-            .collect();
-        graphs.sort_unstable();
-        let mut events = Vec::with_capacity(self.events.len() + graphs.len());
-        let mut graphs = graphs.into_iter().peekable();
-        for (at, event) in self.events.iter().enumerate() {
-            let index = (at as u64).checked_sub(self.synthetic).map(|i| start + i);
-            while let Some(&(first, nodes)) = graphs.peek()
-                && Some(first) == index
-            {
-                let marker = EventKind::GraphLaunch {
-                    exec: 0,
-                    stream: 0,
-                    nodes,
-                };
-                events.push(Event::new(0, marker));
-                graphs.next();
-            }
-            events.push(event.clone());
-        }
-        events
-    }
 }
 
 /// Everything swap mode adds to the pool.
@@ -533,9 +209,9 @@ impl Executor {
             Some(Limit::Bytes(bytes)) => Some(bytes),
             Some(Limit::Fraction(f)) => {
                 cuda::ensure_context();
-                let (_, total) = super::real::device_identity();
+                let (_, total) = super::super::real::device_identity();
                 if total == 0 {
-                    super::report(format_args!(
+                    super::super::report(format_args!(
                         "the driver does not tell the device's memory: ITERMEM_LIMIT as a \
                          percentage is ignored"
                     ));
@@ -557,7 +233,7 @@ impl Executor {
         }
         let (copy, source) = match self.config.copy {
             Some(copy) => (copy, "ITERMEM_BANDWIDTH"),
-            None => match super::bandwidth::measure(room) {
+            None => match super::super::bandwidth::measure(room) {
                 Some(measured) => (measured, "measured"),
                 None => (CopyModel::default(), "pcie3 (not measured)"),
             },
@@ -686,7 +362,11 @@ impl PoolState {
 
     /// Whether a new pool of `footprint` bytes keeps the device under the limit (always
     /// outside swap mode), once the blocks it takes have given their own memory back.
-    pub(super) fn fits_limit(&mut self, footprint: u64, taken: Option<&Schedule>) -> bool {
+    pub(in crate::interposer) fn fits_limit(
+        &mut self,
+        footprint: u64,
+        taken: Option<&Schedule>,
+    ) -> bool {
         let releasing: u64 = taken.map_or(0, |s| {
             (s.residents.iter())
                 .filter(|r| !r.on_host)
@@ -708,7 +388,7 @@ impl PoolState {
     /// Swap mode, a malloc no pool serves: a block at an address of its own where it is large
     /// enough (on the device, or on the host past the limit), else mapped host memory past the
     /// limit, else None (the real allocator serves it).
-    pub(super) fn overflow(&mut self, size: u64, id: AllocId) -> Option<u64> {
+    pub(in crate::interposer) fn overflow(&mut self, size: u64, id: AllocId) -> Option<u64> {
         let in_use = self.device_bytes();
         let exec = self.executor.as_mut()?;
         let limit = exec.limit()?;
@@ -720,7 +400,7 @@ impl PoolState {
             // interposer sees the copies that must infer their direction (as for mapped host
             // memory, `host_backed_malloc`).
             let on_host = in_use + backing.rounded(size) > limit;
-            if (!on_host || super::resolve::is_interposer())
+            if (!on_host || super::super::resolve::is_interposer())
                 && let Some(block) = backing.allocate(size, on_host)
             {
                 let va = block.va;
@@ -747,7 +427,7 @@ impl PoolState {
     }
 
     /// Whether `addr` lies in a block of the program's at an address of its own.
-    pub(super) fn in_block(&self, addr: u64) -> bool {
+    pub(in crate::interposer) fn in_block(&self, addr: u64) -> bool {
         self.executor
             .as_ref()
             .is_some_and(|exec| exec.block_at(addr).is_some())
@@ -762,10 +442,10 @@ impl PoolState {
     /// `LD_PRELOAD` they do not: the device serves the malloc, and the limit is not kept.
     pub fn host_backed_malloc(&mut self, size: u64) -> Option<u64> {
         let exec = self.executor.as_mut()?;
-        if !super::resolve::is_interposer() {
+        if !super::super::resolve::is_interposer() {
             static REPORTED: AtomicBool = AtomicBool::new(false);
             if !REPORTED.swap(true, Relaxed) {
-                super::report(format_args!(
+                super::super::report(format_args!(
                     "swap mode keeps ITERMEM_LIMIT only under LD_PRELOAD: through the pluggable \
                      allocator alone itermem sees no copy, so memory past the limit comes from \
                      the device"
@@ -799,7 +479,7 @@ impl PoolState {
 
     /// Frees a block served from mapped host memory or one whose bytes are away; None if
     /// `addr` is neither (the pool's own free applies).
-    pub(super) fn free_swapped(&mut self, addr: u64, id: AllocId) -> Option<bool> {
+    pub(in crate::interposer) fn free_swapped(&mut self, addr: u64, id: AllocId) -> Option<bool> {
         let exec = self.executor.as_mut()?;
         if let Some((host, size)) = exec.host_backed.remove(&addr) {
             exec.host_backed_bytes -= size;
@@ -883,7 +563,7 @@ impl PoolState {
     }
 
     /// Releases the freed blocks of mapped host memory whose users have finished.
-    pub(super) fn release_finished_host_frees(&mut self) {
+    pub(in crate::interposer) fn release_finished_host_frees(&mut self) {
         let Some(exec) = self.executor.as_mut() else {
             return;
         };
@@ -920,7 +600,7 @@ impl PoolState {
     }
 
     /// Stops serving and following the plan (the program left its period at event `index`).
-    pub(super) fn abandon(&mut self, index: u64) {
+    pub(in crate::interposer) fn abandon(&mut self, index: u64) {
         let Some(exec) = self.exec() else { return };
         if exec.following {
             exec.stats.plans_abandoned += 1;
@@ -998,16 +678,16 @@ impl PoolState {
                 });
                 match planned {
                     Ok(Ok(made)) => *ready.lock() = Some(made),
-                    Ok(Err(err)) => super::report(format_args!(
+                    Ok(Err(err)) => super::super::report(format_args!(
                         "cannot plan swaps ({err:#}); swap mode records only"
                     )),
-                    Err(_) => super::report(format_args!(
+                    Err(_) => super::super::report(format_args!(
                         "internal error while planning swaps; swap mode records only"
                     )),
                 }
             });
         if spawned.is_err() {
-            super::report(format_args!(
+            super::super::report(format_args!(
                 "cannot start the planning thread; swap mode records only"
             ));
         }
@@ -1015,7 +695,7 @@ impl PoolState {
 
     /// Swap mode: a plan was installed with its pool (`Pool` just pushed); sets up streams and
     /// the host slots.
-    pub(super) fn start_schedule(&mut self, schedule: Arc<Schedule>, index: u64) {
+    pub(in crate::interposer) fn start_schedule(&mut self, schedule: Arc<Schedule>, index: u64) {
         let pool_bytes = self.pools.last().map_or(0, |p| p.plan.footprint);
         let plan_ms = self.stats.plan_ms;
         let Some(exec) = self.exec() else { return };
@@ -1024,7 +704,7 @@ impl PoolState {
                 match (cuda::stream(), cuda::stream()) {
                     (Some(out), Some(into)) => (exec.out_stream, exec.in_stream) = (out, into),
                     _ => {
-                        super::report(format_args!(
+                        super::super::report(format_args!(
                             "cannot create the swap streams; the pool serves without swaps"
                         ));
                         return;
@@ -1035,7 +715,7 @@ impl PoolState {
             match cuda::pinned_host(schedule.host_bytes) {
                 Some(base) => exec.host_base = base,
                 None => {
-                    super::report(format_args!(
+                    super::super::report(format_args!(
                         "cannot allocate {} bytes of page-locked host memory; the pool serves \
                          without swaps",
                         schedule.host_bytes
@@ -1103,7 +783,7 @@ impl PoolState {
     /// addresses. Returns the pool's base and the staging, which [`PoolState::place_residents`]
     /// empties once the pool is installed; None (with everything as before) if it cannot be.
     /// The host waits for the device here, once per plan.
-    pub(super) fn take_residents(
+    pub(in crate::interposer) fn take_residents(
         &mut self,
         footprint: u64,
         schedule: &Schedule,
@@ -1116,7 +796,7 @@ impl PoolState {
                 .is_some_and(|(block, id)| *id == r.id && block.has_own_memory())
         });
         if !still_there {
-            super::report(format_args!(
+            super::super::report(format_args!(
                 "a block the plan takes into its pool was freed before the plan began; the plan \
                  is not used"
             ));
@@ -1164,7 +844,7 @@ impl PoolState {
         }
         cuda::synchronize();
         cuda::free_host(staging);
-        super::report(format_args!(
+        super::super::report(format_args!(
             "cannot allocate a pool of {footprint} bytes in granules for the blocks it takes; \
              the plan is not used"
         ));
@@ -1216,7 +896,12 @@ impl PoolState {
     /// blocks mapped there, as at an activation: the device never holds both pools. If the
     /// second pool cannot be had, the first is made again; if neither can, the blocks get
     /// host memory of their own, with their content, and no plan serves.
-    pub(super) fn switch_plan(&mut self, mut plan: PoolPlan, schedule: Arc<Schedule>, index: u64) {
+    pub(in crate::interposer) fn switch_plan(
+        &mut self,
+        mut plan: PoolPlan,
+        schedule: Arc<Schedule>,
+        index: u64,
+    ) {
         // The first plan's last iteration ends here, in its statistics.
         self.roll(index);
         self.read_second_report();
@@ -1377,7 +1062,7 @@ impl PoolState {
             if staging != 0 {
                 cuda::free_host(staging);
             }
-            super::report(format_args!(
+            super::super::report(format_args!(
                 "the device refused the pool of the second plan and of the first again; the \
                  blocks they took live in host memory, and no plan serves"
             ));
@@ -1398,7 +1083,7 @@ impl PoolState {
     /// After [`PoolState::take_residents`] and the plan's installation: each block's content
     /// goes to its range of the pool, or to its host slot where the plan has it away at the
     /// iteration's start (a swap that wraps the boundary).
-    pub(super) fn place_residents(&mut self, staged: Staged) {
+    pub(in crate::interposer) fn place_residents(&mut self, staged: Staged) {
         let Staged { staging, places } = staged;
         let Some(pool_index) = self.pools.len().checked_sub(1) else {
             return;
@@ -1447,7 +1132,7 @@ impl PoolState {
 
     /// Gives back the memory of a pool of itermem's: in granules (it took blocks), or one
     /// allocation.
-    pub(super) fn free_pool_memory(&mut self, base: u64) {
+    pub(in crate::interposer) fn free_pool_memory(&mut self, base: u64) {
         match self.exec().and_then(|e| e.chunked_pools.remove(&base)) {
             Some(pool) => pool.release(),
             None => cuda::free(base),
@@ -1477,7 +1162,7 @@ impl PoolState {
     }
 
     /// Notes the allocation a swapped slot got this iteration.
-    pub(super) fn served_slot(&mut self, position: u64, id: AllocId) {
+    pub(in crate::interposer) fn served_slot(&mut self, position: u64, id: AllocId) {
         if let Some(exec) = self.exec()
             && exec.following
         {
@@ -1487,7 +1172,7 @@ impl PoolState {
 
     /// Iteration bookkeeping at event `index`: closes finished iterations and reads the stall
     /// measurements that completed.
-    pub(super) fn roll(&mut self, index: u64) {
+    pub(in crate::interposer) fn roll(&mut self, index: u64) {
         let Some(exec) = self.executor.as_mut() else {
             return;
         };
@@ -1881,7 +1566,7 @@ impl PoolState {
         let pool = self.pools.iter_mut().find(|p| p.base == away.pool)?;
         let holders = pool.overlapping(away.offset, away.end);
         if holders.iter().any(|(_, _, holder)| uses.contains(holder)) {
-            super::report(format_args!(
+            super::super::report(format_args!(
                 "a call uses a swapped tensor and the tensor that holds its range at once; \
                  it runs with the tensor away"
             ));
@@ -1966,13 +1651,13 @@ impl PoolState {
 
     /// Before `stream` waits for a swap-in: a timing event pair around the wait measures the
     /// stall. Returns the event to record after the wait.
-    pub(super) fn stall_start(&mut self, stream: StreamHandle) -> Option<usize> {
+    pub(in crate::interposer) fn stall_start(&mut self, stream: StreamHandle) -> Option<usize> {
         let exec = self.exec()?;
         let start = exec.timing_event()?;
         cuda::record(start, stream).then_some(start)
     }
 
-    pub(super) fn stall_end(&mut self, start: usize, stream: StreamHandle) {
+    pub(in crate::interposer) fn stall_end(&mut self, start: usize, stream: StreamHandle) {
         let Some(exec) = self.exec() else { return };
         match exec.timing_event() {
             Some(end) if cuda::record(end, stream) => exec.stalls.push((start, end)),
@@ -2211,21 +1896,21 @@ impl PoolState {
     }
 
     /// Whether a tensor that is away starts at `addr`.
-    pub(super) fn is_away_start(&self, addr: u64) -> bool {
+    pub(in crate::interposer) fn is_away_start(&self, addr: u64) -> bool {
         self.executor.as_ref().is_some_and(|e| {
             (e.away.values()).any(|a| a.alias.is_none() && a.pool + a.offset == addr)
         })
     }
 
     /// Whether a tensor of the pool at `base` is away (its range must stay for its return).
-    pub(super) fn has_away_in(&self, base: u64) -> bool {
+    pub(in crate::interposer) fn has_away_in(&self, base: u64) -> bool {
         self.executor
             .as_ref()
             .is_some_and(|e| e.away.values().any(|a| a.pool == base))
     }
 
     /// Takes back the block just served at `addr`; true.
-    pub(super) fn undo_serve(&mut self, addr: u64) -> bool {
+    pub(in crate::interposer) fn undo_serve(&mut self, addr: u64) -> bool {
         if let Some(pool) = self.pools.iter_mut().find(|p| p.contains(addr)) {
             pool.release(addr);
         }
@@ -2234,7 +1919,7 @@ impl PoolState {
 
     /// The start of the away block containing `addr` (an interior pointer into a tensor whose
     /// bytes are on the host).
-    pub(super) fn away_start(&self, addr: u64) -> Option<u64> {
+    pub(in crate::interposer) fn away_start(&self, addr: u64) -> Option<u64> {
         let exec = self.executor.as_ref()?;
         exec.away
             .values()
@@ -2247,554 +1932,5 @@ impl Pool {
     /// The planned slot position of a malloc at event `index`.
     pub fn position(&self, index: u64) -> Option<u64> {
         Some(index.checked_sub(self.plan.start)? % self.plan.length)
-    }
-}
-
-/// The op times of `timed` ops, ns, from their (start, end) timing events, which are destroyed.
-fn read_op_times(timed: &[(u64, usize, usize)]) -> Vec<f64> {
-    let mut op_time_ns = Vec::with_capacity(timed.len());
-    for &(_, start, end) in timed {
-        cuda::synchronize_event(end);
-        op_time_ns.push(cuda::elapsed_ns(start, end).unwrap_or(0.0).max(0.0));
-        cuda::destroy_event(start);
-        cuda::destroy_event(end);
-    }
-    op_time_ns
-}
-
-/// What a period's plans are made from: the timed iteration's op trace, the blocks the pool
-/// takes, and the executor's inputs without op times. Kept with the first plan, so that the
-/// second is made from the same iteration with the op times measured under the first.
-#[derive(Debug)]
-struct Planning {
-    config: SwapConfig,
-    name: PathBuf,
-    trace: ops::OpTrace,
-    births: Vec<Birth>,
-    /// The blocks the pool takes: (tensor, block, its address and size).
-    taken: Vec<(TensorId, AllocId, OwnBlock)>,
-    granularity: u64,
-    /// What each block takes in the pool beyond its size (see [`Planning::new`]).
-    slack: u64,
-    /// Event position (in the window) of each op.
-    op_positions: Vec<u64>,
-    start: u64,
-    length: u64,
-    /// Synthetic mallocs before the window's events in the capture.
-    synthetic: u64,
-    /// Everything but the op times.
-    inputs: ExecutorInputs,
-    /// The program's own peak over the iteration: every allocation, at its own size.
-    program_peak: u64,
-}
-
-/// A plan and what it was made from (the op times in `inputs`).
-#[derive(Debug)]
-struct Made {
-    planning: Arc<Planning>,
-    inputs: ExecutorInputs,
-    planned: Executable,
-}
-
-impl Planning {
-    /// The op trace of the captured timing iteration and the blocks its pool takes.
-    fn new(
-        config: &SwapConfig,
-        copy: CopyModel,
-        capture: Capture,
-        limit: u64,
-        outside_pool_bytes: u64,
-        blocks: Blocks,
-    ) -> anyhow::Result<Planning> {
-        let window = capture.synthetic..capture.synthetic + capture.length;
-        let window_events = &capture.events[window.start as usize..window.end as usize];
-        let is_op = |e: &Event| {
-            matches!(
-                e.kind,
-                EventKind::Launch { .. } | EventKind::Memcpy { .. } | EventKind::Memset { .. }
-            )
-        };
-        let op_positions: Vec<u64> = window_events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| is_op(e))
-            .map(|(i, _)| i as u64)
-            .collect();
-        let allow_swaps = !window_events.iter().any(|e| {
-            matches!(
-                e.kind,
-                EventKind::Launch {
-                    layout_known: false,
-                    ..
-                }
-            )
-        });
-        let name = config
-            .trace
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("(this process)"));
-        let options = LoadOptions {
-            window: Some((capture.synthetic, capture.length)),
-            ..Default::default()
-        };
-        let events = capture.with_graph_launches();
-        let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
-        // The blocks at addresses of their own that are live over the whole iteration: the pool
-        // takes them (their own memory then leaves the bytes outside the pool), with a granule
-        // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
-        // but when they are all the pool holds (an iteration that allocates nothing, as under a
-        // caching allocator), every size is a multiple of the granule, so is every offset the
-        // pool gives (`combined_pool` aligns to the sizes), and a granule each would be waste.
-        let taken: Vec<(TensorId, AllocId, OwnBlock)> = births
-            .iter()
-            .enumerate()
-            .filter_map(|(tensor, birth)| match birth {
-                // Not one freed in the iteration: the next iteration's block of that role is
-                // another one (allocated in this iteration), which the plan cannot take.
-                Birth::Resident(id)
-                    if allow_swaps && loaded.trace.tensors.get(tensor)?.dies_after.is_none() =>
-                {
-                    Some((tensor as TensorId, *id, *blocks.by_id.get(id)?))
-                }
-                _ => None,
-            })
-            .collect();
-        // Device memory the blocks leave outside the pool (those on the host never counted).
-        let taken_bytes: u64 = (taken.iter())
-            .filter(|(_, _, block)| !block.on_host)
-            .map(|(_, _, block)| block.rounded)
-            .sum();
-        // A pool that takes blocks is made of granules: its last one may reach past the plan's
-        // footprint, and counts as outside.
-        let rounding = if taken.is_empty() {
-            0
-        } else {
-            blocks.granularity
-        };
-        let allocates = window_events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Malloc { .. }));
-        let slack = if allocates { blocks.granularity } else { 0 };
-        let mut inputs = ExecutorInputs {
-            window: [capture.start, capture.length],
-            op_time_ns: Vec::new(),
-            copy,
-            budget_bytes: 0,
-            outside_pool_bytes: outside_pool_bytes.saturating_sub(taken_bytes) + rounding,
-            evaluations: EVALUATIONS,
-            min_swap_bytes: config.min_bytes,
-            allow_swaps,
-            residents: (taken.iter())
-                .map(|&(tensor, _, block)| (tensor, block.rounded + slack))
-                .collect(),
-            patient: false,
-        };
-        inputs.budget_bytes = inputs.budget_for(limit);
-        Ok(Planning {
-            config: config.clone(),
-            name,
-            program_peak: loaded.trace.peak().map_or(0, |p| p.bytes),
-            trace: loaded.trace,
-            births,
-            taken,
-            granularity: blocks.granularity,
-            slack,
-            op_positions,
-            start: capture.start,
-            length: capture.length,
-            synthetic: capture.synthetic,
-            inputs,
-        })
-    }
-
-    /// The op times of iterations of this period timed op by op (`timed`: event index and
-    /// timing events of each op), in op order: each op's median over the iterations.
-    fn op_times(&self, timed: &[(u64, usize, usize)]) -> anyhow::Result<Vec<f64>> {
-        let op_time_ns = read_op_times(timed);
-        let ops = self.op_positions.len();
-        let timed_positions = timed.iter().map(|t| (t.0 - self.start) % self.length);
-        let cycled = self.op_positions.iter().copied().cycle().take(timed.len());
-        if ops == 0 || !timed.len().is_multiple_of(ops) || !timed_positions.eq(cycled) {
-            anyhow::bail!(
-                "the timed iterations timed {} calls but the trace has {ops} ops an iteration",
-                timed.len()
-            );
-        }
-        let iterations = timed.len() / ops;
-        Ok((0..ops)
-            .map(|op| {
-                let mut times: Vec<f64> =
-                    (0..iterations).map(|i| op_time_ns[i * ops + op]).collect();
-                times.sort_by(f64::total_cmp);
-                times[iterations / 2]
-            })
-            .collect())
-    }
-
-    /// The plan made with `inputs` (this planning's, with op times) and its schedule in the
-    /// terms of the running program; with the plan as `ITERMEM_PLAN_OUT` writes it.
-    fn schedule(
-        self: &Arc<Planning>,
-        inputs: ExecutorInputs,
-        started: Instant,
-    ) -> anyhow::Result<(SwapReady, PlanJson)> {
-        let (reduced, kept, planned) = inputs.plan(&self.trace)?;
-        let position_of = |tensor: usize| -> Option<u64> {
-            match self.births.get(kept[tensor] as usize)? {
-                Birth::Malloc(index) => index.checked_sub(self.synthetic),
-                Birth::Resident(_) => None,
-            }
-        };
-        let block_of = |tensor: usize| self.taken.iter().find(|t| t.0 == kept[tensor]);
-        let mut slots = FxHashMap::default();
-        for (tensor, t) in reduced.tensors.iter().enumerate() {
-            if let (Some(position), Some(offset)) =
-                (position_of(tensor), planned.pool.offsets[tensor])
-            {
-                slots.insert(position, (t.bytes, offset));
-            }
-        }
-        let n_ops = reduced.ops.len();
-        let mut op_at = vec![NOT_AN_OP; self.length as usize];
-        for (op, &position) in self.op_positions.iter().enumerate() {
-            op_at[position as usize] = op as u32;
-        }
-        let mut schedule = Schedule {
-            op_at,
-            outs_after: vec![Vec::new(); n_ops],
-            ins_before: vec![Vec::new(); n_ops],
-            swaps: Vec::new(),
-            residents: Vec::new(),
-            host_bytes: 0,
-            predicted_ns: planned.result.time_ns,
-            predicted_base_ns: planned.result.base_time_ns,
-            unfit: String::new(),
-            made: None,
-        };
-        for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
-            if let (Some(&(_, id, block)), Some(offset)) = (block_of(tensor), offset) {
-                anyhow::ensure!(
-                    self.slack > 0 || offset % self.granularity == 0,
-                    "internal error: the pool put a block at offset {offset}, off its granule"
-                );
-                schedule.residents.push(Resident {
-                    id,
-                    va: block.va,
-                    on_host: block.on_host,
-                    offset: offset.next_multiple_of(self.granularity),
-                    rounded: block.rounded,
-                    away_at_start: None,
-                });
-            }
-        }
-        for (planned_index, swap) in planned.plan.swaps.iter().enumerate() {
-            let tensor = swap.tensor as usize;
-            let resident = block_of(tensor).map(|&(_, id, block)| (id, block.va));
-            let Some(position) = position_of(tensor).or(resident.map(|_| NOT_A_SLOT)) else {
-                continue;
-            };
-            if let Some((id, _)) = resident.filter(|_| swap.wraps())
-                && let Some(r) = schedule.residents.iter_mut().find(|r| r.id == id)
-            {
-                r.away_at_start = Some(schedule.host_bytes);
-            }
-            let bytes = reduced.tensors[tensor].bytes;
-            let index = schedule.swaps.len() as u32;
-            schedule.outs_after[swap.out_at].push(index);
-            if let Some(need) = swap.in_before {
-                let queued = planned.pool.swap_in_op(planned_index, swap.in_issue, need);
-                schedule.ins_before[queued].push(index);
-            }
-            schedule.swaps.push(Planned {
-                position,
-                resident,
-                host_offset: schedule.host_bytes,
-            });
-            schedule.host_bytes += bytes.div_ceil(HOST_ALIGN) * HOST_ALIGN;
-        }
-        let plan = PoolPlan {
-            start: self.start,
-            length: self.length,
-            slots,
-            footprint: planned.pool.footprint,
-            peak_live: planned.pool.lower_bound,
-        };
-        let json = PlanJson::executed(
-            self.name.display().to_string(),
-            &reduced,
-            &planned,
-            started.elapsed(),
-            inputs.clone(),
-        );
-        // Said when the plan cannot be installed (`PoolState::install`, which knows the device's
-        // bytes then; the planner counted them at the timing iteration's start).
-        let outside_pool_bytes = inputs.outside_pool_bytes;
-        let smallest = outside_pool_bytes + granules(planned.pool.footprint);
-        let program_peak = self.program_peak;
-        schedule.unfit = if smallest >= program_peak {
-            format!(
-                "no plan lowers the program's peak of {program_peak} bytes, which is the \
-                 smallest limit that can be kept: every block it holds at its peak (a caching \
-                 allocator's segment, say) is used then or too soon before and after to be away, \
-                 or is smaller than ITERMEM_SWAP_MIN_BYTES ({} bytes) and in no swap unit",
-                self.config.min_bytes
-            )
-        } else {
-            format!(
-                "the program holds {outside_pool_bytes} bytes outside the iteration's pool, \
-                 whose smallest plan takes {} more; the smallest limit that can is {smallest} \
-                 bytes",
-                planned.pool.footprint
-            )
-        };
-        schedule.made = Some(Arc::new(Made {
-            planning: self.clone(),
-            inputs,
-            planned,
-        }));
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        Ok(((plan, Arc::new(schedule), ms), json))
-    }
-
-    /// Writes the plan chosen to `ITERMEM_PLAN_OUT`, if given.
-    fn write(&self, json: &PlanJson) {
-        let Some(path) = &self.config.plan_out else {
-            return;
-        };
-        let written = serde_json::to_string_pretty(json)
-            .map_err(std::io::Error::other)
-            .and_then(|text| super::ending::write_atomically(path, (text + "\n").as_bytes()));
-        if let Err(err) = written {
-            super::report(format_args!(
-                "cannot write the plan to {}: {err}",
-                path.display()
-            ));
-        }
-    }
-}
-
-/// The second planning thread's work: the op times measured under the first plan (`made`),
-/// the first plan's time with them, and a plan made with them and the full search, chosen if
-/// it is faster by [`SECOND_PLAN_GAIN`] of the iteration (or whatever it costs, with
-/// `always`). Not made where the first plan does not stall with these times: no plan can be
-/// faster.
-fn second_plan(
-    made: Arc<Made>,
-    timed: Vec<(u64, usize, usize)>,
-    copies: Vec<(bool, u64, usize, usize)>,
-    always: bool,
-) -> anyhow::Result<(SecondReport, Option<SwapReady>)> {
-    let started = Instant::now();
-    cuda::ensure_context();
-    let planning = &made.planning;
-    let inputs = ExecutorInputs {
-        op_time_ns: planning.op_times(&timed)?,
-        copy: copy_model_measured(made.inputs.copy, &copies),
-        patient: true,
-        ..made.inputs.clone()
-    };
-    let first = inputs.predict(&planning.trace, &made.planned)?;
-    let ms = |ns: f64| ns / 1e6;
-    let mut report = SecondReport {
-        remeasured: Some((first.time_ns, first.base_time_ns)),
-        reason: String::new(),
-    };
-    if first.time_ns <= first.base_time_ns {
-        report.reason = format!(
-            "not made: the first plan does not stall with the op times measured under it \
-             ({:.1} ms an iteration)",
-            ms(first.time_ns)
-        );
-        return Ok((report, None));
-    }
-    let (ready, json) = planning.schedule(inputs, started)?;
-    let second = ready.1.predicted_ns;
-    let compared = format!(
-        "{:.1} ms an iteration against the first plan's {:.1} ms, both from the op times \
-         measured under the first (base {:.1} ms)",
-        ms(second),
-        ms(first.time_ns),
-        ms(first.base_time_ns)
-    );
-    let faster = first.time_ns - second >= SECOND_PLAN_GAIN * first.time_ns;
-    if !faster && !always {
-        report.reason = format!("not chosen: {compared}");
-        return Ok((report, None));
-    }
-    planning.write(&json);
-    let forced = if faster {
-        ""
-    } else {
-        " (ITERMEM_SWAP_SECOND_PLAN=always)"
-    };
-    report.reason = format!("chosen{forced}: {compared}");
-    Ok((report, Some(ready)))
-}
-
-/// `model` with the time per byte each way of the planned `copies` timed under a first plan
-/// (to the host or not, bytes, timing events, which are destroyed): the median over the
-/// copies of (time − the model's latency) ÷ bytes, where any was timed. The link measured at
-/// activation was idle; under the plan it carries every swap while the kernels run.
-fn copy_model_measured(model: CopyModel, copies: &[(bool, u64, usize, usize)]) -> CopyModel {
-    let mut per_byte = [Vec::new(), Vec::new()];
-    for &(out, bytes, start, end) in copies {
-        cuda::synchronize_event(end);
-        let latency = if out {
-            model.out_latency_ns
-        } else {
-            model.in_latency_ns
-        };
-        if let Some(ns) = cuda::elapsed_ns(start, end).filter(|_| bytes > 0) {
-            per_byte[usize::from(out)].push((ns - latency).max(0.0) / bytes as f64);
-        }
-        cuda::destroy_event(start);
-        cuda::destroy_event(end);
-    }
-    let median = |times: &mut Vec<f64>| {
-        times.sort_by(f64::total_cmp);
-        times.get(times.len() / 2).copied().filter(|&t| t > 0.0)
-    };
-    let [mut into, mut out] = per_byte;
-    CopyModel {
-        out_ns_per_byte: median(&mut out).unwrap_or(model.out_ns_per_byte),
-        in_ns_per_byte: median(&mut into).unwrap_or(model.in_ns_per_byte),
-        ..model
-    }
-}
-
-/// The planning thread's work: op times from the timing events, the op trace of the captured
-/// iteration, the plan, and its schedule in the terms of the running program.
-fn make_schedule(
-    config: &SwapConfig,
-    copy: CopyModel,
-    capture: Capture,
-    timed: Vec<(u64, usize, usize)>,
-    limit: u64,
-    outside_pool_bytes: u64,
-    blocks: Blocks,
-) -> anyhow::Result<SwapReady> {
-    let started = Instant::now();
-    cuda::ensure_context();
-    let planning = Planning::new(config, copy, capture, limit, outside_pool_bytes, blocks)?;
-    let inputs = ExecutorInputs {
-        op_time_ns: planning.op_times(&timed)?,
-        ..planning.inputs.clone()
-    };
-    let planning = Arc::new(planning);
-    let (ready, json) = planning.schedule(inputs, started)?;
-    planning.write(&json);
-    Ok(ready)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::{CopyKind, MemKind};
-
-    /// A window of launches alone is told apart from an inner loop by how much of what is live
-    /// across it its calls use; a window that allocates or frees is no such window.
-    #[test]
-    fn a_window_without_mallocs_counts_the_live_bytes_its_calls_use() {
-        let malloc = |id, size| {
-            Event::new(
-                0,
-                EventKind::Malloc {
-                    id,
-                    addr: id * 4096,
-                    size,
-                    kind: MemKind::Device,
-                    stream: 0,
-                },
-            )
-        };
-        let launch = |touched: &[AllocId]| {
-            Event::new(
-                0,
-                EventKind::Launch {
-                    kernel: 7,
-                    stream: 0,
-                    layout_known: true,
-                    touched: touched.iter().copied().collect(),
-                },
-            )
-        };
-        let copy = Event::new(
-            0,
-            EventKind::Memcpy {
-                dst: Some(3),
-                src: None,
-                bytes: 4,
-                kind: CopyKind::HostToDevice,
-                stream: 0,
-                asynchronous: true,
-            },
-        );
-        let capture = |window: Vec<Event>| {
-            let mut events = vec![malloc(1, 100), malloc(2, 1000), malloc(3, 10)];
-            let length = window.len() as u64;
-            events.extend(window);
-            Capture {
-                start: 50,
-                length,
-                events,
-                synthetic: 3,
-                graphs: Vec::new(),
-            }
-        };
-        let inner_loop = capture(vec![launch(&[1]), launch(&[1]), copy.clone()]);
-        assert_eq!(inner_loop.use_of_live(), Some((110, 1110)));
-        let iteration = capture(vec![launch(&[1, 2]), copy, launch(&[2])]);
-        assert_eq!(iteration.use_of_live(), Some((1110, 1110)));
-        let allocating = capture(vec![launch(&[1]), malloc(4, 10)]);
-        assert_eq!(allocating.use_of_live(), None);
-    }
-
-    /// The live planner's window gets a marker before each graph launch's part of it: one
-    /// that begins before the window is cut at its start, one that ends after it at its end.
-    #[test]
-    fn a_captured_window_marks_the_graph_launches_in_it() {
-        let launch = |kernel| {
-            Event::new(
-                0,
-                EventKind::Launch {
-                    kernel,
-                    stream: 0,
-                    layout_known: true,
-                    touched: Default::default(),
-                },
-            )
-        };
-        let resident = Event::new(
-            0,
-            EventKind::Malloc {
-                id: 1,
-                addr: 0,
-                size: 8,
-                kind: MemKind::Device,
-                stream: 0,
-            },
-        );
-        // One synthetic malloc, then the window's events 10..16.
-        let mut events = vec![resident];
-        events.extend((0..6).map(launch));
-        let capture = Capture {
-            start: 10,
-            length: 6,
-            events,
-            synthetic: 1,
-            graphs: vec![(8, 3), (12, 2), (15, 4), (30, 1)],
-        };
-        let marked: Vec<Option<u64>> = (capture.with_graph_launches().iter())
-            .map(|e| match e.kind {
-                EventKind::GraphLaunch { nodes, .. } => Some(nodes),
-                _ => None,
-            })
-            .collect();
-        let (g, e) = (Some, None);
-        assert_eq!(
-            marked,
-            [e, g(1), e, e, g(2), e, e, e, g(1), e],
-            "malloc, [10], 11, [12 13], 14, [15]"
-        );
     }
 }
