@@ -461,23 +461,33 @@ impl Planning {
         // Said when the plan cannot be installed (`PoolState::install`, which knows the device's
         // bytes then; the planner counted them at the timing iteration's start).
         let outside_pool_bytes = inputs.outside_pool_bytes;
-        let smallest = outside_pool_bytes + granules(planned.pool.footprint);
+        // The smallest limit said is one a plan keeps: where this plan does not fit, planned
+        // again for what its pool needs (a plan for another budget lends differently).
+        let fitting = match planned.fits {
+            true => Some(planned.pool.footprint),
+            false => inputs.smallest_fitting_budget(&self.trace, &planned),
+        };
         let program_peak = self.program_peak;
-        schedule.unfit = if smallest >= program_peak {
-            format!(
+        schedule.unfit = match fitting.map(|budget| outside_pool_bytes + granules(budget)) {
+            Some(smallest) if smallest >= program_peak => format!(
                 "no plan lowers the program's peak of {program_peak} bytes, which is the \
                  smallest limit that can be kept: every block it holds at its peak (a caching \
                  allocator's segment, say) is used then or too soon before and after to be away, \
                  or is smaller than ITERMEM_SWAP_MIN_BYTES ({} bytes) and in no swap unit",
                 self.config.min_bytes
-            )
-        } else {
-            format!(
+            ),
+            Some(smallest) => format!(
                 "the program holds {outside_pool_bytes} bytes outside the iteration's pool, \
                  whose smallest plan takes {} more; the smallest limit that can is {smallest} \
                  bytes",
+                smallest - outside_pool_bytes
+            ),
+            None => format!(
+                "the program holds {outside_pool_bytes} bytes outside the iteration's pool, \
+                 whose smallest plan here takes {} more, and no plan made again for that much \
+                 keeps to it; the program's peak of {program_peak} bytes needs no plan",
                 planned.pool.footprint
-            )
+            ),
         };
         schedule.made = Some(Arc::new(Made {
             planning: self.clone(),
