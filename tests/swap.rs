@@ -452,28 +452,45 @@ fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
     let smallest = said_smallest_limit(&output);
     assert!(smallest > 2_500_000, "{smallest}");
     // And it can: at that limit a plan serves.
-    let smallest = smallest.to_string();
-    let stats = scratch("smallest-stats.json");
-    let output = run_under_itermem(
-        &[
-            "--mode",
-            "swap",
-            "--limit",
-            &smallest,
-            "--stats",
-            stats.to_str().unwrap(),
-        ],
-        &[mlp.to_str().unwrap(), "--iters", "40"],
-        &[("CUDA_SHIM_DEVICE_MEMORY", &smallest)],
-    );
+    let ((output, summary), _) =
+        on_a_device_of(smallest, &[mlp.to_str().unwrap(), "--iters", "40"]);
     assert_eq!(results(&stdout_ok(&output)), results(&on_big_device));
-    let summary = read_json(&stats);
-    std::fs::remove_file(stats).unwrap();
     assert_eq!(summary["swap"]["plans"], 1, "{summary:#}");
     assert_eq!(
         summary["swap"]["mapped_host_bytes_after_plan"], 0,
         "{summary:#}"
     );
+}
+
+/// `program_args` in swap mode on a device of `bytes`, the limit as large: its output and
+/// itermem's statistics, and cuda-shim's.
+fn on_a_device_of(
+    bytes: u64,
+    program_args: &[&str],
+) -> ((std::process::Output, serde_json::Value), serde_json::Value) {
+    let bytes = bytes.to_string();
+    let stats = scratch(&format!("device-of-{bytes}-stats.json"));
+    let shim_stats = scratch(&format!("device-of-{bytes}-shim.json"));
+    let output = run_under_itermem(
+        &[
+            "--mode",
+            "swap",
+            "--limit",
+            &bytes,
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+        program_args,
+        &[
+            ("CUDA_SHIM_DEVICE_MEMORY", &bytes),
+            ("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()),
+        ],
+    );
+    let (summary, shim) = (read_json(&stats), read_json(&shim_stats));
+    for path in [stats, shim_stats] {
+        std::fs::remove_file(path).unwrap();
+    }
+    ((output, summary), shim)
 }
 
 /// The smallest limit that can be kept, as the one line saying that the limit asked cannot be.
@@ -511,28 +528,11 @@ fn a_short_program_hears_at_its_first_plan_that_its_limit_cannot_be_kept() {
     assert_eq!(results(&stdout_ok(&output)), results(&plain));
     let smallest = said_smallest_limit(&output);
     assert!(smallest > peak * 7 / 10 && smallest < peak, "{smallest}");
-    let smallest = smallest.to_string();
-    let stats = scratch("short-smallest-stats.json");
-    let shim_stats = scratch("short-smallest-shim.json");
-    let output = run_under_itermem(
-        &[
-            "--mode",
-            "swap",
-            "--limit",
-            &smallest,
-            "--stats",
-            stats.to_str().unwrap(),
-        ],
-        &[prefetch.to_str().unwrap(), args[0], args[1]],
-        &[("CUDA_SHIM_STATS", shim_stats.to_str().unwrap())],
-    );
+    let ((output, summary), shim) =
+        on_a_device_of(smallest, &[prefetch.to_str().unwrap(), args[0], args[1]]);
     assert_eq!(results(&stdout_ok(&output)), results(&plain));
-    let (summary, shim) = (read_json(&stats), read_json(&shim_stats));
     assert_eq!(summary["swap"]["plans"], 1, "{summary:#}");
-    assert!(shim["peak_device_bytes"].as_u64().unwrap() <= smallest.parse().unwrap());
-    for path in [stats, shim_stats] {
-        std::fs::remove_file(path).unwrap();
-    }
+    assert!(shim["peak_device_bytes"].as_u64().unwrap() <= smallest);
 }
 
 /// Issue 31: weights and Adam's moments (8 layers of 1024 × 1024: 100 MB) are more than twice
