@@ -1024,11 +1024,13 @@ impl PoolState {
         let first = self.pools.pop().expect("the serving pool");
         self.free_pool_memory(first.base);
         let (plan, schedule, reason) = match self.allocate_pool_for(&plan, &schedule) {
-            Some(base) => (
-                Some((base, plan)),
-                schedule,
-                format!("installed at event {index}"),
-            ),
+            Some(base) => {
+                if let Some(made) = &schedule.made {
+                    made.planning.write(&made.json);
+                }
+                let installed = format!("installed at event {index}");
+                (Some((base, plan)), schedule, installed)
+            }
             None => {
                 let again = PoolPlan {
                     start: plan.start,

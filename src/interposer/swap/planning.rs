@@ -226,6 +226,9 @@ pub(super) struct Made {
     pub(super) planning: Arc<Planning>,
     pub(super) inputs: ExecutorInputs,
     pub(super) planned: Executable,
+    /// The plan as `ITERMEM_PLAN_OUT` holds it: a second plan is written there once it is
+    /// installed (the file is the plan in use).
+    pub(super) json: PlanJson,
 }
 
 impl Planning {
@@ -493,6 +496,7 @@ impl Planning {
             planning: self.clone(),
             inputs,
             planned,
+            json: json.clone(),
         }));
         let ms = started.elapsed().as_secs_f64() * 1e3;
         Ok(((plan, Arc::new(schedule), ms), json))

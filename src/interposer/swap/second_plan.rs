@@ -56,7 +56,7 @@ pub(super) fn second_plan(
         );
         return Ok((report, None));
     }
-    let (ready, json) = planning.schedule(inputs, started)?;
+    let (ready, _) = planning.schedule(inputs, started)?;
     let second = ready.1.predicted_ns;
     let compared = format!(
         "{:.1} ms an iteration against the first plan's {:.1} ms, both from the op times \
@@ -70,7 +70,6 @@ pub(super) fn second_plan(
         report.reason = format!("not chosen: {compared}");
         return Ok((report, None));
     }
-    planning.write(&json);
     let forced = if faster {
         ""
     } else {
