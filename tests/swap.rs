@@ -493,6 +493,15 @@ fn on_a_device_of(
     ((output, summary), shim)
 }
 
+/// `mlp_train`'s arguments for Adam over 8 layers of 1024 × 1024 (weights and moments 100 MB),
+/// `iters` iterations.
+fn adam_args(iters: &str) -> [&str; 13] {
+    [
+        "--adam", "--width", "1024", "--batch", "16", "--layers", "8", "--iters", iters, "--lr",
+        "0.001", "--gflops", "200",
+    ]
+}
+
 /// The smallest limit that can be kept, as the one line saying that the limit asked cannot be.
 fn said_smallest_limit(output: &std::process::Output) -> u64 {
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -553,10 +562,7 @@ fn a_short_program_hears_at_its_first_plan_that_its_limit_cannot_be_kept() {
 #[test]
 fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_swap_mode() {
     let mlp = program("mlp_train");
-    let args = [
-        "--adam", "--width", "1024", "--batch", "16", "--layers", "8", "--iters", "40", "--lr",
-        "0.001", "--gflops", "200",
-    ];
+    let args = adam_args("40");
     let device = "44800000";
     let on_big_device = run_ok(&mlp, &args, &[]);
     let small = run_on_shim(&mlp, &args, &[("CUDA_SHIM_DEVICE_MEMORY", device)]);
@@ -692,10 +698,7 @@ fn after_an_internal_error_in_swap_mode_the_program_trains_on_unchanged() {
 #[test]
 fn after_an_internal_error_a_tensor_that_cannot_come_back_stops_the_program() {
     let mlp = program("mlp_train");
-    let args = [
-        "--adam", "--width", "1024", "--batch", "16", "--layers", "8", "--iters", "20", "--lr",
-        "0.001", "--gflops", "200",
-    ];
+    let args = adam_args("20");
     let device = "44800000";
     let on_big_device = results(&run_ok(&mlp, &args, &[]));
     let mut mlp_args = vec![mlp.to_str().unwrap()];

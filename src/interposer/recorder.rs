@@ -491,9 +491,9 @@ impl Recorder {
         })
     }
 
-    /// Waits for the fences of `ids`'s ranges on every device's pool, after `prepare` ran on
-    /// `device`'s pool if it swaps (given the index of the next event): what it returned, or
-    /// nothing to finish.
+    /// Pool, swap and cnmem modes: waits for the fences of `ids`'s ranges on every device's
+    /// pool, after `prepare` ran on `device`'s pool if it swaps (given the index of the next
+    /// event): what it returned, or nothing to finish.
     fn prepare_pools<T: Default>(
         &self,
         device: u32,
@@ -502,9 +502,6 @@ impl Recorder {
         prepare: impl FnOnce(&mut PoolState, u64) -> T,
     ) -> T {
         let mut prepared = T::default();
-        if !self.allocating() {
-            return prepared;
-        }
         let mut prepare = Some(prepare);
         for dev in self.devices.seen() {
             let Some(pool) = &dev.pool else { continue };
@@ -562,6 +559,9 @@ impl Recorder {
         stream: StreamHandle,
         nodes: usize,
     ) -> Vec<Prepared> {
+        if !self.allocating() {
+            return Vec::new();
+        }
         self.prepare_pools(device, ids, stream, |pool, next| {
             // The swap-ins planned before each node start before the launch; then the tensors
             // the graph uses are checked at once (as the last node's), so none is away when it
@@ -911,24 +911,15 @@ impl Recorder {
             stream,
             nodes: launch.events.len() as u64,
         };
-        if let Some(staging) = &self.staging {
-            self.stage(
-                staging,
-                dev,
-                Entry::new(dev.ordinal, false, marker, 0, 0),
-                &[],
-            );
-        } else {
-            let mut seq = dev.sequencer.lock();
+        let nodes = launch.events.len() as u64;
+        self.emit_unindexed(dev, marker, |seq| {
             let next = seq.next_index;
             if let Some(capture) = &mut seq.capture {
                 // Its events follow unless another thread's come between (then the planner
                 // keeps a little more resident than needed).
-                capture.graphs.push((next, launch.events.len() as u64));
+                capture.graphs.push((next, nodes));
             }
-            let time_ns = self.clock.elapsed_ns();
-            self.record(dev.ordinal, &mut seq, marker, time_ns);
-        }
+        });
         let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
             let (index, change) = self.emit(dev, kind, None, 0, (words, &[]));
@@ -1223,16 +1214,25 @@ impl Recorder {
     /// event (no index, no token: see `analysis::Numbering`), so the device's events do not
     /// move with the moments a framework's pinned-memory cache allocates.
     fn emit_host(&self, dev: &DeviceState, kind: EventKind) {
+        self.emit_unindexed(dev, kind, |_| {});
+    }
+
+    /// An event of `dev`'s sequence that takes no index (a pinned host malloc or free, a graph
+    /// launch's marker): staged, or counted and traced under the device's sequencer, where
+    /// `note` sees it first.
+    fn emit_unindexed(
+        &self,
+        dev: &DeviceState,
+        kind: EventKind,
+        note: impl FnOnce(&mut Sequencer),
+    ) {
         if let Some(staging) = &self.staging {
-            self.stage(
-                staging,
-                dev,
-                Entry::new(dev.ordinal, false, kind, 0, 0),
-                &[],
-            );
+            let entry = Entry::new(dev.ordinal, false, kind, 0, 0);
+            self.stage(staging, dev, entry, &[]);
             return;
         }
         let mut seq = dev.sequencer.lock();
+        note(&mut seq);
         seq.count(&kind, true, 0);
         let time_ns = self.clock.elapsed_ns();
         self.record(dev.ordinal, &mut seq, kind, time_ns);

@@ -466,9 +466,10 @@ impl Planning {
         let outside_pool_bytes = inputs.outside_pool_bytes;
         // The smallest limit said is one a plan keeps: where this plan does not fit, planned
         // again for what its pool needs (a plan for another budget lends differently).
-        let fitting = match planned.fits {
-            true => Some(planned.pool.footprint),
-            false => inputs.smallest_fitting_budget(&self.trace, &planned),
+        let fitting = if planned.fits {
+            Some(planned.pool.footprint)
+        } else {
+            inputs.smallest_fitting_budget(&self.trace, &planned)
         };
         let program_peak = self.program_peak;
         schedule.unfit = match fitting.map(|budget| outside_pool_bytes + granules(budget)) {
