@@ -462,6 +462,38 @@ fn a_limit_no_plan_can_keep_is_said_with_the_smallest_that_can() {
     );
 }
 
+/// A caching allocator's segments swap like any block, except where one op uses them together
+/// (issue 31, point 4): `segment_loop` copies between its two 4 MiB segments every iteration,
+/// so no limit below their 8 MiB can be kept, whatever a plan stalls. The one line says so with
+/// the op and the segments' sizes, at once (searching below that floor took seconds, longer
+/// than this run), and the program computes exactly.
+#[test]
+fn a_limit_below_what_one_op_uses_is_said_with_the_op_and_its_blocks() {
+    let segments = program("segment_loop");
+    let args = ["--iters", "400"];
+    let plain = run_ok(&segments, &args, &[]);
+    // Three quarters of the 9 MiB the program holds.
+    let output = run_under_itermem(
+        &["--mode", "swap", "--limit", "7077888"],
+        &[segments.to_str().unwrap(), args[0], args[1]],
+        &[],
+    );
+    assert_eq!(results(&stdout_ok(&output)), results(&plain));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let said: Vec<&str> = (stderr.lines())
+        .filter(|line| line.contains("cannot be kept with the device alone"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].contains(
+            "(memcpy DtoD) itself uses 8388608 bytes of its blocks (4194304 + 4194304), which \
+             must all be on the device while it runs"
+        ),
+        "{}",
+        said[0]
+    );
+}
+
 /// `program_args` in swap mode on a device of `bytes`, the limit as large: its output and
 /// itermem's statistics, and cuda-shim's.
 fn on_a_device_of(

@@ -385,6 +385,16 @@ fn describe(p: &PlanJson, trace: &OpTrace) -> String {
         human_bytes(p.pool_lower_bound_bytes),
         dsa::ratio(p.pool_footprint_bytes, p.pool_lower_bound_bytes)
     );
+    if let Some(busiest) = swap::busiest_op(trace).filter(|b| b.bytes > p.limit_bytes) {
+        let _ = writeln!(
+            out,
+            "floor       op {} ({}) alone uses {} of {} tensors: no plan keeps the limit",
+            busiest.op,
+            trace.ops[busiest.op].name,
+            human_bytes(busiest.bytes),
+            busiest.tensors.len()
+        );
+    }
     let mut swaps: Vec<&SwapJson> = p.swaps.iter().collect();
     swaps.sort_by_key(|s| std::cmp::Reverse(s.bytes));
     for s in swaps.iter().take(20) {

@@ -59,7 +59,7 @@
 
 use super::CopyModel;
 use super::profile::Profile;
-use crate::ops::OpTrace;
+use crate::ops::{OpTrace, TensorId};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bound {
@@ -380,6 +380,34 @@ pub(crate) fn zero_stall_may_keep(trace: &OpTrace, copy: CopyModel, limit: u64) 
     };
     limit >= peak_bytes.saturating_sub(removal_at(&p, copy, k, 0.0, false).removal)
         && limit >= bound_of(&p, copy, 0.0).floor_bytes
+}
+
+/// The op whose own accesses hold the most bytes, with those tensors (largest first): every
+/// tensor an op reads or writes is on the device while it runs, so no plan, at any overhead,
+/// keeps the iteration's load below `bytes`. It names why a limit cannot be kept when the
+/// copy bounds above do not apply (a plan that stalls as long as it must).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BusiestOp {
+    pub op: usize,
+    pub bytes: u64,
+    pub tensors: Vec<(TensorId, u64)>,
+}
+
+/// The [`BusiestOp`] of `trace` (the first of the most bytes), None without ops.
+pub fn busiest_op(trace: &OpTrace) -> Option<BusiestOp> {
+    let p = Profile::new(trace);
+    let uses = |k: usize| p.op_acc[p.op_acc_off[k]..p.op_acc_off[k + 1]].iter();
+    let bytes_of = |k: usize| uses(k).map(|&t| p.bytes[t as usize]).sum::<u64>();
+    let op = (0..p.n).rev().max_by_key(|&k| bytes_of(k))?;
+    let mut tensors: Vec<(TensorId, u64)> = uses(op)
+        .map(|&t| (t as TensorId, p.bytes[t as usize]))
+        .collect();
+    tensors.sort_by_key(|&(t, b)| (std::cmp::Reverse(b), t));
+    Some(BusiestOp {
+        op,
+        bytes: bytes_of(op),
+        tensors,
+    })
 }
 
 /// Ops whose bound is computed again with whole tensors, at most.

@@ -6,7 +6,7 @@
 
 use super::augment::augment;
 use super::autoswap::{AutoSwapOptions, candidates, every_gap_plan, plan_as_told};
-use super::bound::zero_stall_may_keep;
+use super::bound::{busiest_op, zero_stall_may_keep};
 use super::profile::Profile;
 use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows};
 use crate::bo::{self, BoConfig, BoError, Objective, Progress};
@@ -667,9 +667,14 @@ pub fn plan_within(
         }
         (fits, limit.saturating_sub(excess.max(budget / 100)))
     };
-    let mut limit = budget;
+    // No plan holds less than one op uses by itself: below that floor every search is futile,
+    // so the nearest plan is searched for at the floor, once (a caching allocator's iteration
+    // copying between two segments larger than the budget: 16 searches were seconds).
+    let floor = busiest_op(trace).map_or(0, |busiest| busiest.bytes);
+    let attempts = if floor > budget { 1 } else { FIT_ATTEMPTS };
+    let mut limit = budget.max(floor);
     let mut fitted = false;
-    for _ in 0..FIT_ATTEMPTS {
+    for _ in 0..attempts {
         let chosen = bo_plan(trace, limit, copy, evaluations, options, None)?;
         let last_resort = chosen.weights.is_none();
         let candidate = executable(chosen.plan, chosen.weights, chosen.evaluations, limit)?;
@@ -682,8 +687,8 @@ pub fn plan_within(
     // None fits: the plan of last resort, unrelaxed, whose pool fragments least (every tensor
     // away whenever it is not used; the generated VGG16 at 40 % of its peak: relaxed, its pool
     // needs 53 %, unrelaxed 45 %, and 36 % under a swap limit of 33 %).
-    limit = budget;
-    for _ in 0..FIT_ATTEMPTS {
+    limit = budget.max(floor);
+    for _ in 0..attempts {
         if fitted {
             break;
         }

@@ -64,7 +64,7 @@ pub mod sim;
 pub(crate) mod tests;
 
 pub use autoswap::{AutoSwapOptions, Candidate, Weights, candidates, evaluate, plan, plan_with};
-pub use bound::{Bound, overhead_bound, zero_stall_bound};
+pub use bound::{Bound, BusiestOp, busiest_op, overhead_bound, zero_stall_bound};
 pub use lend::{Lent, lent_windows};
 pub use sim::{SimOptions, SimResult, Stream, StreamEvent, What, simulate};
 

@@ -670,6 +670,38 @@ fn bound_knapsack_by_hand() {
 }
 
 #[test]
+fn no_plan_keeps_less_than_the_busiest_op_uses() {
+    // A caching allocator's iteration: two 20-byte segments and a 2-byte one, all resident,
+    // so the load is 42 at every op. Op 1 copies from one large segment into the other:
+    // both are on the device while it runs, and no plan, at any overhead, holds less than 40.
+    let t = OpTrace {
+        source: "segments".into(),
+        tensors: vec![
+            tensor(0, 20, None, None),
+            tensor(1, 20, None, None),
+            tensor(2, 2, None, None),
+        ],
+        ops: vec![
+            op("upload", 100.0, &[], &[0]),
+            op("copy", 100.0, &[0], &[1]),
+            op("small", 100.0, &[2], &[2]),
+            op("download", 100.0, &[1], &[]),
+        ],
+    };
+    let busiest = busiest_op(&t).expect("ops");
+    assert_eq!(
+        (busiest.op, busiest.bytes, busiest.tensors),
+        (1, 40, vec![(0, 20), (1, 20)])
+    );
+    let slow = UNIT.scaled_time(1000.0);
+    for limit in [39, 30, 2] {
+        let r = check(&t, &plan(&t, limit, Weights::default(), slow), limit, slow).unwrap();
+        assert!(r.over_limit && r.peak_bytes >= 40, "limit {limit}: {r:?}");
+    }
+    assert_eq!(busiest_op(&OpTrace::default()), None);
+}
+
+#[test]
 fn copy_presets() {
     let p3 = CopyModel::pcie3();
     // 1 MiB: out 47.2 µs + 0.0756 · 1 048 576 ns; in 9.7 µs + 0.0823 · 1 048 576 ns.
@@ -700,6 +732,7 @@ fn property_random_plans() {
         let limit = (peak as f64 * (0.3 + rng.unit() * 0.9)) as u64;
         let w = Weights::from_array([0; 4].map(|_: i32| rng.unit() * 2.0 - 1.0));
         let bound = zero_stall_bound(&t, copy);
+        let busiest = busiest_op(&t).map_or(0, |b| b.bytes);
         // Tensors below 32 MiB (half of them) are candidates only in swap units.
         let units = AutoSwapOptions {
             min_bytes: 32 << 20,
@@ -739,6 +772,10 @@ fn property_random_plans() {
                     "case {case} {name}: beat the bound {r:?} {bound:?}"
                 );
             }
+            assert!(
+                r.peak_bytes >= busiest,
+                "case {case} {name}: below what one op uses {r:?}"
+            );
             if !r.over_limit {
                 let at = overhead_bound(&t, copy, r.overhead);
                 assert!(

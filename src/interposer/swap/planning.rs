@@ -5,7 +5,7 @@ use super::super::driver as cuda;
 use super::super::pool::{PoolPlan, SwapReady};
 use super::SwapConfig;
 use crate::event::{AllocId, Event, EventKind};
-use crate::ops::{self, Birth, LoadOptions, TensorId};
+use crate::ops::{self, Birth, LoadOptions, OpTrace, TensorId};
 use crate::swap::CopyModel;
 use crate::swap::combined::{Executable, ExecutorInputs, PlanJson};
 use rustc_hash::FxHashMap;
@@ -472,25 +472,31 @@ impl Planning {
             inputs.smallest_fitting_budget(&self.trace, &planned)
         };
         let program_peak = self.program_peak;
+        let busiest = busiest_op_note(&reduced, inputs.budget_bytes);
+        let min_bytes = self.config.min_bytes;
         schedule.unfit = match fitting.map(|budget| outside_pool_bytes + granules(budget)) {
             Some(smallest) if smallest >= program_peak => format!(
                 "no plan lowers the program's peak of {program_peak} bytes, which is the \
-                 smallest limit that can be kept: every block it holds at its peak (a caching \
-                 allocator's segment, say) is used then or too soon before and after to be away, \
-                 or is smaller than ITERMEM_SWAP_MIN_BYTES ({} bytes) and in no swap unit",
-                self.config.min_bytes
+                 smallest limit that can be kept: {}",
+                busiest.unwrap_or_else(|| format!(
+                    "every block it holds at its peak (a caching allocator's segment, say) is \
+                     used then or too soon before and after to be away, or is smaller than \
+                     ITERMEM_SWAP_MIN_BYTES ({min_bytes} bytes) and in no swap unit"
+                ))
             ),
             Some(smallest) => format!(
                 "the program holds {outside_pool_bytes} bytes outside the iteration's pool, \
                  whose smallest plan takes {} more; the smallest limit that can is {smallest} \
-                 bytes",
-                smallest - outside_pool_bytes
+                 bytes{}",
+                smallest - outside_pool_bytes,
+                busiest.map(|note| format!(" ({note})")).unwrap_or_default()
             ),
             None => format!(
                 "the program holds {outside_pool_bytes} bytes outside the iteration's pool, \
                  whose smallest plan here takes {} more, and no plan made again for that much \
-                 keeps to it; the program's peak of {program_peak} bytes needs no plan",
-                planned.pool.footprint
+                 keeps to it; the program's peak of {program_peak} bytes needs no plan{}",
+                planned.pool.footprint,
+                busiest.map(|note| format!(" ({note})")).unwrap_or_default()
             ),
         };
         schedule.made = Some(Arc::new(Made {
@@ -520,6 +526,26 @@ impl Planning {
             ));
         }
     }
+}
+
+/// The op of `reduced` that alone uses more than the pool's `budget`, in words: no plan, at any
+/// overhead, has its blocks away while it runs, which is why a limit cannot be kept (a
+/// caching allocator's iteration copying between two of its segments, say).
+fn busiest_op_note(reduced: &OpTrace, budget: u64) -> Option<String> {
+    let busiest = crate::swap::busiest_op(reduced).filter(|busiest| busiest.bytes > budget)?;
+    let sizes: Vec<String> = (busiest.tensors.iter())
+        .map(|&(_, bytes)| bytes.to_string())
+        .collect();
+    Some(format!(
+        "op {} of the iteration's {} ({}) itself uses {} bytes of its blocks ({}), which must \
+         all be on the device while it runs, and the limit leaves the iteration's blocks \
+         {budget} bytes",
+        busiest.op,
+        reduced.ops.len(),
+        reduced.ops[busiest.op].name,
+        busiest.bytes,
+        sizes.join(" + ")
+    ))
 }
 
 /// The planning thread's work: op times from the timing events, the op trace of the captured
