@@ -647,6 +647,15 @@ fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_sw
     assert!(made[0]["remeasured_base_iteration_ns"].as_f64().unwrap() > 0.0);
     let under = |plan: u64| iterations.iter().filter(|i| i["plan"] == plan).count();
     assert!(under(0) >= 4 && under(1) >= 2, "{summary:#}");
+    // The measured overhead of the plan in use: the median stall of the iterations it served.
+    let mut stalls: Vec<f64> = (iterations.iter())
+        .filter(|i| i["plan"] == 1)
+        .map(|i| i["stall_ns"].as_f64().unwrap())
+        .collect();
+    stalls.sort_by(f64::total_cmp);
+    let median = stalls[stalls.len() / 2];
+    assert_eq!(made[1]["measured_stall_ns"].as_f64(), Some(median));
+    assert_eq!(swap["measured_stall_ns"].as_f64(), Some(median));
 }
 
 /// `ITERMEM_SWAP_SECOND_PLAN=0`: the first plan serves to the end, no op is timed under it.

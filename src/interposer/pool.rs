@@ -535,8 +535,6 @@ pub(super) struct Waits {
     pub waited: smallvec::SmallVec<[u64; 2]>,
     /// An event of itermem's that only these waits use (a swap-in's), reused once it is done.
     pub owned: Option<usize>,
-    /// The waits are for a swap-in: the time they cost is a stall.
-    pub swap_in: bool,
 }
 
 /// A plan of swap mode, made by its planning thread: the pool, the swaps, the planning time.
@@ -970,8 +968,11 @@ impl PoolState {
                 continue;
             }
             waits.waited.push(stream);
-            let (fences, swap_in) = (waits.fences.clone(), waits.swap_in);
-            let stall = if swap_in {
+            let fences = waits.fences.clone();
+            // Every wait for another stream's work on the block (its swap-in, a lender's
+            // swap-out, an earlier tenant) is swapping's stall: timed, as the simulator counts
+            // waits for tensors and for memory alike.
+            let stall = if fences.iter().any(|&(fenced_on, _)| fenced_on != stream) {
                 self.stall_start(stream)
             } else {
                 None

@@ -59,6 +59,13 @@ fn lost_block(va: u64, bytes: u64) -> ! {
     std::process::exit(1)
 }
 
+/// The median of `values` (the upper one of an even count) and their count; None when empty.
+fn median(values: impl Iterator<Item = f64>) -> Option<(f64, usize)> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).map(|&m| (m, values.len()))
+}
+
 /// A call that runs with a tensor brought back over its borrowers, who wait on the host.
 #[derive(Debug)]
 pub struct Exchange {
@@ -1219,16 +1226,16 @@ impl PoolState {
             if exec.stats.iterations.len() < ITERATIONS_KEPT {
                 exec.stats.iterations.push(done);
             }
-            let mut times: Vec<f64> = (exec.stats.iterations.iter())
-                .filter(|i| i.plan == plan)
-                .map(|i| i.time_ns)
-                .collect();
-            times.sort_by(f64::total_cmp);
-            if let Some(&median) = times.get(times.len() / 2) {
-                exec.stats.measured_iteration_ns = median;
+            let under_plan = || (exec.stats.iterations.iter()).filter(|i| i.plan == plan);
+            let times = median(under_plan().map(|i| i.time_ns));
+            let stalls = median(under_plan().map(|i| i.stall_ns));
+            if let (Some((time, iterations)), Some((stall, _))) = (times, stalls) {
+                exec.stats.measured_iteration_ns = time;
+                exec.stats.measured_stall_ns = stall;
                 if let Some(stats) = exec.plan_stats() {
-                    stats.measured_iteration_ns = median;
-                    stats.iterations = times.len() as u64;
+                    stats.measured_iteration_ns = time;
+                    stats.measured_stall_ns = stall;
+                    stats.iterations = iterations as u64;
                 }
             }
         }
@@ -1549,7 +1556,6 @@ impl PoolState {
                 fences: smallvec::smallvec![(in_stream, done)],
                 waited: smallvec::SmallVec::new(),
                 owned: Some(done),
-                swap_in: true,
             },
         );
         let exec = self.executor.as_mut().expect("checked above");

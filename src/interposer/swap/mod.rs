@@ -99,8 +99,10 @@ pub struct PlanStats {
     /// A first plan: the same from the op times measured under it (0 where not measured).
     pub remeasured_iteration_ns: f64,
     pub remeasured_base_iteration_ns: f64,
-    /// Median host time of the iterations run under it.
+    /// Median host time of the iterations run under it, and the median time the program's
+    /// streams waited for swapping in them (its measured overhead, on the device's clock).
     pub measured_iteration_ns: f64,
+    pub measured_stall_ns: f64,
     pub iterations: u64,
     pub plan_ms: f64,
     /// Whether it is the last plan to serve (it serves at the end unless the program left its
@@ -129,14 +131,19 @@ pub struct SwapStats {
     pub on_demand_swap_ins: u64,
     /// On-demand swap-ins whose range was held by borrowers (moved aside for that call).
     pub exchanges: u64,
-    /// Time the program's streams waited for swap-ins (GPU time, from events).
+    /// Time the program's streams waited for swapping: for swap-ins, and for the copies and
+    /// uses their blocks' ranges wait on (GPU time, from events).
     pub stall_ns: f64,
     /// The simulator's iteration time for the plan in use, and without swapping, from the
     /// latest op times: those measured under the first plan once they are.
     pub predicted_iteration_ns: f64,
     pub predicted_base_iteration_ns: f64,
-    /// Median host time of the iterations run under the plan in use.
+    /// Median host time of the iterations run under the plan in use, and the median time
+    /// the program's streams waited for swapping in them: the measured overhead, which
+    /// `predicted_iteration_ns − predicted_base_iteration_ns` predicts (on a loaded machine the
+    /// ops' own times vary more than the stalls do).
     pub measured_iteration_ns: f64,
+    pub measured_stall_ns: f64,
     /// Host time of the timing iteration (no swaps).
     pub timing_iteration_ns: f64,
     /// The copy model the planner uses: `measured` (timed copies before planning),
