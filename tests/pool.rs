@@ -163,7 +163,7 @@ fn an_input_loaded_before_the_last_one_is_released_is_served_from_the_pool() {
     // Each input outlives its successor's malloc, so it cannot take one range every
     // iteration: the plan covers two iterations, and the inputs alternate between two ranges.
     let prefetch = program("prefetch_loop");
-    let args = ["--iters", "40"];
+    let args = ["--iters", "200"];
     let plain = run_ok(&prefetch, &args, &[]);
     let stats = scratch("prefetch-stats.json");
     let shim_stats = scratch("prefetch-shim.json");
@@ -176,7 +176,7 @@ fn an_input_loaded_before_the_last_one_is_released_is_served_from_the_pool() {
     assert_eq!(results(&pooled), results(&plain));
     let pool = &read_json(&stats)["pool"];
     // Before the plan covered two iterations, each input went to the real allocator.
-    assert_every_planned_prefetch_iteration_served(pool);
+    assert_every_planned_prefetch_iteration_served(pool, &args);
     // Two inputs, a temporary and an output of 1 MiB alive at once at most: the pool. The
     // device held it and, until its free, the input allocated before the pool existed (an
     // input is live at every instant, so no iteration boundary is free of one).
@@ -200,7 +200,7 @@ fn an_input_loaded_before_the_last_one_is_released_is_served_from_the_pool() {
 #[test]
 fn host_allocations_at_irregular_points_leave_one_plan_serving_everything() {
     let prefetch = program("prefetch_loop");
-    let args = ["--iters", "40", "--pinned-cache"];
+    let args = ["--iters", "200", "--pinned-cache"];
     let plain = run_ok(&prefetch, &args, &[]);
     let host_allocs: u64 = value_of(&plain, "host_allocs").unwrap().parse().unwrap();
     assert!(host_allocs >= 10, "{plain}");
@@ -216,16 +216,19 @@ fn host_allocations_at_irregular_points_leave_one_plan_serving_everything() {
     let pool = &summary["pool"];
     assert_eq!(pool["plans"], 1, "{summary:#}");
     // The device's iteration is 10 access events, with or without the host's calls.
-    assert_every_planned_prefetch_iteration_served(pool);
+    assert_every_planned_prefetch_iteration_served(pool, &args);
     std::fs::remove_file(stats).unwrap();
 }
 
-/// `prefetch_loop --iters 40` in pool mode: every malloc from the first planned iteration on
-/// (3 in each iteration of 10 access events) was served from the pool.
-fn assert_every_planned_prefetch_iteration_served(pool: &serde_json::Value) {
+/// `prefetch_loop --iters ITERS` (`args`: 200, so that a plan made late on a loaded machine still
+/// serves ten iterations) in pool mode: every malloc from the first planned
+/// iteration on (3 in each iteration of 10 access events; 3 events before the first) was
+/// served from the pool, and at least 10 iterations were planned.
+fn assert_every_planned_prefetch_iteration_served(pool: &serde_json::Value, args: &[&str]) {
     assert_eq!(pool["fallback_after_plan"], 0, "{pool:#}");
+    let iters: u64 = args[1].parse().unwrap();
     let first = pool["first_planned_event"].as_u64().unwrap();
-    let planned_iterations = (403 - first) / 10;
+    let planned_iterations = (10 * iters + 3 - first) / 10;
     assert!(planned_iterations >= 10, "{pool:#}");
     assert!(
         pool["served"].as_u64().unwrap() >= 3 * planned_iterations,
