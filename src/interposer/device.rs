@@ -90,6 +90,10 @@ pub(super) struct Detected {
     /// The period that has covered the most events so far, with that count: what the training
     /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
     dominant: Option<(Period, u64)>,
+    /// Deferred: a pushed batch of tokens, emptied, for the sequencer to fill again (a buffer
+    /// allocated on one thread and freed on another costs the C allocator more than the
+    /// tokens in it).
+    spare: Vec<(u64, u64)>,
 }
 
 impl Detected {
@@ -99,6 +103,7 @@ impl Detected {
                 .expect("the detector configuration for CUDA events is valid"),
             changes: 0,
             dominant: None,
+            spare: Vec::new(),
         }
     }
 
@@ -202,13 +207,23 @@ impl Detection {
         if tokens.is_empty() {
             return None;
         }
-        let tokens = std::mem::replace(tokens, Vec::with_capacity(tokens.capacity()));
+        // Not waiting for the writer's thread while it pushes: a new buffer then.
+        let mut next = detected
+            .try_lock()
+            .map(|mut detected| std::mem::take(&mut detected.spare))
+            .unwrap_or_default();
+        if next.capacity() == 0 {
+            next.reserve(tokens.capacity());
+        }
+        let mut tokens = std::mem::replace(tokens, next);
         let detected = Arc::clone(detected);
         Some(move || {
             let mut detected = detected.lock();
-            for (token, live_bytes) in tokens {
+            for &(token, live_bytes) in &tokens {
                 detected.push(ordinal, token, live_bytes);
             }
+            tokens.clear();
+            detected.spare = tokens;
         })
     }
 
