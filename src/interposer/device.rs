@@ -227,6 +227,18 @@ impl Detection {
         })
     }
 
+    /// Pushes the tokens kept so far on this thread: the trace could not be opened, so no
+    /// writer's thread will. Inlined: every event without a trace asks, and then nothing is
+    /// kept.
+    #[inline]
+    pub fn push_kept_here(&mut self, ordinal: u32) {
+        if let Detection::Deferred { .. } = self
+            && let Some(push) = self.take_kept(ordinal)
+        {
+            push();
+        }
+    }
+
     /// What the statistics report: the dominant period and how many times one was found
     /// (once the kept tokens are pushed: after the trace is flushed).
     pub fn found(&self) -> (Option<Period>, u64) {

@@ -1230,10 +1230,7 @@ impl Recorder {
     /// device's sequencer) and hands a full batch to the writer thread.
     fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
         let Some(trace) = self.trace() else {
-            // The trace could not be opened: the tokens kept for its writer are pushed here.
-            if let Some(push) = seq.detection.take_kept(device) {
-                push();
-            }
+            seq.detection.push_kept_here(device);
             return;
         };
         if seq.pending.is_empty() {
