@@ -10,17 +10,18 @@
 use super::cnmem::CnmemState;
 use super::driver as cuda;
 use super::pool::PoolState;
+use super::recorder::Recorder;
 use super::swap::SwapConfig;
 use super::swap::planning::Capture;
 use crate::analysis::{EventCounts, HostCounts};
 use crate::config::{Config, Mode};
-use crate::detect::{Detector, DetectorConfig, Period};
+use crate::detect::{Change, Detector, DetectorConfig, Period};
 use crate::event::{AllocId, Event, EventKind};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 /// Devices itermem tells apart; a larger ordinal is counted as the last one (reported once).
 pub const MAX_DEVICES: usize = 64;
@@ -31,9 +32,7 @@ pub(super) struct Sequencer {
     pub next_index: u64,
     pub live_bytes: u64,
     pub peak_live_bytes: u64,
-    pub detector: Detector,
-    /// How many times a period was found (more than once: the pattern changed).
-    pub changes: u64,
+    pub detection: Detection,
     /// The device's events by kind, counted under the sequencer (an atomic per event would
     /// cost every hook a locked instruction more).
     pub counts: EventCounts,
@@ -42,9 +41,6 @@ pub(super) struct Sequencer {
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pub pending: Vec<Event>,
     pub pending_since_ns: u64,
-    /// The period that has covered the most events so far, with that count: what the training
-    /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
-    dominant: Option<(Period, u64)>,
     /// Swap mode: the live device allocations (id → size), which become the resident tensors of
     /// a captured iteration, and the iteration being captured for planning.
     pub swap_live: Option<FxHashMap<AllocId, u64>>,
@@ -52,20 +48,17 @@ pub(super) struct Sequencer {
 }
 
 impl Sequencer {
-    fn new(swapping: bool, batch: usize) -> Sequencer {
+    fn new(swapping: bool, deferred: bool, batch: usize) -> Sequencer {
         Sequencer {
             next_index: 0,
             live_bytes: 0,
             peak_live_bytes: 0,
-            detector: Detector::new(DetectorConfig::for_cuda_events())
-                .expect("the detector configuration for CUDA events is valid"),
-            changes: 0,
+            detection: Detection::new(deferred, batch),
             counts: EventCounts::default(),
             host: HostCounts::default(),
             pointer_words_scanned: 0,
             pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
-            dominant: None,
             swap_live: swapping.then(FxHashMap::default),
             capture: None,
         }
@@ -87,26 +80,174 @@ impl Sequencer {
         *counter += 1;
         self.pointer_words_scanned += words;
     }
+}
+
+/// A device's iteration detector and what it found.
+pub(super) struct Detected {
+    detector: Detector,
+    /// How many times a period was found (more than once: the pattern changed).
+    pub changes: u64,
+    /// The period that has covered the most events so far, with that count: what the training
+    /// loop is, as opposed to the warm-up, an evaluation pass or the teardown.
+    dominant: Option<(Period, u64)>,
+    /// Deferred: a pushed batch of tokens, emptied, for the sequencer to fill again (a buffer
+    /// allocated on one thread and freed on another costs the C allocator more than the
+    /// tokens in it).
+    spare: Vec<(u64, u64)>,
+}
+
+impl Detected {
+    fn new() -> Detected {
+        Detected {
+            detector: Detector::new(DetectorConfig::for_cuda_events())
+                .expect("the detector configuration for CUDA events is valid"),
+            changes: 0,
+            dominant: None,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Pushes the token of device `ordinal`'s next event (every access event pushes one, so
+    /// its index is the detector's count), with the live bytes after it; logs what changed.
+    pub fn push(&mut self, ordinal: u32, token: u64, live_bytes: u64) -> Change {
+        let index = self.detector.events();
+        let change = self.detector.push(token, live_bytes);
+        let (lost, detected) = match change {
+            Change::Unchanged => (None, None),
+            Change::Detected(period) => (None, Some(period)),
+            Change::Lost(period) => (Some(period), None),
+            Change::Changed { lost, detected } => (Some(lost), Some(detected)),
+        };
+        if let Some(period) = lost {
+            self.covered(period, index);
+            log::info!(
+                "device {ordinal}: iteration of {} events no longer followed at event {index}",
+                period.length
+            );
+        }
+        if let Some(period) = detected {
+            self.changes += 1;
+            log::info!(
+                "device {ordinal}: iteration detected at event {index}: {} events, boundary at \
+                 event {}",
+                period.length,
+                period.boundary
+            );
+        }
+        change
+    }
 
     /// Accounts for `period` having held over `[period.start, end)`.
-    pub fn covered(&mut self, period: Period, end: u64) {
+    fn covered(&mut self, period: Period, end: u64) {
         let events = end.saturating_sub(period.start);
         if self.dominant.is_none_or(|(_, best)| events >= best) {
             self.dominant = Some((period, events));
         }
     }
 
-    /// The dominant period, counting the one in force up to now.
+    /// The dominant period, counting the one in force up to the last event pushed.
     pub fn dominant_period(&self) -> Option<Period> {
         let current = self
             .detector
             .period()
-            .map(|p| (p, self.next_index.saturating_sub(p.start)));
+            .map(|p| (p, self.detector.events().saturating_sub(p.start)));
         match (self.dominant, current) {
             (Some((best, covered)), Some((now, now_covered))) => {
                 Some(if now_covered >= covered { now } else { best })
             }
             (best, now) => best.or(now).map(|(p, _)| p),
+        }
+    }
+}
+
+/// Where a device's detector runs.
+pub(super) enum Detection {
+    /// Pool and swap modes act on its answers at once: pushed under the sequencer.
+    Here(Box<Detected>),
+    /// Record and cnmem modes with a trace only report its answers: the tokens (with the live
+    /// bytes after each event) go with each trace batch and are pushed on the trace writer's
+    /// thread, off the program's (`Recorder::record`).
+    Deferred {
+        detected: Arc<Mutex<Detected>>,
+        tokens: Vec<(u64, u64)>,
+    },
+}
+
+impl Detection {
+    fn new(deferred: bool, batch: usize) -> Detection {
+        if deferred {
+            Detection::Deferred {
+                detected: Arc::new(Mutex::new(Detected::new())),
+                tokens: Vec::with_capacity(batch),
+            }
+        } else {
+            Detection::Here(Box::new(Detected::new()))
+        }
+    }
+
+    /// Pushes the token of device `ordinal`'s next event here, or keeps it for the trace
+    /// writer's thread (the answer is then `Unchanged`: nothing acts on it).
+    #[inline]
+    pub fn push(&mut self, ordinal: u32, token: u64, live_bytes: u64) -> Change {
+        match self {
+            Detection::Here(detected) => detected.push(ordinal, token, live_bytes),
+            Detection::Deferred { tokens, .. } => {
+                tokens.push((token, live_bytes));
+                Change::Unchanged
+            }
+        }
+    }
+
+    /// The work of pushing the tokens kept so far, to run after the trace batch they belong
+    /// to; None when none are kept.
+    pub fn take_kept(&mut self, ordinal: u32) -> Option<impl FnOnce() + Send + 'static> {
+        let Detection::Deferred { detected, tokens } = self else {
+            return None;
+        };
+        if tokens.is_empty() {
+            return None;
+        }
+        // Not waiting for the writer's thread while it pushes: a new buffer then.
+        let mut next = detected
+            .try_lock()
+            .map(|mut detected| std::mem::take(&mut detected.spare))
+            .unwrap_or_default();
+        if next.capacity() == 0 {
+            next.reserve(tokens.capacity());
+        }
+        let mut tokens = std::mem::replace(tokens, next);
+        let detected = Arc::clone(detected);
+        Some(move || {
+            let mut detected = detected.lock();
+            for &(token, live_bytes) in &tokens {
+                detected.push(ordinal, token, live_bytes);
+            }
+            tokens.clear();
+            detected.spare = tokens;
+        })
+    }
+
+    /// Pushes the tokens kept so far on this thread: the trace could not be opened, so no
+    /// writer's thread will. Inlined: every event without a trace asks, and then nothing is
+    /// kept.
+    #[inline]
+    pub fn push_kept_here(&mut self, ordinal: u32) {
+        if let Detection::Deferred { .. } = self
+            && let Some(push) = self.take_kept(ordinal)
+        {
+            push();
+        }
+    }
+
+    /// What the statistics report: the dominant period and how many times one was found
+    /// (once the kept tokens are pushed: after the trace is flushed).
+    pub fn found(&self) -> (Option<Period>, u64) {
+        match self {
+            Detection::Here(detected) => (detected.dominant_period(), detected.changes),
+            Detection::Deferred { detected, .. } => {
+                let detected = detected.lock();
+                (detected.dominant_period(), detected.changes)
+            }
         }
     }
 }
@@ -130,11 +271,14 @@ pub(super) struct DeviceState {
 
 impl DeviceState {
     fn new(ordinal: u32, config: &Config, batch: usize) -> DeviceState {
+        // Record and cnmem modes only report the detector's answers (no plan is made from
+        // them): with a trace, it runs on the trace writer's thread.
+        let deferred = config.trace.is_some() && Recorder::may_stage(config.mode);
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
             next_key: AtomicU64::new(0),
-            sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, batch)),
+            sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, deferred, batch)),
             pool: pool_state(config).map(Mutex::new),
             cnmem: cnmem_state(config).map(Mutex::new),
             captured: Mutex::new(None),

@@ -56,13 +56,23 @@ impl LiveIndex {
     /// The block containing `addr`: directly when `addr` is a block's start, otherwise through
     /// `base_of`, which maps an interior address to its allocation's start (the driver's
     /// answer); `base_of` is only asked about addresses inside the span of known blocks.
+    /// Inlined: every pointer word of every launch asks, and most are a block's start or no
+    /// pointer at all.
+    #[inline]
     pub fn find(&self, addr: u64, base_of: impl FnOnce(u64) -> Option<u64>) -> Option<&Block> {
-        if addr < self.low || addr >= self.high {
+        // `low <= addr < high` in one comparison (an empty index has `low == high == 0`).
+        if addr.wrapping_sub(self.low) >= self.high.wrapping_sub(self.low) {
             return None;
         }
         if let Some(block) = self.by_start.get(&addr) {
             return Some(block);
         }
+        self.find_interior(addr, base_of)
+    }
+
+    /// [`LiveIndex::find`] of an address inside the span that is no block's start.
+    #[cold]
+    fn find_interior(&self, addr: u64, base_of: impl FnOnce(u64) -> Option<u64>) -> Option<&Block> {
         let start = base_of(addr)?;
         let block = self.by_start.get(&start)?;
         (addr >= start && addr - start < block.size.max(1)).then_some(block)

@@ -5,7 +5,9 @@
 //! Ordering: every event passes through one short critical section (its device's
 //! [`Sequencer`]) that assigns its index and time, updates the live bytes, pushes its token to
 //! the detector and hands it to the trace writer, so the trace, the indices and the detector
-//! see one total order per device even when many host threads call CUDA at once. Each device
+//! see one total order per device even when many host threads call CUDA at once (in record and
+//! cnmem modes with a trace, the tokens go with the trace batches and the writer's thread
+//! pushes them: `device::Detection`). Each device
 //! has its own sequence, detector and allocator (`device.rs`); the live index, the kernels and
 //! the counters are the process's. Frees leave the live index *before* the real free runs,
 //! so an address the runtime reuses at once for another thread's malloc is never confused with
@@ -1073,30 +1075,7 @@ impl Recorder {
         if seq.swap_live.is_some() {
             capture(dev, seq, index, &kind);
         }
-        let change = seq.detector.push(token, live_bytes);
-        let (lost, detected) = match change {
-            Change::Unchanged => (None, None),
-            Change::Detected(period) => (None, Some(period)),
-            Change::Lost(period) => (Some(period), None),
-            Change::Changed { lost, detected } => (Some(lost), Some(detected)),
-        };
-        if let Some(period) = lost {
-            seq.covered(period, index);
-            log::info!(
-                "device {}: iteration of {} events no longer followed at event {index}",
-                dev.ordinal,
-                period.length
-            );
-        }
-        if let Some(period) = detected {
-            seq.changes += 1;
-            log::info!(
-                "device {}: iteration detected at event {index}: {} events, boundary at event {}",
-                dev.ordinal,
-                period.length,
-                period.boundary
-            );
-        }
+        let change = seq.detection.push(dev.ordinal, token, live_bytes);
         self.record(dev.ordinal, seq, kind, sequenced.time_ns);
         (index, change)
     }
@@ -1251,6 +1230,7 @@ impl Recorder {
     /// device's sequencer) and hands a full batch to the writer thread.
     fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
         let Some(trace) = self.trace() else {
+            seq.detection.push_kept_here(device);
             return;
         };
         if seq.pending.is_empty() {
@@ -1269,7 +1249,8 @@ impl Recorder {
             let empty = trace
                 .spare_batch()
                 .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
-            trace.record_batch(std::mem::replace(&mut seq.pending, empty));
+            let batch = std::mem::replace(&mut seq.pending, empty);
+            hand_over(trace, batch, seq, device);
         }
     }
 
@@ -1310,10 +1291,9 @@ impl Recorder {
         }
         if let Some(Some(trace)) = self.trace.get() {
             for dev in self.devices.seen() {
-                let pending = std::mem::take(&mut dev.sequencer.lock().pending);
-                if !pending.is_empty() {
-                    trace.record_batch(pending);
-                }
+                let mut seq = dev.sequencer.lock();
+                let pending = std::mem::take(&mut seq.pending);
+                hand_over(trace, pending, &mut seq, dev.ordinal);
             }
             if close {
                 trace.close();
@@ -1364,9 +1344,19 @@ struct Sequenced {
     time_ns: u64,
 }
 
+/// Hands `batch` of `device`'s events to the trace writer, with the detector's work on the
+/// tokens kept since the last batch (record and cnmem modes: `device::Detection`).
+fn hand_over(trace: &TraceWriter, batch: Vec<Event>, seq: &mut Sequencer, device: u32) {
+    match seq.detection.take_kept(device) {
+        Some(push) => trace.record_batch_then(batch, Box::new(push)),
+        None if !batch.is_empty() => trace.record_batch(batch),
+        None => {}
+    }
+}
+
 fn device_summary(dev: &DeviceState) -> DeviceSummary {
     let seq = dev.sequencer.lock();
-    let period = seq.dominant_period();
+    let (period, periods_found) = seq.detection.found();
     let pool = dev.pool.as_ref().map(|pool| pool.lock());
     DeviceSummary {
         device: dev.ordinal,
@@ -1375,7 +1365,7 @@ fn device_summary(dev: &DeviceState) -> DeviceSummary {
         boundary_event: period.map(|p| p.boundary),
         detected_at_event: period.map(|p| p.detected_at),
         iterations: period.map_or(0, |p| p.iterations_seen),
-        periods_found: seq.changes,
+        periods_found,
         peak_live_bytes: seq.peak_live_bytes,
         live_bytes_at_exit: seq.live_bytes,
         pool: pool.as_ref().map(|pool| pool.stats.clone()),

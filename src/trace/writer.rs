@@ -47,8 +47,9 @@ pub struct TraceSummary {
 enum Msg {
     Event(Event),
     /// Events in recording order, handed over together: a producer that records millions of
-    /// events pays for one channel hand-over per batch instead of per event.
-    Batch(Vec<Event>),
+    /// events pays for one channel hand-over per batch instead of per event. Then the work
+    /// that came with them, if any.
+    Batch(Vec<Event>, Option<AfterBatch>),
     /// Write everything before this message, then answer.
     Flush(Sender<()>),
     /// Write everything and the end record, answer with the summary, and from then on count
@@ -57,6 +58,11 @@ enum Msg {
     /// Close if not closed, then exit.
     Finish,
 }
+
+/// Work a producer hands over with a batch, run on the writer thread once the batch is
+/// encoded: work that must follow the events in order but that the program need not wait for
+/// (itermem's iteration detector in record mode).
+pub type AfterBatch = Box<dyn FnOnce() + Send>;
 
 /// Records [`Event`]s into a trace file from any thread (`&self`, `Send + Sync`).
 ///
@@ -160,6 +166,7 @@ impl TraceWriter {
             prev_time: 0,
             buffered: 0,
             closed: false,
+            after_batch_failed: false,
             summary: TraceSummary::default(),
             spares: spare_tx,
         };
@@ -194,8 +201,19 @@ impl TraceWriter {
     /// Hands a batch of events, in order, to the writer thread; blocks while the channel is full
     /// (the channel's capacity counts messages, so a batch takes one place).
     pub fn record_batch(&self, events: Vec<Event>) {
+        self.send_batch(events, None);
+    }
+
+    /// [`record_batch`](TraceWriter::record_batch), then `then` on the writer thread, in order
+    /// with every other batch and its work. A panic of `then` is reported once and later work
+    /// is dropped; the trace goes on.
+    pub fn record_batch_then(&self, events: Vec<Event>, then: AfterBatch) {
+        self.send_batch(events, Some(then));
+    }
+
+    fn send_batch(&self, events: Vec<Event>, then: Option<AfterBatch>) {
         let count = events.len() as u64;
-        if self.tx.send(Msg::Batch(events)).is_err() {
+        if self.tx.send(Msg::Batch(events, then)).is_err() {
             self.unsent.fetch_add(count, Ordering::Relaxed);
         }
     }
@@ -288,6 +306,8 @@ struct Sink {
     buffered: u64,
     /// The end record has been written: further events are lost.
     closed: bool,
+    /// Work handed over with a batch panicked: later work is dropped.
+    after_batch_failed: bool,
     summary: TraceSummary,
     /// Where written batches go back to producers (see `TraceWriter::spares`).
     spares: Sender<Vec<Event>>,
@@ -319,11 +339,14 @@ impl Sink {
             };
             match msg {
                 Some(Msg::Event(event)) => self.push(&event),
-                Some(Msg::Batch(mut events)) => {
+                Some(Msg::Batch(mut events, then)) => {
                     events.iter().for_each(|event| self.push(event));
                     events.clear();
                     // Dropped when producers already have enough spares.
                     let _ = self.spares.try_send(events);
+                    if let Some(then) = then {
+                        self.run_after_batch(then);
+                    }
                 }
                 Some(Msg::Flush(ack)) => {
                     self.write_out();
@@ -343,6 +366,22 @@ impl Sink {
         }
         self.close();
         self.summary
+    }
+
+    /// Runs work handed over with a batch, unless earlier work panicked (then it is dropped:
+    /// what it follows has lost events).
+    fn run_after_batch(&mut self, then: AfterBatch) {
+        if self.after_batch_failed {
+            return;
+        }
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(then)).is_err() {
+            self.after_batch_failed = true;
+            let _ = writeln!(
+                io::stderr(),
+                "itermem: internal error in the work following the trace's events (the \
+                 iteration detector); the trace goes on, the statistics' iteration stops there"
+            );
+        }
     }
 
     /// Writes the end record and everything before it, once; afterwards `push` only counts.
@@ -446,5 +485,28 @@ mod tests {
         assert_eq!(std::fs::read(&path.0).unwrap(), b"first", "not truncated");
         drop(first);
         create_regular(&path.0).unwrap(); // released with its writer
+    }
+
+    #[test]
+    fn work_after_a_batch_runs_in_order_and_a_panic_stops_only_the_work() {
+        let path = crate::test_support::TempPath::new("after-batch.itrace");
+        let writer =
+            TraceWriter::create(&path.0, TraceHeader::for_this_process("test".into(), 0)).unwrap();
+        let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let free = |id| vec![Event::new(id, EventKind::Free { id, stream: 0 })];
+        for (id, panics) in [(1, false), (2, true), (3, false)] {
+            let order = std::sync::Arc::clone(&order);
+            writer.record_batch_then(
+                free(id),
+                Box::new(move || {
+                    order.lock().push(id);
+                    assert!(!panics, "injected");
+                }),
+            );
+        }
+        writer.flush();
+        assert_eq!(*order.lock(), [1, 2], "the work after the panic is dropped");
+        let summary = writer.finish().unwrap();
+        assert_eq!((summary.events_written, summary.events_lost), (3, 0));
     }
 }
