@@ -345,7 +345,7 @@ impl Delays {
         let asked = delay - self.overrun;
         let slept = Instant::now();
         std::thread::sleep(asked);
-        self.overrun = slept.elapsed().saturating_sub(asked).min(jitter * 100);
+        self.overrun = (slept.elapsed().saturating_sub(asked)).min(jitter.saturating_mul(100));
     }
 }
 

@@ -10,7 +10,7 @@ use super::planning::{
     make_schedule,
 };
 use super::second_plan::{SecondReport, second_plan};
-use super::{IterationStats, PlanStats, SwapConfig, SwapStats};
+use super::{IterationStats, PlanStats, SwapConfig, SwapStats, median};
 use crate::event::{AllocId, StreamHandle};
 use crate::swap::CopyModel;
 use rustc_hash::FxHashMap;
@@ -57,13 +57,6 @@ fn lost_block(va: u64, bytes: u64) -> ! {
          them; its content cannot be restored, and the program stops here"
     ));
     std::process::exit(1)
-}
-
-/// The median of `values` (the upper one of an even count) and their count; None when empty.
-fn median(values: impl Iterator<Item = f64>) -> Option<(f64, usize)> {
-    let mut values: Vec<f64> = values.collect();
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).map(|&m| (m, values.len()))
 }
 
 /// A call that runs with a tensor brought back over its borrowers, who wait on the host.

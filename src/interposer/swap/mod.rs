@@ -167,3 +167,10 @@ pub struct SwapStats {
     pub second_plan: String,
     pub iterations: Vec<IterationStats>,
 }
+
+/// The median of `values` (the upper one of an even count) and their count; None when empty.
+fn median(values: impl Iterator<Item = f64>) -> Option<(f64, usize)> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).map(|&m| (m, values.len()))
+}

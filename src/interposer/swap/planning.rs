@@ -3,7 +3,7 @@
 
 use super::super::driver as cuda;
 use super::super::pool::{PoolPlan, SwapReady};
-use super::SwapConfig;
+use super::{SwapConfig, median};
 use crate::event::{AllocId, Event, EventKind};
 use crate::ops::{self, Birth, LoadOptions, OpTrace, TensorId};
 use crate::swap::CopyModel;
@@ -358,10 +358,7 @@ impl Planning {
         let iterations = timed.len() / ops;
         Ok((0..ops)
             .map(|op| {
-                let mut times: Vec<f64> =
-                    (0..iterations).map(|i| op_time_ns[i * ops + op]).collect();
-                times.sort_by(f64::total_cmp);
-                times[iterations / 2]
+                median((0..iterations).map(|i| op_time_ns[i * ops + op])).map_or(0.0, |m| m.0)
             })
             .collect())
     }

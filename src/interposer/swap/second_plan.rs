@@ -3,6 +3,7 @@
 
 use super::super::driver as cuda;
 use super::super::pool::SwapReady;
+use super::median;
 use super::planning::Made;
 use crate::swap::CopyModel;
 use crate::swap::combined::ExecutorInputs;
@@ -131,12 +132,8 @@ fn link_of(points: &[(f64, f64)], given: (f64, f64)) -> (f64, f64) {
             return ((mean_ns - slope * mean_bytes).max(0.0), slope);
         }
     }
-    let mut per_byte: Vec<f64> = (points.iter())
-        .map(|&(bytes, ns)| (ns - given.0).max(0.0) / bytes)
-        .collect();
-    per_byte.sort_by(f64::total_cmp);
-    match per_byte.get(per_byte.len() / 2) {
-        Some(&median) if median > 0.0 => (given.0, median),
+    match median((points.iter()).map(|&(bytes, ns)| (ns - given.0).max(0.0) / bytes)) {
+        Some((per_byte, _)) if per_byte > 0.0 => (given.0, per_byte),
         _ => given,
     }
 }
