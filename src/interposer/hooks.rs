@@ -899,7 +899,10 @@ fn on_graph_launch(rec: &Recorder, run: Run, exec: usize, stream: u64) -> u32 {
     };
     let device = current_device();
     let mut launch = rec.graph_events(&nodes, stream);
-    let prepared = rec.before_graph(device, &launch.touched, stream, launch.len());
+    // The nodes' events come after those of the graph's allocations, so the plan is followed
+    // from that many events on.
+    let allocations = graph_allocation_events(rec, &nodes);
+    let prepared = rec.before_graph(device, &launch.touched, stream, allocations, launch.len());
     let result = run();
     let memory = nodes.iter().any(|n| n.work.is_memory());
     let recorded = if result == SUCCESS {
@@ -918,6 +921,19 @@ fn on_graph_launch(rec: &Recorder, run: Run, exec: usize, stream: u64) -> u32 {
     };
     rec.after_graph(device, prepared, stream, recorded);
     result
+}
+
+/// How many events [`on_graph_allocations`] will record for a launch of `nodes`: a malloc for
+/// each alloc node, after a free for one whose memory the previous launch left live (an alloc
+/// node's address is fixed for its exec graph).
+fn graph_allocation_events(rec: &Recorder, nodes: &[Node]) -> u64 {
+    nodes
+        .iter()
+        .map(|node| match node.work {
+            NodeWork::Alloc { addr, .. } => 1 + rec.is_live(addr) as u64,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// A graph launch that succeeded allocated its alloc nodes' memory: each becomes a live

@@ -553,12 +553,14 @@ impl Recorder {
     /// [`Recorder::before_use`] for a graph launch on `stream` whose `nodes` events use
     /// allocations `ids`: every one of them is made resident, and stays until the graph's
     /// work on the stream is done (its finishes come after the launch), as for one call that
-    /// uses them all; swap mode's plan is followed at each of the nodes' event indices.
+    /// uses them all; swap mode's plan is followed at each of the nodes' event indices, which
+    /// come after the `allocations` events the launch records first (its alloc nodes').
     pub fn before_graph(
         &self,
         device: u32,
         ids: &[AllocId],
         stream: StreamHandle,
+        allocations: u64,
         nodes: usize,
     ) -> Vec<Prepared> {
         if !self.allocating() {
@@ -568,9 +570,10 @@ impl Recorder {
             // The swap-ins planned before each node start before the launch; then the tensors
             // the graph uses are checked at once (as the last node's), so none is away when it
             // is enqueued.
+            let first = next + allocations;
             let last = (nodes as u64).saturating_sub(1);
             (0..nodes as u64)
-                .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, next + k))
+                .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, first + k))
                 .collect()
         })
     }
@@ -642,6 +645,11 @@ impl Recorder {
             pool.lock().history.malloc(id, index, size);
         }
         self.period_changed(dev, change);
+    }
+
+    /// Whether a block starts at `addr`.
+    pub fn is_live(&self, addr: u64) -> bool {
+        self.live.read().find(addr, |_| None).is_some()
     }
 
     /// Before the real free: takes the block out of the live index (see the module doc).
