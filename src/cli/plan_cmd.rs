@@ -255,7 +255,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let lent = swap::lent_windows(&trace, &outcome.plan, limit, copy);
     let pool = naming_file(
         &args.trace,
-        combined::combined_pool(&trace, &lent, &Default::default()),
+        combined::combined_pool(&trace, &lent, &Default::default(), dsa::Alignment::NONE),
     )?;
     let json = PlanJson {
         trace: args.trace.display().to_string(),

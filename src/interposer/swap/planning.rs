@@ -206,8 +206,6 @@ pub(super) struct Planning {
     /// The blocks the pool takes: (tensor, block, its address and size).
     taken: Vec<(TensorId, AllocId, OwnBlock)>,
     granularity: u64,
-    /// What each block takes in the pool beyond its size (see [`Planning::new`]).
-    slack: u64,
     /// Event position (in the window) of each op.
     op_positions: Vec<u64>,
     start: u64,
@@ -275,11 +273,8 @@ impl Planning {
         let events = capture.with_graph_launches();
         let (loaded, births) = ops::from_events_with_births(&name, &events, &options)?;
         // The blocks at addresses of their own that are live over the whole iteration: the pool
-        // takes them (their own memory then leaves the bytes outside the pool), with a granule
-        // more than their size, so that a granule-aligned range of theirs fits wherever it goes;
-        // but when they are all the pool holds (an iteration that allocates nothing, as under a
-        // caching allocator), every size is a multiple of the granule, so is every offset the
-        // pool gives (`combined_pool` aligns to the sizes), and a granule each would be waste.
+        // takes them, each on granules of its own (`combined_pool`), and their own memory then
+        // leaves the bytes outside the pool.
         let taken: Vec<(TensorId, AllocId, OwnBlock)> = births
             .iter()
             .enumerate()
@@ -306,10 +301,6 @@ impl Planning {
         } else {
             blocks.granularity
         };
-        let allocates = window_events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Malloc { .. }));
-        let slack = if allocates { blocks.granularity } else { 0 };
         let mut inputs = ExecutorInputs {
             window: [capture.start, capture.length],
             op_time_ns: Vec::new(),
@@ -320,8 +311,9 @@ impl Planning {
             min_swap_bytes: config.min_bytes,
             allow_swaps,
             residents: (taken.iter())
-                .map(|&(tensor, _, block)| (tensor, block.rounded + slack))
+                .map(|&(tensor, _, block)| (tensor, block.rounded))
                 .collect(),
+            granularity: blocks.granularity,
             patient: false,
         };
         inputs.budget_bytes = inputs.budget_for(limit);
@@ -333,7 +325,6 @@ impl Planning {
             births,
             taken,
             granularity: blocks.granularity,
-            slack,
             op_positions,
             start: capture.start,
             length: capture.length,
@@ -403,17 +394,17 @@ impl Planning {
             unfit: String::new(),
             made: None,
         };
-        for (tensor, offset) in planned.pool.offsets.iter().enumerate() {
+        for (tensor, &offset) in planned.pool.offsets.iter().enumerate() {
             if let (Some(&(_, id, block)), Some(offset)) = (block_of(tensor), offset) {
                 anyhow::ensure!(
-                    self.slack > 0 || offset % self.granularity == 0,
+                    offset.is_multiple_of(self.granularity),
                     "internal error: the pool put a block at offset {offset}, off its granule"
                 );
                 schedule.residents.push(Resident {
                     id,
                     va: block.va,
                     on_host: block.on_host,
-                    offset: offset.next_multiple_of(self.granularity),
+                    offset,
                     rounded: block.rounded,
                     away_at_start: None,
                 });
