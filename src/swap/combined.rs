@@ -12,7 +12,7 @@ use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent
 use crate::bo::{self, BoConfig, BoError, Objective, Progress};
 use crate::ops::{Op, OpTrace, Tensor, TensorId};
 use crate::plan::{self as dsa, Absence, Alignment, Buffer, Instance, PlanOptions, Policy};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The objective BO minimises: simulated overhead first, swapped bytes second; a plan that
 /// cannot keep the limit ranks after every plan that can.
@@ -267,17 +267,20 @@ pub fn combined_pool(
     guards: &HashMap<TensorId, u64>,
     granule: Alignment,
 ) -> anyhow::Result<CombinedPool> {
-    on_granules(trace, lent, guards, granule, None)
+    on_granules(trace, lent, guards, granule, None, &mut HashSet::new())
 }
 
 /// [`combined_pool`] placed by best-of, or by `search` steps of SmartPool's search beyond
-/// best-of's candidates.
+/// best-of's candidates, starting from the residents of `padded` padded (the set the previous
+/// round of guards kept, [`distinct_addresses_after`]: one placement each where it still puts
+/// every resident on its granule) and leaving there the set of the pool it returns.
 fn on_granules(
     trace: &OpTrace,
     lent: &[Lent],
     guards: &HashMap<TensorId, u64>,
     granule: Alignment,
     search: Option<u64>,
+    padded: &mut HashSet<TensorId>,
 ) -> anyhow::Result<CombinedPool> {
     let residents: Vec<TensorId> = if granule == Alignment::NONE {
         Vec::new()
@@ -287,15 +290,17 @@ fn on_granules(
             .map(|t| t.id)
             .collect()
     };
-    let mut padded = std::collections::HashSet::new();
     let mut on_granules = None;
-    for _ in 0..PAD_ROUNDS {
-        let pool = placed(trace, lent, guards, &padded, granule, search)?;
+    for round in 0..PAD_ROUNDS {
+        let pool = placed(trace, lent, guards, padded, granule, search)?;
         let off: Vec<TensorId> = (residents.iter().copied())
             .filter(|&t| pool.offsets[t as usize].is_some_and(|o| !granule.is_aligned(o)))
             .collect();
         if off.is_empty() {
-            if padded.is_empty() {
+            // Where the first placement needed no more padding (none taken, or the set carried
+            // from the previous round), the comparison with every resident padded was made
+            // when that set was chosen, or would place the same pool again.
+            if round == 0 || padded.len() == residents.len() {
                 return Ok(pool);
             }
             on_granules = Some(pool);
@@ -304,11 +309,14 @@ fn on_granules(
         padded.extend(off);
     }
     // Every resident padded: a placement of other sizes, which may be the smaller one.
-    padded.extend(residents);
-    let every_padded = placed(trace, lent, guards, &padded, granule, search)?;
+    let every: HashSet<TensorId> = residents.into_iter().collect();
+    let every_padded = placed(trace, lent, guards, &every, granule, search)?;
     Ok(match on_granules {
         Some(pool) if pool.footprint <= every_padded.footprint => pool,
-        _ => every_padded,
+        _ => {
+            *padded = every;
+            every_padded
+        }
     })
 }
 
@@ -328,7 +336,7 @@ fn placed(
     trace: &OpTrace,
     lent: &[Lent],
     guards: &HashMap<TensorId, u64>,
-    padded: &std::collections::HashSet<TensorId>,
+    padded: &HashSet<TensorId>,
     granule: Alignment,
     search: Option<u64>,
 ) -> anyhow::Result<CombinedPool> {
@@ -570,7 +578,9 @@ fn distinct_addresses_after(
         })
         .map(|l| (l.tensor, GUARD))
         .collect();
-    let mut pool = on_granules(trace, lent, &guards, granule, search)?;
+    // The residents padded in one round are padded from the start of the next.
+    let mut padded = HashSet::new();
+    let mut pool = on_granules(trace, lent, &guards, granule, search, &mut padded)?;
     separate(trace, &mut pool, &guards);
     for _ in 0..rounds {
         let shared = shared_addresses(trace, &pool);
@@ -580,7 +590,7 @@ fn distinct_addresses_after(
         for s in shared {
             *guards.entry(s.lender).or_insert(0) += s.units * GUARD;
         }
-        pool = on_granules(trace, lent, &guards, granule, search)?;
+        pool = on_granules(trace, lent, &guards, granule, search, &mut padded)?;
         separate(trace, &mut pool, &guards);
     }
     // Every borrower still at the address of a tensor alive with it moves to a range of its
