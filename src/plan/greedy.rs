@@ -156,6 +156,9 @@ pub(crate) struct Prepared {
     pub(crate) unaligned_peak: u64,
     /// The pool granularity `sizes` were rounded to, which every offset must respect too.
     pub(crate) alignment: Alignment,
+    /// A coarser grid some buffers' offsets must lie on ([`Prepared::on_grid`]; only the greedy
+    /// runs respect it): 1 for every buffer, or empty when none has one.
+    grid: Vec<u64>,
 }
 
 impl Prepared {
@@ -206,6 +209,7 @@ impl Prepared {
             lower_bound: 0,
             unaligned_peak: 0,
             alignment,
+            grid: Vec::new(),
         };
         // Peaks over the segments: O(n + m), where a sweep over sorted events would sort.
         prep.lower_bound = prep.live_per_segment().into_iter().max().unwrap_or(0);
@@ -220,6 +224,22 @@ impl Prepared {
 
     pub(crate) fn len(&self) -> usize {
         self.sizes.len()
+    }
+
+    /// The buffers `on_grid` (instance order) placed at multiples of `grid` too by the greedy
+    /// runs (`grid` a multiple of the alignment: the offsets stay aligned).
+    pub(crate) fn on_grid(mut self, on_grid: &[usize], grid: u64) -> Prepared {
+        self.grid = vec![1; self.len()];
+        for &i in on_grid {
+            self.grid[i] = grid;
+        }
+        self
+    }
+
+    /// The grid buffer `i`'s offset lies on (1: the alignment alone).
+    #[inline]
+    fn grid_of(&self, i: usize) -> u64 {
+        self.grid.get(i).copied().unwrap_or(1)
     }
 
     /// Whether some buffer has absence windows (more than one resident range).
@@ -646,13 +666,17 @@ impl<'p> Placer<'p> {
         for &(from, to) in prep.resident(i) {
             self.timeline.taken(from - base, to - base, &mut self.refs);
         }
-        let offset = choose_gap(
-            &self.timeline,
-            &self.refs,
-            &mut self.scratch,
-            prep.sizes[i],
-            self.fit,
-        );
+        let (size, fit) = (prep.sizes[i], self.fit);
+        let offset = match prep.grid_of(i) {
+            1 => choose_gap(&self.timeline, &self.refs, &mut self.scratch, size, fit),
+            grid => choose_gap_on(
+                &self.timeline,
+                &self.refs,
+                &mut self.scratch,
+                (size, grid),
+                fit,
+            ),
+        };
         self.insert(i, offset, base);
     }
 
@@ -707,6 +731,26 @@ pub(super) fn choose_gap(
     size: u64,
     fit: Fit,
 ) -> u64 {
+    union_of(timeline, refs, scratch);
+    gap_in(&scratch.0, size, fit, |cursor| cursor)
+}
+
+/// [`choose_gap`] for a buffer of `size` bytes whose offset must be a multiple of `grid`.
+fn choose_gap_on(
+    timeline: &Timeline,
+    refs: &[ListRef],
+    scratch: &mut Scratch,
+    (size, grid): (u64, u64),
+    fit: Fit,
+) -> u64 {
+    union_of(timeline, refs, scratch);
+    gap_in(&scratch.0, size, fit, |cursor| {
+        cursor.next_multiple_of(grid)
+    })
+}
+
+/// The union of the lists `refs` into `scratch.0`.
+fn union_of(timeline: &Timeline, refs: &[ListRef], scratch: &mut Scratch) {
     let (acc, tmp) = scratch;
     acc.clear();
     for &r in refs {
@@ -734,19 +778,26 @@ pub(super) fn choose_gap(
         union_into(acc, list, tmp);
         std::mem::swap(acc, tmp);
     }
+}
+
+/// The offset `fit` picks for `size` bytes among the gaps of `taken` (sorted, disjoint), each
+/// gap starting at `place(its start)` (the start itself, or the next point of a grid).
+#[inline(always)]
+fn gap_in(taken: &[(u64, u64)], size: u64, fit: Fit, place: impl Fn(u64) -> u64) -> u64 {
     let mut cursor = 0u64; // everything below `cursor` is taken or examined
     let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-    for &(start, end) in acc.iter() {
-        if start > cursor {
-            let gap = start - cursor;
+    for &(start, end) in taken {
+        let at = place(cursor);
+        if start > at {
+            let gap = start - at;
             if gap >= size {
                 match fit {
-                    Fit::First => return cursor,
+                    Fit::First => return at,
                     Fit::Best => {
                         if best.is_none_or(|(g, _)| gap < g) {
-                            best = Some((gap, cursor));
+                            best = Some((gap, at));
                             if gap == size {
-                                return cursor; // an exact fit: nothing can be better
+                                return at; // an exact fit: nothing can be better
                             }
                         }
                     }
@@ -755,7 +806,7 @@ pub(super) fn choose_gap(
         }
         cursor = cursor.max(end);
     }
-    best.map_or(cursor, |(_, offset)| offset)
+    best.map_or(place(cursor), |(_, offset)| offset)
 }
 
 /// `out = a ∪ b` for sorted lists of disjoint, non-touching ranges (as every list of a

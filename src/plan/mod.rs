@@ -341,6 +341,27 @@ pub fn plan(
     })
 }
 
+/// Best-of's placement of `instance` with the buffers `on_grid` (instance order) at multiples
+/// of `grid`, a multiple of `alignment`: swap mode's blocks mapped granule by granule among
+/// tensors of any size (`swap::combined`). Only the greedy runs keep such a grid.
+pub fn plan_on_grid(
+    instance: &Instance,
+    alignment: Alignment,
+    on_grid: &[usize],
+    grid: u64,
+) -> Result<Plan, PlanError> {
+    let prep = greedy::Prepared::new(instance, alignment)?.on_grid(on_grid, grid);
+    let incumbent = greedy::run(instance, &prep, Order::SizeDesc, Fit::Best);
+    let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
+    let cut = (Cutoff::NEVER, Duration::ZERO);
+    let outcome = greedy::best_of(instance, &prep, incumbent, others, cut);
+    Ok(Plan {
+        offsets: outcome.offsets,
+        footprint: outcome.footprint,
+        alignment,
+    })
+}
+
 /// `footprint / lower_bound`, 1.0 when both are 0.
 pub fn ratio(footprint: u64, lower_bound: u64) -> f64 {
     if lower_bound == 0 {

@@ -189,6 +189,46 @@ fn random_intervals(rng: &mut SplitMix64, n: usize, horizon: u64, max_size: u64)
     inst(buffers)
 }
 
+/// Buffers on a coarser grid (swap mode's blocks, mapped granule by granule) land on it, among
+/// buffers of any size, in pools that together need less than giving each of them a granule
+/// more so that it could go anywhere: blocks of one to three granules, as `mlp_train --adam`'s
+/// 4 MiB weights on 2 MiB granules (padded, its pool's lower bound rose by 21 MB).
+#[test]
+fn buffers_on_a_grid_land_on_it_in_less_than_a_granule_more_each() {
+    const GRID: u64 = 8192;
+    let alignment = Alignment::DEFAULT;
+    let mut rng = SplitMix64::new(35);
+    let (mut on_grid, mut padded) = (0, 0);
+    for _ in 0..30 {
+        let mut buffers = random_intervals(&mut rng, 40, 60, 6000).buffers().to_vec();
+        let blocks: Vec<usize> = (0..buffers.len()).filter(|i| i % 4 == 0).collect();
+        for &i in &blocks {
+            buffers[i].size = GRID * (1 + rng.below(3));
+        }
+        let instance = inst(buffers.clone());
+        let placed = plan_on_grid(&instance, alignment, &blocks, GRID).unwrap();
+        assert_eq!(validate(&instance, &placed), Ok(()));
+        for &i in &blocks {
+            assert_eq!(placed.offsets[i] % GRID, 0, "block {i} off its grid");
+        }
+        let bound = Bounds::of(&instance, alignment).unwrap().aligned_peak;
+        assert!(placed.footprint >= bound);
+        on_grid += placed.footprint;
+        for &i in &blocks {
+            buffers[i].size += GRID;
+        }
+        let each_a_granule_more = inst(buffers);
+        padded += (plan(
+            &each_a_granule_more,
+            Policy::BestOf,
+            &PlanOptions::default(),
+        ))
+        .unwrap()
+        .footprint;
+    }
+    assert!(on_grid < padded, "{on_grid} ≥ {padded}");
+}
+
 /// One buffer born per instant, living 1 + Exp(mean 80) instants, of 512 · 2^U(0, 8) bytes:
 /// about 80 live at once, in 512-byte units, the shape on which greedy by size loses most to
 /// first-fit and cnmem (issue 13's large instances, scaled down).

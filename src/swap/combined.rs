@@ -12,7 +12,7 @@ use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent
 use crate::bo::{self, BoConfig, BoError, Objective, Progress};
 use crate::ops::{Op, OpTrace, Tensor, TensorId};
 use crate::plan::{self as dsa, Absence, Alignment, Buffer, Instance, PlanOptions, Policy};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The objective BO minimises: simulated overhead first, swapped bytes second; a plan that
 /// cannot keep the limit ranks after every plan that can.
@@ -254,101 +254,41 @@ impl CombinedPool {
 ///
 /// Every resident tensor's offset is a multiple of `granule`: the executor maps a block it
 /// takes into the pool granule by granule at the block's own address (`Alignment::NONE` for a
-/// plan that is only reported). The pool is placed with the residents at their sizes; those
-/// that land off their granule get a granule more (a range on granules then fits wherever
-/// their buffer goes) and the pool is placed again, [`PAD_ROUNDS`] times at most; where any
-/// was padded, the pool with every resident padded is placed too and the smaller kept (a
-/// placement of other sizes is another placement, and may be the smaller). A granule each for
-/// all of them at once took 2.4 % of the budget of the generated VGG16 at 33 % of its peak,
-/// whose 19 weights are 23.0 of its 26.0 MB.
+/// plan that is only reported). Best-of places them on that grid among the other tensors,
+/// which keep the pool's alignment (`plan::plan_on_grid`). Before, each resident took a
+/// granule more than its size, or was padded where it landed off its grid: `mlp_train --adam`
+/// at 3× the device, whose 4 MiB weights and moments are two 2 MiB granules each, then had a
+/// pool whose lower bound was 75.5 MB for 54.6 without the padding (the budget: 42.6 MB), and
+/// its swap limit was lowered to 3.4 MB: a plan 72 % slower than the iteration where one of 8 %
+/// exists.
 pub fn combined_pool(
     trace: &OpTrace,
     lent: &[Lent],
     guards: &HashMap<TensorId, u64>,
     granule: Alignment,
 ) -> anyhow::Result<CombinedPool> {
-    on_granules(trace, lent, guards, granule, None, &mut HashSet::new())
+    placed(trace, lent, guards, granule, None)
 }
-
-/// [`combined_pool`] placed by best-of, or by `search` steps of SmartPool's search beyond
-/// best-of's candidates, starting from the residents of `padded` padded (the set the previous
-/// round of guards kept, [`distinct_addresses_after`]: one placement each where it still puts
-/// every resident on its granule) and leaving there the set of the pool it returns.
-fn on_granules(
-    trace: &OpTrace,
-    lent: &[Lent],
-    guards: &HashMap<TensorId, u64>,
-    granule: Alignment,
-    search: Option<u64>,
-    padded: &mut HashSet<TensorId>,
-) -> anyhow::Result<CombinedPool> {
-    let residents: Vec<TensorId> = if granule == Alignment::NONE {
-        Vec::new()
-    } else {
-        (trace.tensors.iter())
-            .filter(|t| t.resident && t.bytes > 0)
-            .map(|t| t.id)
-            .collect()
-    };
-    let mut on_granules = None;
-    for round in 0..PAD_ROUNDS {
-        let pool = placed(trace, lent, guards, padded, granule, search)?;
-        let off: Vec<TensorId> = (residents.iter().copied())
-            .filter(|&t| pool.offsets[t as usize].is_some_and(|o| !granule.is_aligned(o)))
-            .collect();
-        if off.is_empty() {
-            // Where the first placement needed no more padding (none taken, or the set carried
-            // from the previous round), the comparison with every resident padded was made
-            // when that set was chosen, or would place the same pool again.
-            if round == 0 || padded.len() == residents.len() {
-                return Ok(pool);
-            }
-            on_granules = Some(pool);
-            break;
-        }
-        padded.extend(off);
-    }
-    // Every resident padded: a placement of other sizes, which may be the smaller one.
-    let every: HashSet<TensorId> = residents.into_iter().collect();
-    let every_padded = placed(trace, lent, guards, &every, granule, search)?;
-    Ok(match on_granules {
-        Some(pool) if pool.footprint <= every_padded.footprint => pool,
-        _ => {
-            *padded = every;
-            every_padded
-        }
-    })
-}
-
-/// Placements of [`combined_pool`] with residents padded where they landed off their granule.
-const PAD_ROUNDS: usize = 4;
 
 /// Steps of SmartPool's search ([`Policy::Search`]) beyond best-of's candidates where
 /// best-of's pool of the plan of last resort exceeds the budget ([`distinct_addresses`]): a
 /// fixed amount of work, so that a plan is the same under any load. The generated VGG16's
-/// unrelaxed plan of last resort at 33 % of its peak: best-of places its pool at 1.28 of its
-/// lower bound, 10,000 steps (10–30 ms a placement) at 1.013, 100,000 no better.
+/// unrelaxed plan of last resort at 33 % of its peak, its blocks padded to land on granules
+/// (before they were placed on their grid): best-of placed its pool at 1.28 of its lower
+/// bound, 10,000 steps (10–30 ms a placement) at 1.013, 100,000 no better.
 const PLACEMENT_STEPS: u64 = 10_000;
 
-/// [`on_granules`]'s placement, the residents of `padded` with a granule more than their
-/// size and their offsets rounded up to it.
+/// [`combined_pool`]'s placement, by best-of or, where the pool takes no block, by `search`
+/// steps of SmartPool's search.
 fn placed(
     trace: &OpTrace,
     lent: &[Lent],
     guards: &HashMap<TensorId, u64>,
-    padded: &HashSet<TensorId>,
     granule: Alignment,
     search: Option<u64>,
 ) -> anyhow::Result<CombinedPool> {
     let n = trace.ops.len() as u64;
     let guard_of = |id: u64| guards.get(&(id as TensorId)).copied().unwrap_or(0);
-    let pad_of = |id: u64| {
-        if padded.contains(&(id as TensorId)) {
-            granule.get()
-        } else {
-            0
-        }
-    };
     let mut buffers = Vec::new();
     for (index, tensor) in trace.tensors.iter().enumerate() {
         let lower = if tensor.resident {
@@ -364,7 +304,7 @@ fn placed(
             id: index as u64,
             lower,
             upper,
-            size: tensor.bytes + guard_of(index as u64) + pad_of(index as u64),
+            size: tensor.bytes + guard_of(index as u64),
         });
     }
     let live: HashMap<u64, (u64, u64)> =
@@ -406,32 +346,47 @@ fn placed(
     let instance = Instance::with_absences(buffers, absences).map_err(|err| {
         anyhow::anyhow!("internal error: the combined plan's instance is invalid: {err}")
     })?;
-    let options = PlanOptions {
-        alignment,
-        steps: search,
-        ..PlanOptions::default()
-    };
-    let policy = if search.is_some() {
-        Policy::Search
+    let residents: Vec<usize> = (instance.buffers().iter().enumerate())
+        .filter(|(_, b)| granule != Alignment::NONE && trace.tensors[b.id as usize].resident)
+        .map(|(i, _)| i)
+        .collect();
+    let plan = if residents.is_empty() {
+        let options = PlanOptions {
+            alignment,
+            steps: search,
+            ..PlanOptions::default()
+        };
+        let policy = if search.is_some() {
+            Policy::Search
+        } else {
+            Policy::BestOf
+        };
+        dsa::plan(&instance, policy, &options)?.plan
     } else {
-        Policy::BestOf
+        // Best-of keeps the blocks on their grid; the search does not.
+        // A grid every offset of the pool's alignment is on too.
+        let grid = granule.get() / gcd(granule.get(), alignment.get()) * alignment.get();
+        let plan = dsa::plan_on_grid(&instance, alignment, &residents, grid)?;
+        anyhow::ensure!(
+            residents
+                .iter()
+                .all(|&i| plan.offsets[i].is_multiple_of(grid)),
+            "internal error: a block the pool takes was placed off its granule"
+        );
+        plan
     };
-    let report = dsa::plan(&instance, policy, &options)?;
-    dsa::validate(&instance, &report.plan).map_err(|conflict| {
+    dsa::validate(&instance, &plan).map_err(|conflict| {
         anyhow::anyhow!("internal error: the combined plan is invalid: {conflict}")
     })?;
     let mut offsets = vec![None; trace.tensors.len()];
-    for (buffer, &offset) in instance.buffers().iter().zip(&report.plan.offsets) {
-        let at = offset + guard_of(buffer.id);
-        offsets[buffer.id as usize] = Some(match pad_of(buffer.id) {
-            0 => at,
-            _ => at.next_multiple_of(granule.get()),
-        });
+    for (buffer, &offset) in instance.buffers().iter().zip(&plan.offsets) {
+        offsets[buffer.id as usize] = Some(offset + guard_of(buffer.id));
     }
+    let lower_bound = dsa::Bounds::of(&instance, alignment).map_or(0, |b| b.aligned_peak);
     Ok(CombinedPool {
         offsets,
-        footprint: report.footprint,
-        lower_bound: report.lower_bound,
+        footprint: plan.footprint,
+        lower_bound,
         lent: used,
     })
 }
@@ -540,6 +495,7 @@ const GUARD_ROUNDS: usize = 8;
 /// and the smaller kept: [`plan_within`] asks for it for the plan of last resort unrelaxed
 /// only, where nothing else fits, since searching every placement made the plan of the
 /// generated ResNet-50 at 40 % ten times slower (0.5 → 5.8 s: its plans lend most tensors).
+/// Not where the pool takes blocks: the search keeps no grid ([`combined_pool`]).
 pub fn distinct_addresses(
     trace: &OpTrace,
     lent: &[Lent],
@@ -547,7 +503,8 @@ pub fn distinct_addresses(
     search_over: Option<u64>,
 ) -> anyhow::Result<CombinedPool> {
     let pool = distinct_addresses_after(trace, lent, granule, None, GUARD_ROUNDS)?;
-    if !search_over.is_some_and(|b| pool.lower_bound <= b && b < pool.footprint) {
+    let takes_blocks = granule != Alignment::NONE && trace.tensors.iter().any(|t| t.resident);
+    if takes_blocks || !search_over.is_some_and(|b| pool.lower_bound <= b && b < pool.footprint) {
         return Ok(pool);
     }
     let search = Some(PLACEMENT_STEPS);
@@ -559,7 +516,7 @@ pub fn distinct_addresses(
     })
 }
 
-/// [`distinct_addresses`] placed as [`on_granules`] places it (`search`), with `rounds` rounds of
+/// [`distinct_addresses`] placed as [`combined_pool`] places it (`search`), with `rounds` rounds of
 /// guards before borrowers move above the pool.
 fn distinct_addresses_after(
     trace: &OpTrace,
@@ -578,9 +535,7 @@ fn distinct_addresses_after(
         })
         .map(|l| (l.tensor, GUARD))
         .collect();
-    // The residents padded in one round are padded from the start of the next.
-    let mut padded = HashSet::new();
-    let mut pool = on_granules(trace, lent, &guards, granule, search, &mut padded)?;
+    let mut pool = placed(trace, lent, &guards, granule, search)?;
     separate(trace, &mut pool, &guards);
     for _ in 0..rounds {
         let shared = shared_addresses(trace, &pool);
@@ -590,7 +545,7 @@ fn distinct_addresses_after(
         for s in shared {
             *guards.entry(s.lender).or_insert(0) += s.units * GUARD;
         }
-        pool = on_granules(trace, lent, &guards, granule, search, &mut padded)?;
+        pool = placed(trace, lent, &guards, granule, search)?;
         separate(trace, &mut pool, &guards);
     }
     // Every borrower still at the address of a tensor alive with it moves to a range of its
