@@ -342,22 +342,34 @@ pub fn plan(
 }
 
 /// Best-of's placement of `instance` with the buffers `on_grid` (instance order) at multiples
-/// of `grid`, a multiple of `alignment`: swap mode's blocks mapped granule by granule among
-/// tensors of any size (`swap::combined`). Only the greedy runs keep such a grid.
+/// of `grid`, a multiple of `alignment`, then `perturbed` greedy runs on noisy orders (the
+/// search's, seeded: the same plan under any load), the smallest kept: swap mode's blocks
+/// mapped granule by granule among tensors of any size (`swap::combined`). Only the greedy
+/// runs keep such a grid, not the search's other moves.
 pub fn plan_on_grid(
     instance: &Instance,
     alignment: Alignment,
-    on_grid: &[usize],
-    grid: u64,
+    (on_grid, grid): (&[usize], u64),
+    perturbed: u64,
 ) -> Result<Plan, PlanError> {
     let prep = greedy::Prepared::new(instance, alignment)?.on_grid(on_grid, grid);
     let incumbent = greedy::run(instance, &prep, Order::SizeDesc, Fit::Best);
     let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
     let cut = (Cutoff::NEVER, Duration::ZERO);
-    let outcome = greedy::best_of(instance, &prep, incumbent, others, cut);
+    let mut best = greedy::best_of(instance, &prep, incumbent, others, cut);
+    let mut rng = crate::rng::SplitMix64::new(PlanOptions::default().seed);
+    for round in 0..perturbed {
+        if best.footprint == prep.lower_bound {
+            break;
+        }
+        let run = search::perturbed(instance, &prep, &mut rng, round, Cutoff::NEVER);
+        if let Some(run) = run.filter(|run| run.footprint < best.footprint) {
+            best = run;
+        }
+    }
     Ok(Plan {
-        offsets: outcome.offsets,
-        footprint: outcome.footprint,
+        offsets: best.offsets,
+        footprint: best.footprint,
         alignment,
     })
 }

@@ -645,7 +645,7 @@ fn offer(
 
 /// One greedy run on a noisy order: a base order chosen by the round, each rank displaced by
 /// a uniform amount up to a random fraction (1–25 %) of `n`; `None` if `cutoff` passes first.
-fn perturbed(
+pub(super) fn perturbed(
     instance: &Instance,
     prep: &Prepared,
     rng: &mut SplitMix64,

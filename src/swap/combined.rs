@@ -278,8 +278,8 @@ pub fn combined_pool(
 /// bound, 10,000 steps (10–30 ms a placement) at 1.013, 100,000 no better.
 const PLACEMENT_STEPS: u64 = 10_000;
 
-/// [`combined_pool`]'s placement, by best-of or, where the pool takes no block, by `search`
-/// steps of SmartPool's search.
+/// [`combined_pool`]'s placement, by best-of or by `search` steps of SmartPool's search (where
+/// the pool takes blocks, the greedy runs on noisy orders those steps pay for).
 fn placed(
     trace: &OpTrace,
     lent: &[Lent],
@@ -363,10 +363,11 @@ fn placed(
         };
         dsa::plan(&instance, policy, &options)?.plan
     } else {
-        // Best-of keeps the blocks on their grid; the search does not.
-        // A grid every offset of the pool's alignment is on too.
+        // A grid every offset of the pool's alignment is on too. The search's greedy runs on
+        // noisy orders keep it, as many as its steps pay for; its other moves do not.
         let grid = granule.get() / gcd(granule.get(), alignment.get()) * alignment.get();
-        let plan = dsa::plan_on_grid(&instance, alignment, &residents, grid)?;
+        let runs = search.map_or(0, |steps| steps / instance.len().max(1) as u64);
+        let plan = dsa::plan_on_grid(&instance, alignment, (&residents, grid), runs)?;
         anyhow::ensure!(
             residents
                 .iter()
@@ -495,7 +496,6 @@ const GUARD_ROUNDS: usize = 8;
 /// and the smaller kept: [`plan_within`] asks for it for the plan of last resort unrelaxed
 /// only, where nothing else fits, since searching every placement made the plan of the
 /// generated ResNet-50 at 40 % ten times slower (0.5 → 5.8 s: its plans lend most tensors).
-/// Not where the pool takes blocks: the search keeps no grid ([`combined_pool`]).
 pub fn distinct_addresses(
     trace: &OpTrace,
     lent: &[Lent],
@@ -503,8 +503,7 @@ pub fn distinct_addresses(
     search_over: Option<u64>,
 ) -> anyhow::Result<CombinedPool> {
     let pool = distinct_addresses_after(trace, lent, granule, None, GUARD_ROUNDS)?;
-    let takes_blocks = granule != Alignment::NONE && trace.tensors.iter().any(|t| t.resident);
-    if takes_blocks || !search_over.is_some_and(|b| pool.lower_bound <= b && b < pool.footprint) {
+    if !search_over.is_some_and(|b| pool.lower_bound <= b && b < pool.footprint) {
         return Ok(pool);
     }
     let search = Some(PLACEMENT_STEPS);
