@@ -41,6 +41,11 @@ pub(super) struct Sequencer {
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pub pending: Vec<Event>,
     pub pending_since_ns: u64,
+    /// Record and cnmem modes on the program's threads: the launches of `pending` whose blocks
+    /// the trace writer's thread resolves (`late.rs`): each one's place in `pending` and the
+    /// end of its pointer words in `pending_words`.
+    pub pending_late: Vec<(u32, u32)>,
+    pub pending_words: Vec<u64>,
     /// Swap mode: the live device allocations (id → size), which become the resident tensors of
     /// a captured iteration, and the iteration being captured for planning.
     pub swap_live: Option<FxHashMap<AllocId, u64>>,
@@ -59,6 +64,8 @@ impl Sequencer {
             pointer_words_scanned: 0,
             pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
+            pending_late: Vec::new(),
+            pending_words: Vec::new(),
             swap_live: swapping.then(FxHashMap::default),
             capture: None,
         }
@@ -378,6 +385,13 @@ impl Devices {
             self.end.fetch_max(slot + 1, Relaxed);
             state
         })
+    }
+
+    /// Whether at most one device has had events (its blocks are then all the blocks a launch
+    /// can touch). Inlined: every launch of record mode with a trace asks.
+    #[inline]
+    pub fn at_most_one_seen(&self) -> bool {
+        self.seen().nth(1).is_none()
     }
 
     /// The devices that have had events, by ordinal.

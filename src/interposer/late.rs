@@ -2,9 +2,11 @@
 //! the program's thread, for the trace of modes that need no answer at the launch (record and
 //! cnmem; pool and swap modes resolve at once: they fence and swap what a launch touches).
 //!
-//! The hook copies the launch's candidate pointer words with its event (`staging.rs`); the
-//! sequencing thread, which sees each device's events in order, follows every malloc and free
-//! with the index here and fills in each launch's `touched` before the event is traced. A word
+//! The hook copies the launch's candidate pointer words with its event: to the sequencing
+//! thread (`staging.rs`) or, where events are sequenced on the program's threads, with the
+//! device's trace batch to the trace writer's thread (`recorder::hand_over`). That thread,
+//! which sees each device's events in order, follows every malloc and free with the index here
+//! and fills in each launch's `touched` before the event is traced. A word
 //! that is a block's start is found with one hash lookup, an interior pointer (a view at an
 //! offset) in the address-ordered index, without asking the driver as the hooks' index must.
 //!

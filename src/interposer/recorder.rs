@@ -30,7 +30,7 @@ use crate::config::{Config, Mode};
 use crate::detect::Change;
 use crate::event::AllocId;
 use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
-use crate::trace::{TraceHeader, TraceWriter};
+use crate::trace::{AfterBatch, BeforeBatch, TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -118,6 +118,24 @@ unsafe fn packed_arg(buffer: *const u8, len: usize, word: &PointerWord) -> Optio
     // SAFETY: the word lies inside the caller's buffer of `len` bytes.
     (word.packed + 8 <= len)
         .then(|| unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
+}
+
+/// `words` kept to be resolved late: the common launch (at most 8 pointer words) is copied
+/// into the inline array at once, without the small vector's push per word.
+#[inline]
+fn late_words(mut words: impl Iterator<Item = u64>) -> smallvec::SmallVec<[u64; 8]> {
+    let mut buf = [0u64; 8];
+    let mut len = 0;
+    for slot in &mut buf {
+        match words.next() {
+            Some(word) => *slot = word,
+            None => break,
+        }
+        len += 1;
+    }
+    let mut late = smallvec::SmallVec::from_buf_and_len(buf, len);
+    late.extend(words);
+    late
 }
 
 /// One 8-byte word of a kernel's arguments that may hold a pointer.
@@ -220,6 +238,11 @@ pub struct Recorder {
     /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`),
     /// and launches resolved there (`late.rs`); otherwise at the call.
     staging: Option<Staging>,
+    /// Record and cnmem modes with a trace, sequenced on the program's threads: the blocks live
+    /// as of the events handed to the trace writer, whose thread resolves each launch's pointer
+    /// words against them (`late.rs`) instead of the program's thread. Only that thread locks
+    /// it (one batch after another).
+    writer_resolves: Option<Arc<WriterIndex>>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
     pub counters: Counters,
@@ -239,6 +262,8 @@ impl Recorder {
             graphs: Graphs::default(),
             devices: Devices::new(),
             staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
+            writer_resolves: (!staged && Self::may_stage(config.mode) && config.trace.is_some())
+                .then(Arc::default),
             trace: OnceLock::new(),
             counters: Counters::default(),
             config,
@@ -789,8 +814,12 @@ impl Recorder {
         let asked = self.config.trace.is_some() || !Self::may_stage(self.config.mode);
         match (&self.staging, asked) {
             (_, false) => {}
-            (None, true) => accesses.touched = self.scan(words),
-            (Some(_), true) => accesses.late.extend(words),
+            // The writer's thread sees each device's batches in order, but not the devices'
+            // events in one order: with blocks of several devices, resolved here.
+            (None, true) if self.writer_resolves.is_none() || !self.devices.at_most_one_seen() => {
+                accesses.touched = self.scan(words)
+            }
+            (_, true) => accesses.late = late_words(words),
         }
     }
 
@@ -1043,7 +1072,7 @@ impl Recorder {
             words,
             time_ns,
         };
-        self.sequence(dev, &mut seq, kind, sequenced)
+        self.sequence(dev, &mut seq, kind, sequenced, late)
     }
 
     /// Hands `entry` of `dev` to the sequencing thread; its key. The trace is opened here, on
@@ -1063,6 +1092,7 @@ impl Recorder {
         seq: &mut Sequencer,
         kind: EventKind,
         sequenced: Sequenced,
+        late: &[u64],
     ) -> (u64, Change) {
         seq.count(&kind, false, sequenced.words);
         let index = seq.next_index;
@@ -1076,7 +1106,7 @@ impl Recorder {
             capture(dev, seq, index, &kind);
         }
         let change = seq.detection.push(dev.ordinal, token, live_bytes);
-        self.record(dev.ordinal, seq, kind, sequenced.time_ns);
+        self.record(dev.ordinal, seq, kind, sequenced.time_ns, late);
         (index, change)
     }
 
@@ -1114,7 +1144,7 @@ impl Recorder {
             addresses.follow(&kind, seq.next_index);
             if !entry.indexed {
                 seq.count(&kind, true, 0);
-                self.record(dev.ordinal, &mut seq, kind, time_ns);
+                self.record(dev.ordinal, &mut seq, kind, time_ns, &[]);
                 return;
             }
             let sequenced = Sequenced {
@@ -1123,7 +1153,7 @@ impl Recorder {
                 words: entry.words,
                 time_ns,
             };
-            self.sequence(dev, &mut seq, kind, sequenced);
+            self.sequence(dev, &mut seq, kind, sequenced, &[]);
         });
     }
 
@@ -1214,7 +1244,7 @@ impl Recorder {
         note(&mut seq);
         seq.count(&kind, true, 0);
         let time_ns = self.clock.elapsed_ns();
-        self.record(dev.ordinal, &mut seq, kind, time_ns);
+        self.record(dev.ordinal, &mut seq, kind, time_ns, &[]);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
@@ -1227,14 +1257,27 @@ impl Recorder {
     }
 
     /// Queues the event of `device` for the trace (in sequence order: the caller holds the
-    /// device's sequencer) and hands a full batch to the writer thread.
-    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
+    /// device's sequencer) and hands a full batch to the writer thread. `late`: a launch's
+    /// pointer words, for the writer's thread to resolve (see `Recorder::writer_resolves`).
+    fn record(
+        &self,
+        device: u32,
+        seq: &mut Sequencer,
+        kind: EventKind,
+        time_ns: u64,
+        late: &[u64],
+    ) {
         let Some(trace) = self.trace() else {
             seq.detection.push_kept_here(device);
             return;
         };
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
+        }
+        if !late.is_empty() {
+            seq.pending_words.extend_from_slice(late);
+            let end = seq.pending_words.len() as u32;
+            seq.pending_late.push((seq.pending.len() as u32, end));
         }
         seq.pending.push(Event {
             time_ns,
@@ -1250,7 +1293,8 @@ impl Recorder {
                 .spare_batch()
                 .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
             let batch = std::mem::replace(&mut seq.pending, empty);
-            hand_over(trace, batch, seq, device);
+            let resolves = self.writer_resolves.as_ref();
+            hand_over(trace, batch, seq, device, resolves);
         }
     }
 
@@ -1293,7 +1337,8 @@ impl Recorder {
             for dev in self.devices.seen() {
                 let mut seq = dev.sequencer.lock();
                 let pending = std::mem::take(&mut seq.pending);
-                hand_over(trace, pending, &mut seq, dev.ordinal);
+                let resolves = self.writer_resolves.as_ref();
+                hand_over(trace, pending, &mut seq, dev.ordinal, resolves);
             }
             if close {
                 trace.close();
@@ -1334,6 +1379,19 @@ impl Recorder {
     }
 }
 
+/// The trace writer's thread's index of the live blocks (see `Recorder::writer_resolves`), and
+/// the vectors of launch words it has resolved, emptied, for the sequencers to fill again (a
+/// buffer allocated on one thread and freed on another costs the C allocator more than the
+/// words in it).
+#[derive(Default)]
+struct WriterIndex {
+    addresses: Mutex<Addresses>,
+    spares: Mutex<Vec<LateWords>>,
+}
+
+/// A batch's launches to resolve (place in the batch, end of its words) and their words.
+type LateWords = (Vec<(u32, u32)>, Vec<u64>);
+
 /// What [`Recorder::sequence`] needs of an event besides its kind.
 struct Sequenced {
     /// The index of a Free's block's Malloc.
@@ -1345,12 +1403,74 @@ struct Sequenced {
 }
 
 /// Hands `batch` of `device`'s events to the trace writer, with the detector's work on the
-/// tokens kept since the last batch (record and cnmem modes: `device::Detection`).
-fn hand_over(trace: &TraceWriter, batch: Vec<Event>, seq: &mut Sequencer, device: u32) {
-    match seq.detection.take_kept(device) {
-        Some(push) => trace.record_batch_then(batch, Box::new(push)),
-        None if !batch.is_empty() => trace.record_batch(batch),
-        None => {}
+/// tokens kept since the last batch (record and cnmem modes: `device::Detection`) and, where
+/// the writer's thread resolves launches (`resolves`), their pointer words.
+fn hand_over(
+    trace: &TraceWriter,
+    batch: Vec<Event>,
+    seq: &mut Sequencer,
+    device: u32,
+    resolves: Option<&Arc<WriterIndex>>,
+) {
+    let after = seq
+        .detection
+        .take_kept(device)
+        .map(|push| -> AfterBatch { Box::new(push) });
+    let Some(index) = resolves else {
+        match after {
+            Some(push) => trace.record_batch_then(batch, push),
+            None if !batch.is_empty() => trace.record_batch(batch),
+            None => {}
+        }
+        return;
+    };
+    if batch.is_empty() && after.is_none() {
+        return;
+    }
+    // Every batch goes through the index, launches or not: it follows the mallocs and frees.
+    // Each batch takes its vectors along, and the writer's thread gives them back emptied.
+    let (late, words) = index.spares.lock().pop().unwrap_or_default();
+    let late = std::mem::replace(&mut seq.pending_late, late);
+    let words = std::mem::replace(&mut seq.pending_words, words);
+    let index = Arc::clone(index);
+    let before: BeforeBatch = Box::new(move |events| {
+        resolve_launches(&mut index.addresses.lock(), events, &late, &words);
+        let (mut late, mut words) = (late, words);
+        late.clear();
+        words.clear();
+        let mut spares = index.spares.lock();
+        if spares.len() < 4 {
+            spares.push((late, words));
+        }
+    });
+    trace.record_batch_with(batch, Some(before), after);
+}
+
+/// Fills in the blocks each launch of `events` named in `late` touches (its place in `events`
+/// and the end of its pointer words in `words`) from the blocks live at it, following the
+/// batch's mallocs and frees: what [`Recorder::launch_accesses`] finds at the launch when it
+/// resolves there, as events of one device keep their order.
+fn resolve_launches(
+    addresses: &mut Addresses,
+    events: &mut [Event],
+    late: &[(u32, u32)],
+    words: &[u64],
+) {
+    let mut late = late.iter().peekable();
+    let mut start = 0;
+    for (at, event) in events.iter_mut().enumerate() {
+        if let Some(&&(place, end)) = late.peek()
+            && place as usize == at
+        {
+            late.next();
+            if let EventKind::Launch { touched, .. } = &mut event.kind
+                && let Some(words) = words.get(start..end as usize)
+            {
+                *touched = addresses.touched(words);
+            }
+            start = end as usize;
+        }
+        addresses.follow(&event.kind, 0);
     }
 }
 
