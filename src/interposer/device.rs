@@ -269,6 +269,9 @@ pub(super) struct DeviceState {
     pub sequencer: Mutex<Sequencer>,
     /// Pool and swap modes' state (None in other modes, and in swap mode on devices but 0).
     pub pool: Option<Mutex<PoolState>>,
+    /// The pool's `users` flag, readable without its lock: false while no pool block is in
+    /// use or waited for (a launch then has nothing to note or wait for in the pool).
+    pub pool_users: Option<Arc<AtomicBool>>,
     /// cnmem mode's allocator (None in other modes).
     pub cnmem: Option<Mutex<CnmemState>>,
     /// Swap mode: a captured timing iteration, handed from the sequencer to the planner.
@@ -281,12 +284,15 @@ impl DeviceState {
         // Record and cnmem modes only report the detector's answers (no plan is made from
         // them): with a trace, it runs on the trace writer's thread.
         let deferred = config.trace.is_some() && Recorder::may_stage(config.mode);
+        let pool = pool_state(config);
+        let pool_users = pool.as_ref().map(|pool| Arc::clone(&pool.users));
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
             next_key: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, deferred, batch)),
-            pool: pool_state(config).map(Mutex::new),
+            pool: pool.map(Mutex::new),
+            pool_users,
             cnmem: cnmem_state(config).map(Mutex::new),
             captured: Mutex::new(None),
             capture_done: AtomicBool::new(false),
@@ -303,6 +309,8 @@ impl DeviceState {
             let lost = pool.memory_lost();
             if lost && let Some(mut fresh) = pool_state(config) {
                 fresh.stats = std::mem::take(&mut pool.stats);
+                fresh.users = Arc::clone(&pool.users);
+                fresh.note_users();
                 *pool = fresh;
             }
             lost

@@ -530,8 +530,18 @@ impl Recorder {
     ) -> T {
         let mut prepared = T::default();
         let mut prepare = Some(prepare);
+        let swapping = self.swapping();
         for dev in self.devices.seen() {
             let Some(pool) = &dev.pool else { continue };
+            // Pool mode with no pool block in use: nothing to note or wait for, no lock.
+            if !swapping
+                && dev
+                    .pool_users
+                    .as_ref()
+                    .is_some_and(|users| !users.load(std::sync::atomic::Ordering::Acquire))
+            {
+                continue;
+            }
             let mut pool = pool.lock();
             if dev.ordinal == device
                 && pool.executor.is_some()
