@@ -510,12 +510,24 @@ impl Recorder {
     /// Inlined: at every call, and in record mode there is nothing to do.
     #[inline]
     pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
-        if !self.allocating() {
+        if !self.allocating() || self.pools_idle() {
             return Prepared::default();
         }
         self.prepare_pools(device, ids, stream, |pool, next| {
             pool.prepare(ids, stream, next)
         })
+    }
+
+    /// Whether no device's pool has a block in use or waited for (and none swaps): a use then
+    /// has nothing to note or wait for (cnmem mode has no pool). Inlined: at every launch.
+    #[inline]
+    fn pools_idle(&self) -> bool {
+        !self.swapping()
+            && self.devices.seen().all(|dev| {
+                dev.pool_users
+                    .as_ref()
+                    .is_none_or(|users| !users.load(std::sync::atomic::Ordering::Acquire))
+            })
     }
 
     /// Pool, swap and cnmem modes: waits for the fences of `ids`'s ranges on every device's
@@ -1172,7 +1184,9 @@ impl Recorder {
     /// event, and in record mode there is nothing to do.
     #[inline]
     fn period_changed(&self, dev: &DeviceState, change: Change) {
-        if let Some(pool) = &dev.pool {
+        if let Some(pool) = &dev.pool
+            && (!matches!(change, Change::Unchanged) || dev.capture_done.load(Relaxed))
+        {
             Self::pool_follows(dev, pool, change);
         }
     }
