@@ -359,6 +359,8 @@ pub(super) struct Devices {
     /// One more than the highest ordinal seen: what [`Devices::seen`] looks through (every
     /// free and launch does, so one device costs one slot, not all of them).
     end: AtomicUsize,
+    /// Set once a second device has had events (see [`Devices::at_most_one_seen`]).
+    several: AtomicBool,
 }
 
 impl Devices {
@@ -366,6 +368,7 @@ impl Devices {
         Devices {
             slots: [const { OnceLock::new() }; MAX_DEVICES],
             end: AtomicUsize::new(0),
+            several: AtomicBool::new(false),
         }
     }
 
@@ -388,18 +391,24 @@ impl Devices {
                 ));
             }
         }
-        self.slots[slot].get_or_init(|| {
+        let state = self.slots[slot].get_or_init(|| {
             let state = DeviceState::new(slot as u32, config, batch);
             self.end.fetch_max(slot + 1, Relaxed);
             state
-        })
+        });
+        // Before any event of the new device, so before any of its blocks exists.
+        if self.seen().nth(1).is_some() {
+            self.several
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        state
     }
 
     /// Whether at most one device has had events (its blocks are then all the blocks a launch
     /// can touch). Inlined: every launch of record mode with a trace asks.
     #[inline]
     pub fn at_most_one_seen(&self) -> bool {
-        self.seen().nth(1).is_none()
+        !self.several.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The devices that have had events, by ordinal.

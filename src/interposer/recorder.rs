@@ -134,7 +134,9 @@ fn late_words(mut words: impl Iterator<Item = u64>) -> smallvec::SmallVec<[u64; 
         len += 1;
     }
     let mut late = smallvec::SmallVec::from_buf_and_len(buf, len);
-    late.extend(words);
+    if len == buf.len() {
+        late.extend(words);
+    }
     late
 }
 
@@ -1453,7 +1455,11 @@ fn hand_over(
     }
     // Every batch goes through the index, launches or not: it follows the mallocs and frees.
     // Each batch takes its vectors along, and the writer's thread gives them back emptied.
-    let (late, words) = index.spares.lock().pop().unwrap_or_default();
+    let spare = index.spares.lock().pop();
+    let (late, words) = spare.unwrap_or_else(|| {
+        let sizes = (seq.pending_late.capacity(), seq.pending_words.capacity());
+        (Vec::with_capacity(sizes.0), Vec::with_capacity(sizes.1))
+    });
     let late = std::mem::replace(&mut seq.pending_late, late);
     let words = std::mem::replace(&mut seq.pending_words, words);
     let index = Arc::clone(index);
