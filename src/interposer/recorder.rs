@@ -305,10 +305,17 @@ impl Recorder {
 
     /// Pool and cnmem modes: the address for a `cudaMalloc` of `size` from itermem's own
     /// allocator, with the id its allocation gets, or None (the real allocator serves it).
+    /// Inlined: record mode answers at once, at every malloc.
+    #[inline]
     pub fn served_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
         if !self.allocating() {
             return None;
         }
+        self.serve_malloc(device, size)
+    }
+
+    /// [`Recorder::served_malloc`] in a mode with an allocator of itermem's.
+    fn serve_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
         let dev = self.device(device);
         if let Some(cnmem) = &dev.cnmem {
             let addr = cnmem.lock().malloc(size)?;
@@ -457,15 +464,21 @@ impl Recorder {
     }
 
     /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
+    /// Inlined: record mode answers at once, at every free.
+    #[inline]
     pub fn serves(&self, addr: u64) -> bool {
-        self.allocating()
-            && self.devices.seen().any(|dev| {
-                dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
-                    || dev
-                        .cnmem
-                        .as_ref()
-                        .is_some_and(|cnmem| cnmem.lock().owns(addr))
-            })
+        self.allocating() && self.owns(addr)
+    }
+
+    /// [`Recorder::serves`] in a mode with an allocator of itermem's.
+    fn owns(&self, addr: u64) -> bool {
+        self.devices.seen().any(|dev| {
+            dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
+                || dev
+                    .cnmem
+                    .as_ref()
+                    .is_some_and(|cnmem| cnmem.lock().owns(addr))
+        })
     }
 
     /// Frees a block of itermem's own allocator, taken out of the live index by
@@ -1184,7 +1197,7 @@ impl Recorder {
     /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
     /// mode times the next iteration first, and plans once it is captured. Inlined: at every
     /// event, and in record mode there is nothing to do.
-    #[inline]
+    #[inline(always)]
     fn period_changed(&self, dev: &DeviceState, change: Change) {
         if let Some(pool) = &dev.pool
             && (!matches!(change, Change::Unchanged) || dev.capture_done.load(Relaxed))
