@@ -1,6 +1,7 @@
 //! Late resolution: which allocations a launch's pointer arguments point into, worked out off
 //! the program's thread, for the trace of modes that need no answer at the launch (record and
-//! cnmem; pool and swap modes resolve at once: they fence and swap what a launch touches).
+//! cnmem, and pool mode while no pool block is in use; otherwise pool and swap modes resolve
+//! at once: they fence and swap what a launch touches).
 //!
 //! The hook copies the launch's candidate pointer words with its event: to the sequencing
 //! thread (`staging.rs`) or, where events are sequenced on the program's threads, with the

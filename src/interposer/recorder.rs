@@ -240,10 +240,11 @@ pub struct Recorder {
     /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`),
     /// and launches resolved there (`late.rs`); otherwise at the call.
     staging: Option<Staging>,
-    /// Record and cnmem modes with a trace, sequenced on the program's threads: the blocks live
-    /// as of the events handed to the trace writer, whose thread resolves each launch's pointer
-    /// words against them (`late.rs`) instead of the program's thread. Only that thread locks
-    /// it (one batch after another).
+    /// Record, cnmem and pool modes with a trace, sequenced on the program's threads: the
+    /// blocks live as of the events handed to the trace writer, whose thread resolves a
+    /// launch's pointer words against them (`late.rs`) instead of the program's thread (in
+    /// pool mode, only while no pool block is in use: otherwise the launch needs them at once,
+    /// see `take_words`). Only that thread locks it (one batch after another).
     writer_resolves: Option<Arc<WriterIndex>>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
@@ -264,8 +265,10 @@ impl Recorder {
             graphs: Graphs::default(),
             devices: Devices::new(),
             staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
-            writer_resolves: (!staged && Self::may_stage(config.mode) && config.trace.is_some())
-                .then(Arc::default),
+            writer_resolves: (!staged
+                && matches!(config.mode, Mode::Record | Mode::Cnmem | Mode::Pool)
+                && config.trace.is_some())
+            .then(Arc::default),
             trace: OnceLock::new(),
             counters: Counters::default(),
             config,
@@ -848,15 +851,25 @@ impl Recorder {
     /// where nobody asks (record and cnmem modes without a trace).
     fn take_words(&self, accesses: &mut LaunchAccesses, words: impl Iterator<Item = u64>) {
         accesses.words_scanned = accesses.kernel.pointer_words.as_ref().map_or(0, Vec::len) as u64;
-        let asked = self.config.trace.is_some() || !Self::may_stage(self.config.mode);
-        match (&self.staging, asked) {
-            (_, false) => {}
+        // What the call itself needs: swap mode swaps in what a launch touches, pool mode
+        // notes and fences the pool blocks it uses (none while no pool block is in use).
+        let needed_now = match self.config.mode {
+            Mode::Swap => true,
+            Mode::Pool => !self.pools_idle(),
+            _ => false,
+        };
+        if needed_now {
+            accesses.touched = self.scan(words);
+        } else if self.config.trace.is_none() {
+            // Nobody asks.
+        } else if self.staging.is_some()
             // The writer's thread sees each device's batches in order, but not the devices'
             // events in one order: with blocks of several devices, resolved here.
-            (None, true) if self.writer_resolves.is_none() || !self.devices.at_most_one_seen() => {
-                accesses.touched = self.scan(words)
-            }
-            (_, true) => accesses.late = late_words(words),
+            || (self.writer_resolves.is_some() && self.devices.at_most_one_seen())
+        {
+            accesses.late = late_words(words);
+        } else {
+            accesses.touched = self.scan(words);
         }
     }
 
