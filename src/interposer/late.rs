@@ -86,6 +86,9 @@ impl Addresses {
 
     /// The block containing `addr`, as the hooks' live index answers (a block of size 0 holds
     /// its start).
+    /// Inlined: every pointer word of every launch asks, and most are a block's start or no
+    /// pointer at all.
+    #[inline]
     fn find(&mut self, addr: u64) -> Option<AllocId> {
         if addr < self.low || addr >= self.high {
             return None;
@@ -93,6 +96,12 @@ impl Addresses {
         if let Some(&(id, _)) = self.at.get(&addr) {
             return Some(id);
         }
+        self.find_interior(addr)
+    }
+
+    /// [`Addresses::find`] of an address inside the span that is no block's start.
+    #[cold]
+    fn find_interior(&mut self, addr: u64) -> Option<AllocId> {
         let by_start = self.by_start.get_or_insert_with(|| {
             self.at
                 .iter()

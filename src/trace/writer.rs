@@ -402,8 +402,10 @@ impl Sink {
             self.after_batch_failed = true;
             let _ = writeln!(
                 io::stderr(),
-                "itermem: internal error in the work following the trace's events (the \
-                 iteration detector); the trace goes on, the statistics' iteration stops there"
+                "itermem: internal error in the work on the trace's events (the iteration \
+                 detector, the blocks of launches); the trace goes on (launches resolved on its \
+                 thread from then on without their blocks), the statistics' iteration stops \
+                 there"
             );
         }
     }
