@@ -41,6 +41,11 @@ pub(super) struct Sequencer {
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pub pending: Vec<Event>,
     pub pending_since_ns: u64,
+    /// Record and cnmem modes on the program's threads: the launches of `pending` whose blocks
+    /// the trace writer's thread resolves (`late.rs`): each one's place in `pending` and the
+    /// end of its pointer words in `pending_words`.
+    pub pending_late: Vec<(u32, u32)>,
+    pub pending_words: Vec<u64>,
     /// Swap mode: the live device allocations (id → size), which become the resident tensors of
     /// a captured iteration, and the iteration being captured for planning.
     pub swap_live: Option<FxHashMap<AllocId, u64>>,
@@ -59,6 +64,8 @@ impl Sequencer {
             pointer_words_scanned: 0,
             pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
+            pending_late: Vec::new(),
+            pending_words: Vec::new(),
             swap_live: swapping.then(FxHashMap::default),
             capture: None,
         }
@@ -262,6 +269,9 @@ pub(super) struct DeviceState {
     pub sequencer: Mutex<Sequencer>,
     /// Pool and swap modes' state (None in other modes, and in swap mode on devices but 0).
     pub pool: Option<Mutex<PoolState>>,
+    /// The pool's `users` flag, readable without its lock: false while no pool block is in
+    /// use or waited for (a launch then has nothing to note or wait for in the pool).
+    pub pool_users: Option<Arc<AtomicBool>>,
     /// cnmem mode's allocator (None in other modes).
     pub cnmem: Option<Mutex<CnmemState>>,
     /// Swap mode: a captured timing iteration, handed from the sequencer to the planner.
@@ -274,12 +284,15 @@ impl DeviceState {
         // Record and cnmem modes only report the detector's answers (no plan is made from
         // them): with a trace, it runs on the trace writer's thread.
         let deferred = config.trace.is_some() && Recorder::may_stage(config.mode);
+        let pool = pool_state(config);
+        let pool_users = pool.as_ref().map(|pool| Arc::clone(&pool.users));
         DeviceState {
             ordinal,
             next_index: AtomicU64::new(0),
             next_key: AtomicU64::new(0),
             sequencer: Mutex::new(Sequencer::new(config.mode == Mode::Swap, deferred, batch)),
-            pool: pool_state(config).map(Mutex::new),
+            pool: pool.map(Mutex::new),
+            pool_users,
             cnmem: cnmem_state(config).map(Mutex::new),
             captured: Mutex::new(None),
             capture_done: AtomicBool::new(false),
@@ -296,6 +309,8 @@ impl DeviceState {
             let lost = pool.memory_lost();
             if lost && let Some(mut fresh) = pool_state(config) {
                 fresh.stats = std::mem::take(&mut pool.stats);
+                fresh.users = Arc::clone(&pool.users);
+                fresh.note_users();
                 *pool = fresh;
             }
             lost
@@ -344,6 +359,8 @@ pub(super) struct Devices {
     /// One more than the highest ordinal seen: what [`Devices::seen`] looks through (every
     /// free and launch does, so one device costs one slot, not all of them).
     end: AtomicUsize,
+    /// Set once a second device has had events (see [`Devices::at_most_one_seen`]).
+    several: AtomicBool,
 }
 
 impl Devices {
@@ -351,6 +368,7 @@ impl Devices {
         Devices {
             slots: [const { OnceLock::new() }; MAX_DEVICES],
             end: AtomicUsize::new(0),
+            several: AtomicBool::new(false),
         }
     }
 
@@ -373,11 +391,24 @@ impl Devices {
                 ));
             }
         }
-        self.slots[slot].get_or_init(|| {
+        let state = self.slots[slot].get_or_init(|| {
             let state = DeviceState::new(slot as u32, config, batch);
             self.end.fetch_max(slot + 1, Relaxed);
             state
-        })
+        });
+        // Before any event of the new device, so before any of its blocks exists.
+        if self.seen().nth(1).is_some() {
+            self.several
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        state
+    }
+
+    /// Whether at most one device has had events (its blocks are then all the blocks a launch
+    /// can touch). Inlined: every launch of record mode with a trace asks.
+    #[inline]
+    pub fn at_most_one_seen(&self) -> bool {
+        !self.several.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The devices that have had events, by ordinal.

@@ -1091,7 +1091,7 @@ macro_rules! hooks {
                         })?
                         result
                     };
-                    intercept(stringify!($name), call, |rec, call| {
+                    intercept(stringify!($name), call, move |rec, call| {
                         let observe: fn(&'static Recorder, Run, $($ty),*) -> u32 = $observer;
                         observe(rec, &mut || call.run(), $($arg),*)
                     })

@@ -1,10 +1,13 @@
 //! Late resolution: which allocations a launch's pointer arguments point into, worked out off
 //! the program's thread, for the trace of modes that need no answer at the launch (record and
-//! cnmem; pool and swap modes resolve at once: they fence and swap what a launch touches).
+//! cnmem, and pool mode while no pool block is in use; otherwise pool and swap modes resolve
+//! at once: they fence and swap what a launch touches).
 //!
-//! The hook copies the launch's candidate pointer words with its event (`staging.rs`); the
-//! sequencing thread, which sees each device's events in order, follows every malloc and free
-//! with the index here and fills in each launch's `touched` before the event is traced. A word
+//! The hook copies the launch's candidate pointer words with its event: to the sequencing
+//! thread (`staging.rs`) or, where events are sequenced on the program's threads, with the
+//! device's trace batch to the trace writer's thread (`recorder::hand_over`). That thread,
+//! which sees each device's events in order, follows every malloc and free with the index here
+//! and fills in each launch's `touched` before the event is traced. A word
 //! that is a block's start is found with one hash lookup, an interior pointer (a view at an
 //! offset) in the address-ordered index, without asking the driver as the hooks' index must.
 //!
@@ -83,6 +86,9 @@ impl Addresses {
 
     /// The block containing `addr`, as the hooks' live index answers (a block of size 0 holds
     /// its start).
+    /// Inlined: every pointer word of every launch asks, and most are a block's start or no
+    /// pointer at all.
+    #[inline]
     fn find(&mut self, addr: u64) -> Option<AllocId> {
         if addr < self.low || addr >= self.high {
             return None;
@@ -90,6 +96,12 @@ impl Addresses {
         if let Some(&(id, _)) = self.at.get(&addr) {
             return Some(id);
         }
+        self.find_interior(addr)
+    }
+
+    /// [`Addresses::find`] of an address inside the span that is no block's start.
+    #[cold]
+    fn find_interior(&mut self, addr: u64) -> Option<AllocId> {
         let by_start = self.by_start.get_or_insert_with(|| {
             self.at
                 .iter()

@@ -559,6 +559,12 @@ pub struct PoolState {
     /// Fences a pool block's users must wait for (stream fenced on, event), and the streams
     /// that have already waited.
     pub(super) waits: FxHashMap<AllocId, Waits>,
+    /// Whether `used_on` or `waits` may hold a block: set under the lock whenever either gains
+    /// one, cleared (under the lock too) by `before_use` when both are empty. Read without the
+    /// lock (`DeviceState::pool_users`), so that a use of blocks none of which is the pool's
+    /// takes no lock while the pool has no block in use: a program's thread learns of a pool
+    /// block only from the malloc that set it (and whatever ordered its use after that).
+    pub(super) users: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Serves since the fences were last pruned of completed ones.
     serves_since_prune: u32,
     pub(super) spare_events: Vec<usize>,
@@ -770,6 +776,7 @@ impl PoolState {
         }
         let fences = self.pending_fences(addr, addr + size);
         if !fences.is_empty() {
+            self.note_users();
             self.waits.insert(
                 id,
                 Waits {
@@ -986,11 +993,21 @@ impl PoolState {
                 self.stall_end(start, stream);
             }
         }
+        if self.used_on.is_empty() && self.waits.is_empty() {
+            self.users
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Records that pool block `id` now exists (its users are tracked from here on).
     pub fn track(&mut self, id: AllocId) {
+        self.note_users();
         self.used_on.insert(id, smallvec::SmallVec::new());
+    }
+
+    /// A block enters `used_on` or `waits` (see `users`).
+    pub(super) fn note_users(&self) {
+        self.users.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The start of the live pool block containing `addr`.

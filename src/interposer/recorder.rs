@@ -30,7 +30,7 @@ use crate::config::{Config, Mode};
 use crate::detect::Change;
 use crate::event::AllocId;
 use crate::event::{CopyKind, Event, EventKind, KernelId, MemKind, StreamHandle, Touched};
-use crate::trace::{TraceHeader, TraceWriter};
+use crate::trace::{AfterBatch, BeforeBatch, TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -118,6 +118,26 @@ unsafe fn packed_arg(buffer: *const u8, len: usize, word: &PointerWord) -> Optio
     // SAFETY: the word lies inside the caller's buffer of `len` bytes.
     (word.packed + 8 <= len)
         .then(|| unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
+}
+
+/// `words` kept to be resolved late: the common launch (at most 8 pointer words) is copied
+/// into the inline array at once, without the small vector's push per word.
+#[inline]
+fn late_words(mut words: impl Iterator<Item = u64>) -> smallvec::SmallVec<[u64; 8]> {
+    let mut buf = [0u64; 8];
+    let mut len = 0;
+    for slot in &mut buf {
+        match words.next() {
+            Some(word) => *slot = word,
+            None => break,
+        }
+        len += 1;
+    }
+    let mut late = smallvec::SmallVec::from_buf_and_len(buf, len);
+    if len == buf.len() {
+        late.extend(words);
+    }
+    late
 }
 
 /// One 8-byte word of a kernel's arguments that may hold a pointer.
@@ -220,6 +240,12 @@ pub struct Recorder {
     /// Record and cnmem modes: events are sequenced off the program's threads (`staging.rs`),
     /// and launches resolved there (`late.rs`); otherwise at the call.
     staging: Option<Staging>,
+    /// Record, cnmem and pool modes with a trace, sequenced on the program's threads: the
+    /// blocks live as of the events handed to the trace writer, whose thread resolves a
+    /// launch's pointer words against them (`late.rs`) instead of the program's thread (in
+    /// pool mode, only while no pool block is in use: otherwise the launch needs them at once,
+    /// see `take_words`). Only that thread locks it (one batch after another).
+    writer_resolves: Option<Arc<WriterIndex>>,
     /// Created with the first event, when the runtime has initialised the device and can name it.
     trace: OnceLock<Option<TraceWriter>>,
     pub counters: Counters,
@@ -239,6 +265,10 @@ impl Recorder {
             graphs: Graphs::default(),
             devices: Devices::new(),
             staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
+            writer_resolves: (!staged
+                && matches!(config.mode, Mode::Record | Mode::Cnmem | Mode::Pool)
+                && config.trace.is_some())
+            .then(Arc::default),
             trace: OnceLock::new(),
             counters: Counters::default(),
             config,
@@ -278,10 +308,17 @@ impl Recorder {
 
     /// Pool and cnmem modes: the address for a `cudaMalloc` of `size` from itermem's own
     /// allocator, with the id its allocation gets, or None (the real allocator serves it).
+    /// Inlined: record mode answers at once, at every malloc.
+    #[inline]
     pub fn served_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
         if !self.allocating() {
             return None;
         }
+        self.serve_malloc(device, size)
+    }
+
+    /// [`Recorder::served_malloc`] in a mode with an allocator of itermem's.
+    fn serve_malloc(&self, device: u32, size: u64) -> Option<(u64, AllocId)> {
         let dev = self.device(device);
         if let Some(cnmem) = &dev.cnmem {
             let addr = cnmem.lock().malloc(size)?;
@@ -430,15 +467,21 @@ impl Recorder {
     }
 
     /// Whether `addr` belongs to itermem's own allocator (its frees never reach the real one).
+    /// Inlined: record mode answers at once, at every free.
+    #[inline]
     pub fn serves(&self, addr: u64) -> bool {
-        self.allocating()
-            && self.devices.seen().any(|dev| {
-                dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
-                    || dev
-                        .cnmem
-                        .as_ref()
-                        .is_some_and(|cnmem| cnmem.lock().owns(addr))
-            })
+        self.allocating() && self.owns(addr)
+    }
+
+    /// [`Recorder::serves`] in a mode with an allocator of itermem's.
+    fn owns(&self, addr: u64) -> bool {
+        self.devices.seen().any(|dev| {
+            dev.pool.as_ref().is_some_and(|pool| pool.lock().owns(addr))
+                || dev
+                    .cnmem
+                    .as_ref()
+                    .is_some_and(|cnmem| cnmem.lock().owns(addr))
+        })
     }
 
     /// Frees a block of itermem's own allocator, taken out of the live index by
@@ -485,12 +528,24 @@ impl Recorder {
     /// Inlined: at every call, and in record mode there is nothing to do.
     #[inline]
     pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
-        if !self.allocating() {
+        if !self.allocating() || self.pools_idle() {
             return Prepared::default();
         }
         self.prepare_pools(device, ids, stream, |pool, next| {
             pool.prepare(ids, stream, next)
         })
+    }
+
+    /// Whether no device's pool has a block in use or waited for (and none swaps): a use then
+    /// has nothing to note or wait for (cnmem mode has no pool). Inlined: at every launch.
+    #[inline]
+    fn pools_idle(&self) -> bool {
+        !self.swapping()
+            && self.devices.seen().all(|dev| {
+                dev.pool_users
+                    .as_ref()
+                    .is_none_or(|users| !users.load(std::sync::atomic::Ordering::Acquire))
+            })
     }
 
     /// Pool, swap and cnmem modes: waits for the fences of `ids`'s ranges on every device's
@@ -505,8 +560,18 @@ impl Recorder {
     ) -> T {
         let mut prepared = T::default();
         let mut prepare = Some(prepare);
+        let swapping = self.swapping();
         for dev in self.devices.seen() {
             let Some(pool) = &dev.pool else { continue };
+            // Pool mode with no pool block in use: nothing to note or wait for, no lock.
+            if !swapping
+                && dev
+                    .pool_users
+                    .as_ref()
+                    .is_some_and(|users| !users.load(std::sync::atomic::Ordering::Acquire))
+            {
+                continue;
+            }
             let mut pool = pool.lock();
             if dev.ordinal == device
                 && pool.executor.is_some()
@@ -794,11 +859,25 @@ impl Recorder {
     /// where nobody asks (record and cnmem modes without a trace).
     fn take_words(&self, accesses: &mut LaunchAccesses, words: impl Iterator<Item = u64>) {
         accesses.words_scanned = accesses.kernel.pointer_words.as_ref().map_or(0, Vec::len) as u64;
-        let asked = self.config.trace.is_some() || !Self::may_stage(self.config.mode);
-        match (&self.staging, asked) {
-            (_, false) => {}
-            (None, true) => accesses.touched = self.scan(words),
-            (Some(_), true) => accesses.late.extend(words),
+        // What the call itself needs: swap mode swaps in what a launch touches, pool mode
+        // notes and fences the pool blocks it uses (none while no pool block is in use).
+        let needed_now = match self.config.mode {
+            Mode::Swap => true,
+            Mode::Pool => !self.pools_idle(),
+            _ => false,
+        };
+        if needed_now {
+            accesses.touched = self.scan(words);
+        } else if self.config.trace.is_none() {
+            // Nobody asks.
+        } else if self.staging.is_some()
+            // The writer's thread sees each device's batches in order, but not the devices'
+            // events in one order: with blocks of several devices, resolved here.
+            || (self.writer_resolves.is_some() && self.devices.at_most_one_seen())
+        {
+            accesses.late = late_words(words);
+        } else {
+            accesses.touched = self.scan(words);
         }
     }
 
@@ -1051,7 +1130,7 @@ impl Recorder {
             words,
             time_ns,
         };
-        self.sequence(dev, &mut seq, kind, sequenced)
+        self.sequence(dev, &mut seq, kind, sequenced, late)
     }
 
     /// Hands `entry` of `dev` to the sequencing thread; its key. The trace is opened here, on
@@ -1071,6 +1150,7 @@ impl Recorder {
         seq: &mut Sequencer,
         kind: EventKind,
         sequenced: Sequenced,
+        late: &[u64],
     ) -> (u64, Change) {
         seq.count(&kind, false, sequenced.words);
         let index = seq.next_index;
@@ -1084,7 +1164,7 @@ impl Recorder {
             capture(dev, seq, index, &kind);
         }
         let change = seq.detection.push(dev.ordinal, token, live_bytes);
-        self.record(dev.ordinal, seq, kind, sequenced.time_ns);
+        self.record(dev.ordinal, seq, kind, sequenced.time_ns, late);
         (index, change)
     }
 
@@ -1122,7 +1202,7 @@ impl Recorder {
             addresses.follow(&kind, seq.next_index);
             if !entry.indexed {
                 seq.count(&kind, true, 0);
-                self.record(dev.ordinal, &mut seq, kind, time_ns);
+                self.record(dev.ordinal, &mut seq, kind, time_ns, &[]);
                 return;
             }
             let sequenced = Sequenced {
@@ -1131,16 +1211,18 @@ impl Recorder {
                 words: entry.words,
                 time_ns,
             };
-            self.sequence(dev, &mut seq, kind, sequenced);
+            self.sequence(dev, &mut seq, kind, sequenced, &[]);
         });
     }
 
     /// Pool mode follows the detector: a new period is planned, a lost one stops serving. Swap
     /// mode times the next iteration first, and plans once it is captured. Inlined: at every
     /// event, and in record mode there is nothing to do.
-    #[inline]
+    #[inline(always)]
     fn period_changed(&self, dev: &DeviceState, change: Change) {
-        if let Some(pool) = &dev.pool {
+        if let Some(pool) = &dev.pool
+            && (!matches!(change, Change::Unchanged) || dev.capture_done.load(Relaxed))
+        {
             Self::pool_follows(dev, pool, change);
         }
     }
@@ -1222,7 +1304,7 @@ impl Recorder {
         note(&mut seq);
         seq.count(&kind, true, 0);
         let time_ns = self.clock.elapsed_ns();
-        self.record(dev.ordinal, &mut seq, kind, time_ns);
+        self.record(dev.ordinal, &mut seq, kind, time_ns, &[]);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
@@ -1235,14 +1317,27 @@ impl Recorder {
     }
 
     /// Queues the event of `device` for the trace (in sequence order: the caller holds the
-    /// device's sequencer) and hands a full batch to the writer thread.
-    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
+    /// device's sequencer) and hands a full batch to the writer thread. `late`: a launch's
+    /// pointer words, for the writer's thread to resolve (see `Recorder::writer_resolves`).
+    fn record(
+        &self,
+        device: u32,
+        seq: &mut Sequencer,
+        kind: EventKind,
+        time_ns: u64,
+        late: &[u64],
+    ) {
         let Some(trace) = self.trace() else {
             seq.detection.push_kept_here(device);
             return;
         };
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
+        }
+        if !late.is_empty() {
+            seq.pending_words.extend_from_slice(late);
+            let end = seq.pending_words.len() as u32;
+            seq.pending_late.push((seq.pending.len() as u32, end));
         }
         seq.pending.push(Event {
             time_ns,
@@ -1258,7 +1353,8 @@ impl Recorder {
                 .spare_batch()
                 .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
             let batch = std::mem::replace(&mut seq.pending, empty);
-            hand_over(trace, batch, seq, device);
+            let resolves = self.writer_resolves.as_ref();
+            hand_over(trace, batch, seq, device, resolves);
         }
     }
 
@@ -1301,7 +1397,8 @@ impl Recorder {
             for dev in self.devices.seen() {
                 let mut seq = dev.sequencer.lock();
                 let pending = std::mem::take(&mut seq.pending);
-                hand_over(trace, pending, &mut seq, dev.ordinal);
+                let resolves = self.writer_resolves.as_ref();
+                hand_over(trace, pending, &mut seq, dev.ordinal, resolves);
             }
             if close {
                 trace.close();
@@ -1342,6 +1439,19 @@ impl Recorder {
     }
 }
 
+/// The trace writer's thread's index of the live blocks (see `Recorder::writer_resolves`), and
+/// the vectors of launch words it has resolved, emptied, for the sequencers to fill again (a
+/// buffer allocated on one thread and freed on another costs the C allocator more than the
+/// words in it).
+#[derive(Default)]
+struct WriterIndex {
+    addresses: Mutex<Addresses>,
+    spares: Mutex<Vec<LateWords>>,
+}
+
+/// A batch's launches to resolve (place in the batch, end of its words) and their words.
+type LateWords = (Vec<(u32, u32)>, Vec<u64>);
+
 /// What [`Recorder::sequence`] needs of an event besides its kind.
 struct Sequenced {
     /// The index of a Free's block's Malloc.
@@ -1353,12 +1463,78 @@ struct Sequenced {
 }
 
 /// Hands `batch` of `device`'s events to the trace writer, with the detector's work on the
-/// tokens kept since the last batch (record and cnmem modes: `device::Detection`).
-fn hand_over(trace: &TraceWriter, batch: Vec<Event>, seq: &mut Sequencer, device: u32) {
-    match seq.detection.take_kept(device) {
-        Some(push) => trace.record_batch_then(batch, Box::new(push)),
-        None if !batch.is_empty() => trace.record_batch(batch),
-        None => {}
+/// tokens kept since the last batch (record and cnmem modes: `device::Detection`) and, where
+/// the writer's thread resolves launches (`resolves`), their pointer words.
+fn hand_over(
+    trace: &TraceWriter,
+    batch: Vec<Event>,
+    seq: &mut Sequencer,
+    device: u32,
+    resolves: Option<&Arc<WriterIndex>>,
+) {
+    let after = seq
+        .detection
+        .take_kept(device)
+        .map(|push| -> AfterBatch { Box::new(push) });
+    let Some(index) = resolves else {
+        match after {
+            Some(push) => trace.record_batch_then(batch, push),
+            None if !batch.is_empty() => trace.record_batch(batch),
+            None => {}
+        }
+        return;
+    };
+    if batch.is_empty() && after.is_none() {
+        return;
+    }
+    // Every batch goes through the index, launches or not: it follows the mallocs and frees.
+    // Each batch takes its vectors along, and the writer's thread gives them back emptied.
+    let spare = index.spares.lock().pop();
+    let (late, words) = spare.unwrap_or_else(|| {
+        let sizes = (seq.pending_late.capacity(), seq.pending_words.capacity());
+        (Vec::with_capacity(sizes.0), Vec::with_capacity(sizes.1))
+    });
+    let late = std::mem::replace(&mut seq.pending_late, late);
+    let words = std::mem::replace(&mut seq.pending_words, words);
+    let index = Arc::clone(index);
+    let before: BeforeBatch = Box::new(move |events| {
+        resolve_launches(&mut index.addresses.lock(), events, &late, &words);
+        let (mut late, mut words) = (late, words);
+        late.clear();
+        words.clear();
+        let mut spares = index.spares.lock();
+        if spares.len() < 4 {
+            spares.push((late, words));
+        }
+    });
+    trace.record_batch_with(batch, Some(before), after);
+}
+
+/// Fills in the blocks each launch of `events` named in `late` touches (its place in `events`
+/// and the end of its pointer words in `words`) from the blocks live at it, following the
+/// batch's mallocs and frees: what [`Recorder::launch_accesses`] finds at the launch when it
+/// resolves there, as events of one device keep their order.
+fn resolve_launches(
+    addresses: &mut Addresses,
+    events: &mut [Event],
+    late: &[(u32, u32)],
+    words: &[u64],
+) {
+    let mut late = late.iter().peekable();
+    let mut start = 0;
+    for (at, event) in events.iter_mut().enumerate() {
+        if let Some(&&(place, end)) = late.peek()
+            && place as usize == at
+        {
+            late.next();
+            if let EventKind::Launch { touched, .. } = &mut event.kind
+                && let Some(words) = words.get(start..end as usize)
+            {
+                *touched = addresses.touched(words);
+            }
+            start = end as usize;
+        }
+        addresses.follow(&event.kind, 0);
     }
 }
 

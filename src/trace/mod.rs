@@ -30,7 +30,7 @@ mod tests;
 
 pub use error::{Problem, TraceError};
 pub use reader::{Events, TraceFile};
-pub use writer::{TraceSummary, TraceWriter};
+pub use writer::{AfterBatch, BeforeBatch, TraceSummary, TraceWriter};
 
 use serde::Serialize;
 

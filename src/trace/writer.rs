@@ -48,8 +48,8 @@ enum Msg {
     Event(Event),
     /// Events in recording order, handed over together: a producer that records millions of
     /// events pays for one channel hand-over per batch instead of per event. Then the work
-    /// that came with them, if any.
-    Batch(Vec<Event>, Option<AfterBatch>),
+    /// that came with them, if any; the work to do on them before they are encoded first.
+    Batch(Vec<Event>, Option<BeforeBatch>, Option<AfterBatch>),
     /// Write everything before this message, then answer.
     Flush(Sender<()>),
     /// Write everything and the end record, answer with the summary, and from then on count
@@ -63,6 +63,11 @@ enum Msg {
 /// encoded: work that must follow the events in order but that the program need not wait for
 /// (itermem's iteration detector in record mode).
 pub type AfterBatch = Box<dyn FnOnce() + Send>;
+
+/// Work a producer hands over with a batch, run on the writer thread on the batch's events
+/// before they are encoded: what the events need filled in that the program need not wait
+/// for (the blocks a launch touches, in record mode: `interposer::late`).
+pub type BeforeBatch = Box<dyn FnOnce(&mut [Event]) + Send>;
 
 /// Records [`Event`]s into a trace file from any thread (`&self`, `Send + Sync`).
 ///
@@ -211,9 +216,25 @@ impl TraceWriter {
         self.send_batch(events, Some(then));
     }
 
+    /// [`record_batch`](TraceWriter::record_batch), with `before` run on the writer thread on
+    /// the events before they are encoded and `then` after, in order with every other batch
+    /// and its work. A panic of either is reported once and later work is dropped (events
+    /// are then written as they were handed over); the trace goes on.
+    pub fn record_batch_with(
+        &self,
+        events: Vec<Event>,
+        before: Option<BeforeBatch>,
+        then: Option<AfterBatch>,
+    ) {
+        let count = events.len() as u64;
+        if self.tx.send(Msg::Batch(events, before, then)).is_err() {
+            self.unsent.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
     fn send_batch(&self, events: Vec<Event>, then: Option<AfterBatch>) {
         let count = events.len() as u64;
-        if self.tx.send(Msg::Batch(events, then)).is_err() {
+        if self.tx.send(Msg::Batch(events, None, then)).is_err() {
             self.unsent.fetch_add(count, Ordering::Relaxed);
         }
     }
@@ -339,13 +360,16 @@ impl Sink {
             };
             match msg {
                 Some(Msg::Event(event)) => self.push(&event),
-                Some(Msg::Batch(mut events, then)) => {
+                Some(Msg::Batch(mut events, before, then)) => {
+                    if let Some(before) = before {
+                        self.run_guarded(|| before(&mut events));
+                    }
                     events.iter().for_each(|event| self.push(event));
                     events.clear();
                     // Dropped when producers already have enough spares.
                     let _ = self.spares.try_send(events);
                     if let Some(then) = then {
-                        self.run_after_batch(then);
+                        self.run_guarded(then);
                     }
                 }
                 Some(Msg::Flush(ack)) => {
@@ -370,16 +394,18 @@ impl Sink {
 
     /// Runs work handed over with a batch, unless earlier work panicked (then it is dropped:
     /// what it follows has lost events).
-    fn run_after_batch(&mut self, then: AfterBatch) {
+    fn run_guarded(&mut self, work: impl FnOnce()) {
         if self.after_batch_failed {
             return;
         }
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(then)).is_err() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err() {
             self.after_batch_failed = true;
             let _ = writeln!(
                 io::stderr(),
-                "itermem: internal error in the work following the trace's events (the \
-                 iteration detector); the trace goes on, the statistics' iteration stops there"
+                "itermem: internal error in the work on the trace's events (the iteration \
+                 detector, the blocks of launches); the trace goes on (launches resolved on its \
+                 thread from then on without their blocks), the statistics' iteration stops \
+                 there"
             );
         }
     }

@@ -1122,6 +1122,7 @@ impl PoolState {
                     self.pools[pool_index].put_back(r.offset, end, r.id);
                 }
             }
+            self.note_users();
             self.used_on.insert(r.id, Default::default());
             self.waits.remove(&r.id);
         }
@@ -1488,6 +1489,7 @@ impl PoolState {
         );
         self.pools[pool_index].take_out(offset);
         self.fence(addr, addr + (end - offset), out_stream);
+        self.note_users();
         self.used_on.insert(id, Default::default());
         self.waits.remove(&id);
         let exec = self.executor.as_mut().expect("checked above");
@@ -1543,6 +1545,7 @@ impl PoolState {
         cuda::copy(start, away.host, end - start, in_stream);
         self.copy_timing_end(timed, in_stream, false, end - start);
         cuda::record(done, in_stream);
+        self.note_users();
         self.waits.insert(
             id,
             Waits {
