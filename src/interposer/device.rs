@@ -20,7 +20,9 @@ use crate::event::{AllocId, Event, EventKind};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, Ordering::Relaxed,
+};
 use std::sync::{Arc, OnceLock};
 
 /// Devices itermem tells apart; a larger ordinal is counted as the last one (reported once).
@@ -280,6 +282,13 @@ pub(super) struct DeviceState {
 }
 
 impl DeviceState {
+    /// Whether this device's pool (pool mode) has no block in use or waited for: a use then has
+    /// nothing to note or wait for there. Read without the pool's lock.
+    #[inline]
+    pub fn pool_idle(&self) -> bool {
+        (self.pool_users.as_ref()).is_some_and(|users| !users.load(Ordering::Acquire))
+    }
+
     fn new(ordinal: u32, config: &Config, batch: usize) -> DeviceState {
         // Record and cnmem modes only report the detector's answers (no plan is made from
         // them): with a trace, it runs on the trace writer's thread.
@@ -398,8 +407,7 @@ impl Devices {
         });
         // Before any event of the new device, so before any of its blocks exists.
         if self.seen().nth(1).is_some() {
-            self.several
-                .store(true, std::sync::atomic::Ordering::Release);
+            self.several.store(true, Ordering::Release);
         }
         state
     }
@@ -408,7 +416,7 @@ impl Devices {
     /// can touch). Inlined: every launch of record mode with a trace asks.
     #[inline]
     pub fn at_most_one_seen(&self) -> bool {
-        !self.several.load(std::sync::atomic::Ordering::Acquire)
+        !self.several.load(Ordering::Acquire)
     }
 
     /// The devices that have had events, by ordinal.

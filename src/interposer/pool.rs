@@ -776,8 +776,7 @@ impl PoolState {
         }
         let fences = self.pending_fences(addr, addr + size);
         if !fences.is_empty() {
-            self.note_users();
-            self.waits.insert(
+            self.add_waits(
                 id,
                 Waits {
                     fences,
@@ -999,13 +998,20 @@ impl PoolState {
         }
     }
 
-    /// Records that pool block `id` now exists (its users are tracked from here on).
+    /// Records that pool block `id` now exists (its users are tracked from here on, none yet).
     pub fn track(&mut self, id: AllocId) {
         self.note_users();
         self.used_on.insert(id, smallvec::SmallVec::new());
     }
 
-    /// A block enters `used_on` or `waits` (see `users`).
+    /// The fences pool block `id`'s next users wait for (replacing any it had).
+    pub(super) fn add_waits(&mut self, id: AllocId, waits: Waits) {
+        self.note_users();
+        self.waits.insert(id, waits);
+    }
+
+    /// A block enters `used_on` or `waits` (see `users`): only through [`PoolState::track`] and
+    /// [`PoolState::add_waits`], and for a fresh state that replaces one with users.
     pub(super) fn note_users(&self) {
         self.users.store(true, std::sync::atomic::Ordering::Release);
     }

@@ -540,12 +540,7 @@ impl Recorder {
     /// has nothing to note or wait for (cnmem mode has no pool). Inlined: at every launch.
     #[inline]
     fn pools_idle(&self) -> bool {
-        !self.swapping()
-            && self.devices.seen().all(|dev| {
-                dev.pool_users
-                    .as_ref()
-                    .is_none_or(|users| !users.load(std::sync::atomic::Ordering::Acquire))
-            })
+        !self.swapping() && (self.devices.seen()).all(|dev| dev.pool.is_none() || dev.pool_idle())
     }
 
     /// Pool, swap and cnmem modes: waits for the fences of `ids`'s ranges on every device's
@@ -564,12 +559,7 @@ impl Recorder {
         for dev in self.devices.seen() {
             let Some(pool) = &dev.pool else { continue };
             // Pool mode with no pool block in use: nothing to note or wait for, no lock.
-            if !swapping
-                && dev
-                    .pool_users
-                    .as_ref()
-                    .is_some_and(|users| !users.load(std::sync::atomic::Ordering::Acquire))
-            {
+            if !swapping && dev.pool_idle() {
                 continue;
             }
             let mut pool = pool.lock();
@@ -1476,17 +1466,16 @@ fn hand_over(
         .detection
         .take_kept(device)
         .map(|push| -> AfterBatch { Box::new(push) });
-    let Some(index) = resolves else {
-        match after {
-            Some(push) => trace.record_batch_then(batch, push),
-            None if !batch.is_empty() => trace.record_batch(batch),
-            None => {}
-        }
-        return;
-    };
     if batch.is_empty() && after.is_none() {
         return;
     }
+    let before = resolves.map(|index| resolving(index, seq));
+    trace.record_batch_with(batch, before, after);
+}
+
+/// The work that resolves the launches of `seq`'s batch on the trace writer's thread (see
+/// `Recorder::writer_resolves`), taking their pointer words along.
+fn resolving(index: &Arc<WriterIndex>, seq: &mut Sequencer) -> BeforeBatch {
     // Every batch goes through the index, launches or not: it follows the mallocs and frees.
     // Each batch takes its vectors along, and the writer's thread gives them back emptied.
     let spare = index.spares.lock().pop();
@@ -1497,7 +1486,7 @@ fn hand_over(
     let late = std::mem::replace(&mut seq.pending_late, late);
     let words = std::mem::replace(&mut seq.pending_words, words);
     let index = Arc::clone(index);
-    let before: BeforeBatch = Box::new(move |events| {
+    Box::new(move |events| {
         resolve_launches(&mut index.addresses.lock(), events, &late, &words);
         let (mut late, mut words) = (late, words);
         late.clear();
@@ -1506,8 +1495,7 @@ fn hand_over(
         if spares.len() < 4 {
             spares.push((late, words));
         }
-    });
-    trace.record_batch_with(batch, Some(before), after);
+    })
 }
 
 /// Fills in the blocks each launch of `events` named in `late` touches (its place in `events`

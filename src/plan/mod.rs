@@ -302,17 +302,7 @@ pub fn plan(
     let outcome = match policy {
         Policy::BestFit => greedy::run(instance, &prep, Order::SizeDesc, Fit::Best),
         Policy::FirstFit => greedy::run(instance, &prep, Order::SizeDesc, Fit::First),
-        Policy::BestOf => {
-            let incumbent = greedy::run(instance, &prep, Order::SizeDesc, Fit::Best);
-            let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
-            greedy::best_of(
-                instance,
-                &prep,
-                incumbent,
-                others,
-                (Cutoff::NEVER, Duration::ZERO),
-            )
-        }
+        Policy::BestOf => best_of(instance, &prep),
         Policy::Search => search::search(
             instance,
             &prep,
@@ -321,14 +311,37 @@ pub fn plan(
             &mut stats,
         ),
     };
+    Ok(report(instance, &prep, (policy, outcome, stats), start))
+}
+
+/// Every greedy run of [`Policy::BestOf`], the smallest kept.
+fn best_of(instance: &Instance, prep: &greedy::Prepared) -> Outcome {
+    let incumbent = greedy::run(instance, prep, Order::SizeDesc, Fit::Best);
+    let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
+    greedy::best_of(
+        instance,
+        prep,
+        incumbent,
+        others,
+        (Cutoff::NEVER, Duration::ZERO),
+    )
+}
+
+/// The report of `policy`'s `outcome` on `instance`, planned since `start`.
+fn report(
+    instance: &Instance,
+    prep: &greedy::Prepared,
+    (policy, outcome, stats): (Policy, Outcome, SearchStats),
+    start: Instant,
+) -> PlanReport {
     let plan = Plan {
         offsets: outcome.offsets,
         footprint: outcome.footprint,
-        alignment: options.alignment,
+        alignment: prep.alignment,
     };
     // O(n log n), like planning itself: affordable in every debug build.
     debug_assert_eq!(validate(instance, &plan), Ok(()));
-    Ok(PlanReport {
+    PlanReport {
         policy,
         footprint: plan.footprint,
         lower_bound: prep.lower_bound,
@@ -338,7 +351,7 @@ pub fn plan(
         method: outcome.method,
         stats,
         plan,
-    })
+    }
 }
 
 /// Best-of's placement of `instance` with the buffers `on_grid` (instance order) at multiples
@@ -351,12 +364,10 @@ pub fn plan_on_grid(
     alignment: Alignment,
     (on_grid, grid): (&[usize], u64),
     perturbed: u64,
-) -> Result<Plan, PlanError> {
+) -> Result<PlanReport, PlanError> {
+    let start = Instant::now();
     let prep = greedy::Prepared::new(instance, alignment)?.on_grid(on_grid, grid);
-    let incumbent = greedy::run(instance, &prep, Order::SizeDesc, Fit::Best);
-    let others = greedy::every_run().filter(|&run| run != (Order::SizeDesc, Fit::Best));
-    let cut = (Cutoff::NEVER, Duration::ZERO);
-    let mut best = greedy::best_of(instance, &prep, incumbent, others, cut);
+    let mut best = best_of(instance, &prep);
     let mut rng = crate::rng::SplitMix64::new(PlanOptions::default().seed);
     for round in 0..perturbed {
         if best.footprint == prep.lower_bound {
@@ -367,11 +378,13 @@ pub fn plan_on_grid(
             best = run;
         }
     }
-    Ok(Plan {
-        offsets: best.offsets,
-        footprint: best.footprint,
-        alignment,
-    })
+    let stats = SearchStats::default();
+    Ok(report(
+        instance,
+        &prep,
+        (Policy::BestOf, best, stats),
+        start,
+    ))
 }
 
 /// `footprint / lower_bound`, 1.0 when both are 0.

@@ -206,7 +206,9 @@ fn buffers_on_a_grid_land_on_it_in_less_than_a_granule_more_each() {
             buffers[i].size = GRID * (1 + rng.below(3));
         }
         let instance = inst(buffers.clone());
-        let placed = plan_on_grid(&instance, alignment, (&blocks, GRID), 8).unwrap();
+        let placed = plan_on_grid(&instance, alignment, (&blocks, GRID), 8)
+            .unwrap()
+            .plan;
         assert_eq!(validate(&instance, &placed), Ok(()));
         for &i in &blocks {
             assert_eq!(placed.offsets[i] % GRID, 0, "block {i} off its grid");

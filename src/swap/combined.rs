@@ -350,7 +350,7 @@ fn placed(
         .filter(|(_, b)| granule != Alignment::NONE && trace.tensors[b.id as usize].resident)
         .map(|(i, _)| i)
         .collect();
-    let plan = if residents.is_empty() {
+    let report = if residents.is_empty() {
         let options = PlanOptions {
             alignment,
             steps: search,
@@ -361,33 +361,30 @@ fn placed(
         } else {
             Policy::BestOf
         };
-        dsa::plan(&instance, policy, &options)?.plan
+        dsa::plan(&instance, policy, &options)?
     } else {
         // A grid every offset of the pool's alignment is on too. The search's greedy runs on
         // noisy orders keep it, as many as its steps pay for; its other moves do not.
         let grid = granule.get() / gcd(granule.get(), alignment.get()) * alignment.get();
         let runs = search.map_or(0, |steps| steps / instance.len().max(1) as u64);
-        let plan = dsa::plan_on_grid(&instance, alignment, (&residents, grid), runs)?;
+        let report = dsa::plan_on_grid(&instance, alignment, (&residents, grid), runs)?;
         anyhow::ensure!(
-            residents
-                .iter()
-                .all(|&i| plan.offsets[i].is_multiple_of(grid)),
+            (residents.iter()).all(|&i| report.plan.offsets[i].is_multiple_of(grid)),
             "internal error: a block the pool takes was placed off its granule"
         );
-        plan
+        report
     };
-    dsa::validate(&instance, &plan).map_err(|conflict| {
+    dsa::validate(&instance, &report.plan).map_err(|conflict| {
         anyhow::anyhow!("internal error: the combined plan is invalid: {conflict}")
     })?;
     let mut offsets = vec![None; trace.tensors.len()];
-    for (buffer, &offset) in instance.buffers().iter().zip(&plan.offsets) {
+    for (buffer, &offset) in instance.buffers().iter().zip(&report.plan.offsets) {
         offsets[buffer.id as usize] = Some(offset + guard_of(buffer.id));
     }
-    let lower_bound = dsa::Bounds::of(&instance, alignment).map_or(0, |b| b.aligned_peak);
     Ok(CombinedPool {
         offsets,
-        footprint: plan.footprint,
-        lower_bound,
+        footprint: report.footprint,
+        lower_bound: report.lower_bound,
         lent: used,
     })
 }

@@ -206,14 +206,7 @@ impl TraceWriter {
     /// Hands a batch of events, in order, to the writer thread; blocks while the channel is full
     /// (the channel's capacity counts messages, so a batch takes one place).
     pub fn record_batch(&self, events: Vec<Event>) {
-        self.send_batch(events, None);
-    }
-
-    /// [`record_batch`](TraceWriter::record_batch), then `then` on the writer thread, in order
-    /// with every other batch and its work. A panic of `then` is reported once and later work
-    /// is dropped; the trace goes on.
-    pub fn record_batch_then(&self, events: Vec<Event>, then: AfterBatch) {
-        self.send_batch(events, Some(then));
+        self.record_batch_with(events, None, None);
     }
 
     /// [`record_batch`](TraceWriter::record_batch), with `before` run on the writer thread on
@@ -228,13 +221,6 @@ impl TraceWriter {
     ) {
         let count = events.len() as u64;
         if self.tx.send(Msg::Batch(events, before, then)).is_err() {
-            self.unsent.fetch_add(count, Ordering::Relaxed);
-        }
-    }
-
-    fn send_batch(&self, events: Vec<Event>, then: Option<AfterBatch>) {
-        let count = events.len() as u64;
-        if self.tx.send(Msg::Batch(events, None, then)).is_err() {
             self.unsent.fetch_add(count, Ordering::Relaxed);
         }
     }
@@ -522,12 +508,13 @@ mod tests {
         let free = |id| vec![Event::new(id, EventKind::Free { id, stream: 0 })];
         for (id, panics) in [(1, false), (2, true), (3, false)] {
             let order = std::sync::Arc::clone(&order);
-            writer.record_batch_then(
+            writer.record_batch_with(
                 free(id),
-                Box::new(move || {
+                None,
+                Some(Box::new(move || {
                     order.lock().push(id);
                     assert!(!panics, "injected");
-                }),
+                })),
             );
         }
         writer.flush();

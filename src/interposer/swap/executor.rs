@@ -1122,8 +1122,7 @@ impl PoolState {
                     self.pools[pool_index].put_back(r.offset, end, r.id);
                 }
             }
-            self.note_users();
-            self.used_on.insert(r.id, Default::default());
+            self.track(r.id);
             self.waits.remove(&r.id);
         }
         cuda::synchronize();
@@ -1489,8 +1488,7 @@ impl PoolState {
         );
         self.pools[pool_index].take_out(offset);
         self.fence(addr, addr + (end - offset), out_stream);
-        self.note_users();
-        self.used_on.insert(id, Default::default());
+        self.track(id);
         self.waits.remove(&id);
         let exec = self.executor.as_mut().expect("checked above");
         exec.away.insert(
@@ -1545,8 +1543,7 @@ impl PoolState {
         cuda::copy(start, away.host, end - start, in_stream);
         self.copy_timing_end(timed, in_stream, false, end - start);
         cuda::record(done, in_stream);
-        self.note_users();
-        self.waits.insert(
+        self.add_waits(
             id,
             Waits {
                 fences: smallvec::smallvec![(in_stream, done)],
