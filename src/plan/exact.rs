@@ -493,6 +493,13 @@ impl<'d, 'a> Run<'d, 'a> {
             entry.hash(&mut h1);
             entry.hash(&mut h2);
         }
+        // With buffers on a grid, the same part at an offset off the grid's period is another
+        // problem.
+        let period = self.dfs.prep.grid_period();
+        if period > 1 {
+            (floor % period).hash(&mut h1);
+            (floor % period).hash(&mut h2);
+        }
         let key = (u128::from(h1.finish()) << 64) | u128::from(h2.finish());
         let room = self.capacity - floor;
         if memo.get(&key).is_some_and(|&r| r >= room) {
@@ -691,20 +698,22 @@ impl Run<'_, '_> {
         let mut fits = true;
         for &j in neighbours {
             let j = j as usize;
-            if self.placed[j] || self.min_off[j] >= top {
+            // Gravity stops `j` at `top`, or at the next point of its grid.
+            let floor = prep.on_grid_from(j, top);
+            if self.placed[j] || self.min_off[j] >= floor {
                 continue;
             }
             self.trail.push(Undo::Raise(j as u32, self.min_off[j]));
-            self.min_off[j] = top;
-            if top + prep.sizes[j] > self.capacity {
+            self.min_off[j] = floor;
+            if floor + prep.sizes[j] > self.capacity {
                 fits = false;
                 break;
             }
-            // `j` now rests at `top`, so the lowest floor of its segments is at most `top`:
-            // only a segment whose sum does not fit above `top` can fail its lowest step.
+            // `j` now rests at `floor`, so the lowest floor of its segments is at most that:
+            // only a segment whose sum does not fit above it can fail its lowest step.
             for &(from, to) in prep.resident(j) {
                 for t in from..to {
-                    if top + self.total[t] > self.capacity && !self.affected_mark[t] {
+                    if floor + self.total[t] > self.capacity && !self.affected_mark[t] {
                         self.affected_mark[t] = true;
                         self.affected.push(t);
                     }

@@ -238,8 +238,23 @@ impl Prepared {
 
     /// The grid buffer `i`'s offset lies on (1: the alignment alone).
     #[inline]
-    fn grid_of(&self, i: usize) -> u64 {
+    pub(crate) fn grid_of(&self, i: usize) -> u64 {
         self.grid.get(i).copied().unwrap_or(1)
+    }
+
+    /// The lowest offset at or above `offset` where buffer `i` may lie (`offset` is aligned).
+    #[inline]
+    pub(crate) fn on_grid_from(&self, i: usize, offset: u64) -> u64 {
+        match self.grid_of(i) {
+            1 => offset,
+            grid => offset.next_multiple_of(grid),
+        }
+    }
+
+    /// The coarsest grid of any buffer (1 without [`Prepared::on_grid`]): a placement moved by
+    /// a multiple of it keeps every buffer on its grid.
+    pub(crate) fn grid_period(&self) -> u64 {
+        self.grid.iter().copied().max().unwrap_or(1)
     }
 
     /// Whether some buffer has absence windows (more than one resident range).

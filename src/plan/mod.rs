@@ -355,36 +355,47 @@ fn report(
 }
 
 /// Best-of's placement of `instance` with the buffers `on_grid` (instance order) at multiples
-/// of `grid`, a multiple of `alignment`, then `perturbed` greedy runs on noisy orders (the
-/// search's, seeded: the same plan under any load), the smallest kept: swap mode's blocks
-/// mapped granule by granule among tensors of any size (`swap::combined`). Only the greedy
-/// runs keep such a grid, not the search's other moves.
+/// of `grid`, a multiple of `alignment`, then the search's improvement until the footprint is
+/// at most `enough` or `steps` are spent (counted in steps: the same plan under any load): the
+/// exact search, first at `enough`, and greedy runs on noisy orders, which both keep such a
+/// grid (gravity stops an on-grid buffer at the next point of its grid), not the search's
+/// other moves. For swap mode's blocks, mapped granule by granule among tensors of any size
+/// (`swap::combined`).
 pub fn plan_on_grid(
     instance: &Instance,
     alignment: Alignment,
     (on_grid, grid): (&[usize], u64),
-    perturbed: u64,
+    (steps, enough): (u64, u64),
 ) -> Result<PlanReport, PlanError> {
     let start = Instant::now();
     let prep = greedy::Prepared::new(instance, alignment)?.on_grid(on_grid, grid);
-    let mut best = best_of(instance, &prep);
-    let mut rng = crate::rng::SplitMix64::new(PlanOptions::default().seed);
-    for round in 0..perturbed {
-        if best.footprint == prep.lower_bound {
-            break;
-        }
-        let run = search::perturbed(instance, &prep, &mut rng, round, Cutoff::NEVER);
-        if let Some(run) = run.filter(|run| run.footprint < best.footprint) {
-            best = run;
-        }
-    }
-    let stats = SearchStats::default();
-    Ok(report(
+    let best = best_of(instance, &prep);
+    let mut stats = SearchStats::default();
+    let improving = steps > 0 && best.footprint > enough.max(prep.lower_bound);
+    let dfs = improving
+        .then(|| search::Dfs::new(instance, &prep, Cutoff::NEVER))
+        .flatten();
+    let clock = search::Clock::Steps {
+        per_greedy_run: prep.len() as u64,
+    };
+    let seed = PlanOptions::default().seed;
+    let until = (clock, if improving { steps } else { 0 });
+    let dfs = (dfs.as_ref(), false);
+    let best = search::improve(
         instance,
         &prep,
-        (Policy::BestOf, best, stats),
-        start,
-    ))
+        dfs,
+        (best, enough),
+        until,
+        seed,
+        &mut stats,
+    );
+    let policy = if improving {
+        Policy::Search
+    } else {
+        Policy::BestOf
+    };
+    Ok(report(instance, &prep, (policy, best, stats), start))
 }
 
 /// `footprint / lower_bound`, 1.0 when both are 0.

@@ -494,30 +494,32 @@ fn after_layers(
         instance,
         prep,
         (dfs.as_ref(), windows),
-        best,
+        (best, lb),
         (clock, deadline),
         seed,
         stats,
     )
 }
 
-/// Improves `incumbent` until `deadline` on `clock` (see the module doc): half of the
-/// remaining budget on the DFS at the lower bound, then slices of randomised greedy (of moves
-/// over windows of time where `windows`: `window.rs`) alternating with slices of DFS halfway
-/// between what is proved infeasible and the incumbent.
-fn improve(
+/// Improves `incumbent` until `deadline` on `clock`, or until its footprint is at most
+/// `enough` (at least the lower bound; see the module doc): half of the remaining budget on
+/// the DFS at `enough`, then slices of randomised greedy (of moves over windows of time where
+/// `windows`: `window.rs`) alternating with slices of DFS halfway between what is proved
+/// infeasible and the incumbent.
+pub(super) fn improve(
     instance: &Instance,
     prep: &Prepared,
     (dfs, windows): (Option<&Dfs<'_>>, bool),
-    incumbent: Outcome,
+    (incumbent, enough): (Outcome, u64),
     (clock, deadline): (Clock, u64),
     seed: u64,
     stats: &mut SearchStats,
 ) -> Outcome {
     let mut best = incumbent;
     let lb = prep.lower_bound;
+    let enough = enough.max(lb);
     let start = clock.now(stats);
-    if best.footprint <= lb || start >= deadline {
+    if best.footprint <= enough || start >= deadline {
         return best;
     }
     let budget = deadline - start;
@@ -542,19 +544,19 @@ fn improve(
     } else {
         budget / 2
     };
-    if let Some(verdict) = decide(lb, (clock, start + at_lb), stats) {
+    if let Some(verdict) = decide(enough, (clock, start + at_lb), stats) {
         match verdict {
             Verdict::Found(offsets) => {
                 offer(
                     &mut best,
                     offsets,
                     prep,
-                    Method::Dfs { capacity: lb },
+                    Method::Dfs { capacity: enough },
                     stats,
                 );
                 return best;
             }
-            Verdict::Refuted => feasible_from = lb + 1,
+            Verdict::Refuted => feasible_from = enough + 1,
             Verdict::Unknown => {}
         }
     }
@@ -572,7 +574,7 @@ fn improve(
     // found fast), and back to the proved bound once that gap is small.
     let mut timed_out = feasible_from;
     let mut round = 0u64;
-    while clock.now(stats) < deadline && best.footprint > feasible_from {
+    while clock.now(stats) < deadline && best.footprint > feasible_from.max(enough) {
         let slice_end = clock.now(stats).saturating_add(greedy_slice).min(deadline);
         if windows {
             // Moves over windows of time instead of greedy runs on the whole instance, which
@@ -582,7 +584,8 @@ fn improve(
             let until = (clock, slice_end, slice_end);
             best = window::improve(prep, best, until, seed.wrapping_add(round), stats);
         }
-        while !windows && clock.now(stats) < slice_end && best.footprint > feasible_from {
+        while !windows && clock.now(stats) < slice_end && best.footprint > feasible_from.max(enough)
+        {
             round += 1;
             let Some(candidate) = perturbed(instance, prep, &mut rng, round, cutoff) else {
                 return best;
@@ -593,7 +596,7 @@ fn improve(
                 stats.improvements += 1;
             }
         }
-        if best.footprint <= feasible_from {
+        if best.footprint <= feasible_from.max(enough) {
             break;
         }
         let gap = best.footprint - feasible_from;
@@ -1151,12 +1154,14 @@ impl<'d, 'a> State<'d, 'a> {
         let floors = self.sections.is_some();
         for &j in &dfs.adj[dfs.adj_start[i]..dfs.adj_start[i + 1]] {
             let j = j as usize;
-            if self.placed[j] || self.min_off[j] >= top {
+            // Gravity stops `j` at `top`, or at the next point of its grid.
+            let floor = prep.on_grid_from(j, top);
+            if self.placed[j] || self.min_off[j] >= floor {
                 continue;
             }
             self.log.push((j as u32, self.min_off[j]));
-            self.min_off[j] = top;
-            self.keys.set(self.rank[j], top, top + prep.sizes[j]);
+            self.min_off[j] = floor;
+            self.keys.set(self.rank[j], floor, floor + prep.sizes[j]);
             if floors {
                 for &(from, to) in prep.resident(j) {
                     self.mark_affected(from, to);

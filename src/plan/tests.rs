@@ -192,13 +192,15 @@ fn random_intervals(rng: &mut SplitMix64, n: usize, horizon: u64, max_size: u64)
 /// Buffers on a coarser grid (swap mode's blocks, mapped granule by granule) land on it, among
 /// buffers of any size, in pools that together need less than giving each of them a granule
 /// more so that it could go anywhere: blocks of one to three granules, as `mlp_train --adam`'s
-/// 4 MiB weights on 2 MiB granules (padded, its pool's lower bound rose by 21 MB).
+/// 4 MiB weights on 2 MiB granules (padded, its pool's lower bound rose by 21 MB). The
+/// search's steps (its exact search with gravity onto the grid) keep them there and place
+/// smaller pools than best-of alone, never larger.
 #[test]
 fn buffers_on_a_grid_land_on_it_in_less_than_a_granule_more_each() {
     const GRID: u64 = 8192;
     let alignment = Alignment::DEFAULT;
     let mut rng = SplitMix64::new(35);
-    let (mut on_grid, mut padded) = (0, 0);
+    let (mut best_of, mut searched, mut padded) = (0, 0, 0);
     for _ in 0..30 {
         let mut buffers = random_intervals(&mut rng, 40, 60, 6000).buffers().to_vec();
         let blocks: Vec<usize> = (0..buffers.len()).filter(|i| i % 4 == 0).collect();
@@ -206,16 +208,22 @@ fn buffers_on_a_grid_land_on_it_in_less_than_a_granule_more_each() {
             buffers[i].size = GRID * (1 + rng.below(3));
         }
         let instance = inst(buffers.clone());
-        let placed = plan_on_grid(&instance, alignment, (&blocks, GRID), 8)
-            .unwrap()
-            .plan;
-        assert_eq!(validate(&instance, &placed), Ok(()));
-        for &i in &blocks {
-            assert_eq!(placed.offsets[i] % GRID, 0, "block {i} off its grid");
-        }
         let bound = Bounds::of(&instance, alignment).unwrap().aligned_peak;
-        assert!(placed.footprint >= bound);
-        on_grid += placed.footprint;
+        let mut footprints = [0; 2];
+        for (footprint, steps) in footprints.iter_mut().zip([0, 20_000]) {
+            let placed = plan_on_grid(&instance, alignment, (&blocks, GRID), (steps, 0))
+                .unwrap()
+                .plan;
+            assert_eq!(validate(&instance, &placed), Ok(()));
+            for &i in &blocks {
+                assert_eq!(placed.offsets[i] % GRID, 0, "block {i} off its grid");
+            }
+            assert!(placed.footprint >= bound);
+            *footprint = placed.footprint;
+        }
+        assert!(footprints[1] <= footprints[0], "{footprints:?}");
+        best_of += footprints[0];
+        searched += footprints[1];
         for &i in &blocks {
             buffers[i].size += GRID;
         }
@@ -228,7 +236,38 @@ fn buffers_on_a_grid_land_on_it_in_less_than_a_granule_more_each() {
         .unwrap()
         .footprint;
     }
-    assert!(on_grid < padded, "{on_grid} ≥ {padded}");
+    assert!(best_of < padded, "{best_of} ≥ {padded}");
+    assert!(searched < best_of, "{searched} ≥ {best_of}");
+}
+
+/// A search asked for a footprint it can reach stops there: the exact search looks for a
+/// placement within `enough` first, so a generous target costs no further steps and the
+/// placement may exceed the lower bound up to it, but not beyond.
+#[test]
+fn a_search_on_a_grid_stops_within_enough() {
+    const GRID: u64 = 8192;
+    let alignment = Alignment::DEFAULT;
+    let mut rng = SplitMix64::new(36);
+    for _ in 0..10 {
+        let mut buffers = random_intervals(&mut rng, 40, 60, 6000).buffers().to_vec();
+        let blocks: Vec<usize> = (0..buffers.len()).filter(|i| i % 4 == 0).collect();
+        for &i in &blocks {
+            buffers[i].size = GRID * (1 + rng.below(3));
+        }
+        let instance = inst(buffers);
+        let alone = plan_on_grid(&instance, alignment, (&blocks, GRID), (0, 0)).unwrap();
+        let searched = plan_on_grid(&instance, alignment, (&blocks, GRID), (20_000, 0)).unwrap();
+        let enough = searched.footprint + (alone.footprint - searched.footprint) / 2;
+        let target = (20_000, enough);
+        let stopped = plan_on_grid(&instance, alignment, (&blocks, GRID), target).unwrap();
+        assert!(
+            stopped.footprint <= enough,
+            "{} > {enough}",
+            stopped.footprint
+        );
+        assert!(stopped.footprint <= alone.footprint);
+        assert!(stopped.stats.dfs_nodes <= searched.stats.dfs_nodes);
+    }
 }
 
 /// One buffer born per instant, living 1 + Exp(mean 80) instants, of 512 · 2^U(0, 8) bytes:
