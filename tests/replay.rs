@@ -427,14 +427,16 @@ fn swap_mode_on_a_real_log_serves_the_borrowers_of_ranges_whose_swap_in_is_queue
 /// The generated VGG16 at 40 % of its peak: AutoSwap keeps no limit below 42 % whatever its
 /// weights, and swap mode used to make no plan, running the overflow from mapped host memory for
 /// the whole replay; the generated ResNet-50 at 33 %, where the guards of its every-gap plan's
-/// lending nearly tripled its pool. Both are planned now (VGG16's plan swaps every gap): a plan
-/// serves, the device stays within the limit, and nothing of the program's stays in mapped host
-/// memory after it.
+/// lending nearly tripled its pool; VGG16 at 33 %, whose pool with its weights on their granules
+/// has 1.1 % of room above its lower bound, which only the exact search finds. All are planned
+/// now (VGG16's plans swap every gap): a plan serves, the device stays within the limit, and
+/// nothing of the program's stays in mapped host memory after it.
 #[test]
 fn swap_mode_keeps_limits_below_what_autoswap_can_keep_by_swapping_every_gap() {
     for (relative, limit) in [
         ("generated-cpu/gen_vgg16_b32_sgd.jsonl.gz", "40%"),
         ("generated-cpu/gen_resnet50_b32_sgd.jsonl.gz", "33%"),
+        ("generated-cpu/gen_vgg16_b32_sgd.jsonl.gz", "33%"),
     ] {
         let Some(trace) = real_trace(relative) else {
             return;
