@@ -721,31 +721,44 @@ pub fn plan_within(
     if unswapped.fits || !allow_swaps {
         return Ok(unswapped);
     }
+    // The last lending placed, and its pool: the plan of last resort a little lower often
+    // lends the same, and placing it again (with the search) costs most of a plan.
+    let mut placed_last: Option<(Vec<Lent>, Option<u64>, CombinedPool)> = None;
     // The plan of `plan` under the swap limit `limit`, with its pool; None where the guards
     // could not separate its nested lending (rare: a lower limit lends differently).
-    let executable = |plan: SwapPlan, weights, evaluations, limit, search| -> anyhow::Result<_> {
-        let result = check(trace, &plan, limit, copy)
-            .map_err(|err| anyhow::anyhow!("internal error: the swap plan is invalid: {err}"))?;
-        let lent = lent_windows(trace, &plan, limit, copy);
-        let pool = match distinct_addresses(trace, &lent, granule, search) {
-            Ok(pool) => pool,
-            Err(err) => {
-                log::info!("{err:#} under a swap limit of {limit} bytes; trying lower");
-                return Ok(None);
-            }
+    let mut executable =
+        |plan: SwapPlan, weights, evaluations, limit, search| -> anyhow::Result<_> {
+            let result = check(trace, &plan, limit, copy).map_err(|err| {
+                anyhow::anyhow!("internal error: the swap plan is invalid: {err}")
+            })?;
+            let lent = lent_windows(trace, &plan, limit, copy);
+            let pool = match &placed_last {
+                Some((placed, searched, pool)) if *placed == lent && *searched == search => {
+                    pool.clone()
+                }
+                _ => match distinct_addresses(trace, &lent, granule, search) {
+                    Ok(pool) => {
+                        placed_last = Some((lent, search, pool.clone()));
+                        pool
+                    }
+                    Err(err) => {
+                        log::info!("{err:#} under a swap limit of {limit} bytes; trying lower");
+                        return Ok(None);
+                    }
+                },
+            };
+            // The pool bounds the memory, whatever the simulator's load: a plan whose copies
+            // cannot keep up only waits longer (the simulator's time says how much).
+            Ok(Some(Executable {
+                fits: pool.footprint <= budget,
+                plan,
+                result,
+                weights,
+                evaluations,
+                pool,
+                swap_limit: limit,
+            }))
         };
-        // The pool bounds the memory, whatever the simulator's load: a plan whose copies
-        // cannot keep up only waits longer (the simulator's time says how much).
-        Ok(Some(Executable {
-            fits: pool.footprint <= budget,
-            plan,
-            result,
-            weights,
-            evaluations,
-            pool,
-            swap_limit: limit,
-        }))
-    };
     let mut best: Option<Executable> = None;
     // Whether `candidate` fits, after keeping it if it is the nearest yet; the next limit.
     let mut keep = |candidate: Option<Executable>, limit: u64| {
