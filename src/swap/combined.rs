@@ -957,18 +957,17 @@ impl ExecutorInputs {
         Ok((reduced, kept, plan))
     }
 
-    /// AutoSwap's options in swap mode, before units (see [`ExecutorInputs::plan`]). No early
-    /// copy-out: the executor releases a tensor's range when its copy-out ends, so a copy
-    /// started before the last read would free the range under that read. No retry for zero
-    /// overhead in the first plan: it must come while the program runs, and where AutoSwap has
-    /// no zero-overhead plan the retries cost up to twelve times the first run (a 20-iteration
-    /// replay, `tests/replay.rs`, then ended before its plan) for a plan that stalls anyway.
-    /// The second plan (`patient`), made while the first serves, retries.
+    /// AutoSwap's options in swap mode, before units (see [`ExecutorInputs::plan`]), early
+    /// copy-outs included (the executor lets a tensor leave once both its copy and its last
+    /// read have ended). No retry for zero overhead in the first plan: it must come while the
+    /// program runs, and where AutoSwap has no zero-overhead plan the retries cost up to twelve
+    /// times the first run (a 20-iteration replay, `tests/replay.rs`, then ended before its
+    /// plan) for a plan that stalls anyway. The second plan (`patient`), made while the first
+    /// serves, retries.
     fn options_without_units(&self) -> AutoSwapOptions {
         AutoSwapOptions {
             min_bytes: self.min_swap_bytes,
             units: false,
-            early_out: false,
             retry_zero_overhead: self.patient,
             ..AutoSwapOptions::default()
         }
