@@ -471,6 +471,47 @@ fn assert_swapped_within_the_limit(summary: &serde_json::Value, shim: &serde_jso
     );
 }
 
+/// A generated dispatch trace whose 4 MiB tensor 2 is written by op 0, read back to the host
+/// by ops 1 and 3 (`memcpy DtoH`: the replay downloads it, a read, where a kernel's arguments
+/// all count as written) and used again by op 6, after the 8 MiB tensor 3 has made the peak.
+const READ_BACK: &str = r#"{"ev":"meta","model":"read-back"}
+{"ev":"pre","id":1,"bytes":1048576,"op":0,"dtype":"float32"}
+{"ev":"alloc","id":2,"bytes":4194304,"op":0,"dtype":"float32"}
+{"ev":"op","i":0,"name":"aten.mm.default","r":[1],"w":[2],"flops":2e10,"out_shapes":[[1]]}
+{"ev":"op","i":1,"name":"memcpy DtoH","r":[2],"w":[],"flops":0,"out_shapes":[[1]]}
+{"ev":"op","i":2,"name":"aten.relu_.default","r":[1],"w":[1],"flops":2e10,"out_shapes":[[1]]}
+{"ev":"op","i":3,"name":"memcpy DtoH","r":[2],"w":[],"flops":0,"out_shapes":[[1]]}
+{"ev":"alloc","id":3,"bytes":8388608,"op":4,"dtype":"float32"}
+{"ev":"op","i":4,"name":"aten.mm.default","r":[1],"w":[3],"flops":2e10,"out_shapes":[[1]]}
+{"ev":"op","i":5,"name":"aten.mm.default","r":[3],"w":[1],"flops":2e10,"out_shapes":[[1]]}
+{"ev":"free","id":3,"op":6}
+{"ev":"op","i":6,"name":"aten.mm.default","r":[2,1],"w":[1],"flops":2e10,"out_shapes":[[1]]}
+{"ev":"free","id":2,"op":7}
+{"ev":"op","i":7,"name":"aten.add_.Tensor","r":[1],"w":[1],"flops":5e8,"out_shapes":[[1]]}
+{"ev":"end","op":8}
+"#;
+
+/// [`READ_BACK`] under 10 MiB: tensor 2 must be away while tensor 3 lives, and a copy-out after
+/// its last read back would hold up op 4; swap mode's plan starts it after op 0 instead, while
+/// the reads run (an early copy-out), and the replay verifies every tensor and every byte it
+/// downloaded.
+#[test]
+fn swap_mode_copies_a_tensor_read_back_to_the_host_out_early() {
+    let trace = scratch("replay-read-back").with_extension("jsonl");
+    std::fs::write(&trace, READ_BACK).unwrap();
+    // The period is found after about 13 iterations, and the plan serves from the 17th or so.
+    let (summary, shim) = replay_verified(
+        &trace,
+        &["--mode", "swap", "--limit", "10M", "--iters", "60"],
+        "1",
+    );
+    let _ = std::fs::remove_file(&trace);
+    assert_swapped_within_the_limit(&summary, &shim);
+    let swap = &summary["swap"];
+    assert!(swap["early_outs"].as_u64().unwrap() > 0, "{swap:#}");
+    assert_eq!(swap["early_outs_copied_again"], 0, "{swap:#}");
+}
+
 /// A Tree-LSTM's tensors are all below `ITERMEM_SWAP_MIN_BYTES` (1 MiB): without swap units the
 /// executor had no candidate, its pool could not fit a limit under the peak, and every
 /// allocation beyond the budget went to mapped host memory. With units its plan moves them and

@@ -31,7 +31,18 @@ fn swapped_under(
     env: &[(&str, &str)],
     name: &str,
 ) -> (String, serde_json::Value, serde_json::Value) {
-    let mlp = program("mlp_train");
+    swapped_program("mlp_train", limit, args, env, name)
+}
+
+/// [`swapped_under`] for the test program `program_name` of `tests/programs/`.
+fn swapped_program(
+    program_name: &str,
+    limit: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    name: &str,
+) -> (String, serde_json::Value, serde_json::Value) {
+    let binary = program(program_name);
     let stats = scratch(&format!("{name}-stats.json"));
     let shim_stats = scratch(&format!("{name}-shim.json"));
     let mut env = env.to_vec();
@@ -42,7 +53,7 @@ fn swapped_under(
         env.push(("CUDA_SHIM_DEVICE_MEMORY", limit));
     }
     env.push(("CUDA_SHIM_STATS", shim_stats.to_str().unwrap()));
-    let mut program_args = vec![mlp.to_str().unwrap()];
+    let mut program_args = vec![binary.to_str().unwrap()];
     program_args.extend_from_slice(args);
     let output = run_under_itermem(
         &[
@@ -151,6 +162,67 @@ fn results_are_exact_under_random_stream_delays_with_poisoned_swapped_ranges() {
         assert_eq!(results(&out), on_big_device, "seed {seed}: results changed");
         assert_kept_the_limit(&summary, &shim);
     }
+}
+
+/// `early_out` under 10 MB: the plan copies `a` out right after its write, while the program
+/// reads it back twice (copies: reads, as a kernel argument never is), and `a` leaves the
+/// device once both the copy and the last read have ended. With the range poisoned at that
+/// point and random stream delays, the read-backs and the sums are those of a run without
+/// itermem, and the limit holds.
+#[test]
+fn early_copy_outs_run_while_the_last_reads_do_and_the_tensor_leaves_after_both() {
+    let args = ["--iters", "40"];
+    let alone = results(&run_ok(&program("early_out"), &args, &[]));
+    for seed in ["1", "2", "3"] {
+        let env = [
+            ("CUDA_SHIM_JITTER_US", "300"),
+            ("CUDA_SHIM_SEED", seed),
+            ("ITERMEM_SWAP_VERIFY", "1"),
+        ];
+        let (out, summary, shim) = swapped_program("early_out", "10M", &args, &env, "early-out");
+        assert_eq!(results(&out), alone, "seed {seed}: results changed");
+        let swap = &summary["swap"];
+        assert!(
+            swap["early_outs_planned"].as_u64().unwrap() >= 1,
+            "seed {seed}: no early copy-out planned: {summary:#}"
+        );
+        assert!(
+            swap["early_outs"].as_u64().unwrap() >= 1,
+            "seed {seed}: no early copy-out executed: {summary:#}"
+        );
+        assert_eq!(swap["early_outs_copied_again"], 0, "{summary:#}");
+        assert_eq!(swap["on_demand_swap_ins"], 0, "{summary:#}");
+        let peak = shim["peak_device_bytes"].as_u64().unwrap();
+        assert!(
+            peak <= 10 << 20,
+            "seed {seed}: device peak {peak}: {summary:#}"
+        );
+    }
+}
+
+/// `early_out --deviate N`: from iteration N on, every third iteration also writes `a` between
+/// the early copy-out's start and `a`'s last read (through the same kernel, so the program
+/// stays in its period and the plan serves on). That copy is stale: the tensor is copied
+/// again after its last access, and the results stay exact.
+#[test]
+fn a_write_after_an_early_copy_out_began_copies_the_tensor_again() {
+    let args = ["--iters", "60", "--deviate", "30"];
+    let alone = results(&run_ok(&program("early_out"), &args, &[]));
+    let env = [
+        ("CUDA_SHIM_JITTER_US", "300"),
+        ("CUDA_SHIM_SEED", "1"),
+        ("ITERMEM_SWAP_VERIFY", "1"),
+    ];
+    let (out, summary, shim) = swapped_program("early_out", "10M", &args, &env, "early-stale");
+    assert_eq!(results(&out), alone, "results changed");
+    let swap = &summary["swap"];
+    assert!(
+        swap["early_outs_copied_again"].as_u64().unwrap() >= 1,
+        "no stale early copy-out seen: {summary:#}"
+    );
+    assert!(swap["early_outs"].as_u64().unwrap() >= 1, "{summary:#}");
+    let peak = shim["peak_device_bytes"].as_u64().unwrap();
+    assert!(peak <= 10 << 20, "device peak {peak}: {summary:#}");
 }
 
 #[test]

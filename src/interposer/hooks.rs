@@ -318,7 +318,9 @@ fn on_copy(rec: &Recorder, run: Run, layer: Layer, copy: CopyCall) -> u32 {
     let device = current_device();
     let (dst, src) = (rec.resolve(copy.dst), rec.resolve(copy.src));
     let ids: smallvec::SmallVec<[u64; 2]> = [dst, src].into_iter().flatten().collect();
-    let prepared = rec.before_use(device, &ids, copy.stream);
+    // The source is read, unless it is the destination too.
+    let read = src.filter(|&src| dst != Some(src));
+    let prepared = rec.before_use(device, &ids, read, copy.stream);
     let result = run();
     let index = (result == SUCCESS).then(|| {
         rec.on_memcpy(
@@ -609,7 +611,7 @@ fn on_set(
     }
     let device = current_device();
     let dst = rec.resolve(dst);
-    let prepared = rec.before_use(device, dst.as_slice(), stream);
+    let prepared = rec.before_use(device, dst.as_slice(), None, stream);
     let result = run();
     let index =
         (result == SUCCESS).then(|| rec.on_memset(device, dst, bytes as u64, stream, asynchronous));
@@ -628,7 +630,7 @@ fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stre
     // this call.
     let accesses = unsafe { rec.launch_accesses(kernel, args) };
     let device = current_device();
-    let prepared = rec.before_use(device, &accesses.touched, stream);
+    let prepared = rec.before_use(device, &accesses.touched, None, stream);
     let result = run();
     let index = (result == SUCCESS).then(|| rec.on_launch(device, accesses, stream));
     rec.after_use(device, prepared, stream, index);

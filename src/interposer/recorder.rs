@@ -521,18 +521,25 @@ impl Recorder {
         }
     }
 
-    /// Pool and swap modes: before work on `stream` of `device` that uses allocations `ids`
-    /// (fences of earlier tenants of their ranges, on any device's pool: a kernel may read a
-    /// peer's memory; in swap mode also timing, swap-ins and tensors that are away). What it
-    /// prepared is finished by [`Recorder::after_use`].
+    /// Pool and swap modes: before work on `stream` of `device` that uses allocations `ids`, of
+    /// which `read` (a copy's source) is only read (fences of earlier tenants of their ranges,
+    /// on any device's pool: a kernel may read a peer's memory; in swap mode also timing,
+    /// swap-ins, tensors that are away and writes after early copy-outs). What it prepared is
+    /// finished by [`Recorder::after_use`].
     /// Inlined: at every call, and in record mode there is nothing to do.
     #[inline]
-    pub fn before_use(&self, device: u32, ids: &[AllocId], stream: StreamHandle) -> Prepared {
+    pub fn before_use(
+        &self,
+        device: u32,
+        ids: &[AllocId],
+        read: Option<AllocId>,
+        stream: StreamHandle,
+    ) -> Prepared {
         if !self.allocating() || self.pools_idle() {
             return Prepared::default();
         }
         self.prepare_pools(device, ids, stream, |pool, next| {
-            pool.prepare(ids, stream, next)
+            pool.prepare(ids, read, stream, next)
         })
     }
 
@@ -628,7 +635,7 @@ impl Recorder {
             let first = next + allocations;
             let last = (nodes as u64).saturating_sub(1);
             (0..nodes as u64)
-                .map(|k| pool.prepare(if k == last { ids } else { &[] }, stream, first + k))
+                .map(|k| pool.prepare(if k == last { ids } else { &[] }, None, stream, first + k))
                 .collect()
         })
     }

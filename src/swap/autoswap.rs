@@ -1135,6 +1135,26 @@ pub(super) fn swaps_of(p: &Profile, cands: &[Candidate], sched: &[Sched]) -> Swa
     }
 }
 
+/// Whether some op only reads a tensor that an earlier op wrote: only then can an early
+/// copy-out start before the last access ([`Profile::copy_from`]). Live traces have such reads
+/// only where a copy reads its source (every kernel argument counts as written).
+pub(crate) fn has_reads_after_writes(trace: &OpTrace) -> bool {
+    let mut written = vec![false; trace.tensors.len()];
+    for op in &trace.ops {
+        let read_after_write =
+            |t: &TensorId| !op.writes.contains(t) && written.get(*t as usize) == Some(&true);
+        if op.reads.iter().any(read_after_write) {
+            return true;
+        }
+        for &t in &op.writes {
+            if let Some(w) = written.get_mut(t as usize) {
+                *w = true;
+            }
+        }
+    }
+    false
+}
+
 /// An early copy-out copies the device's version, so it may not start before the same
 /// tensor's previous swap (an earlier gap of it, also chosen) has brought it back: such an
 /// `out_at` moves to that swap's `in_before` (still at or before its own `out_after`).

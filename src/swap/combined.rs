@@ -5,7 +5,9 @@
 //! executor's [`plan_within`] is what `itermem plan --timings` runs to reproduce a live plan.
 
 use super::augment::augment;
-use super::autoswap::{AutoSwapOptions, candidates, every_gap_plan, plan_as_told};
+use super::autoswap::{
+    AutoSwapOptions, candidates, every_gap_plan, has_reads_after_writes, plan_as_told,
+};
 use super::bound::{busiest_op, zero_stall_may_keep};
 use super::profile::Profile;
 use super::{CopyModel, Lent, SimResult, SwapPlan, Weights, check, evaluate, lent_windows};
@@ -43,8 +45,9 @@ pub struct BoPlan {
 /// plans once per weight, not twice. With early copy-outs (`options.early_out`) the same
 /// holds: the first two runs are made without them, and when the first finds no plan of zero
 /// overhead, a run with early copy-outs and without units, and one with both, compete in the
-/// same way. No limit then gets a worse plan than the runs without early copy-outs give, and
-/// since every run probes each single score (the one-hot weights of BO's initial design)
+/// same way (not where no op only reads a tensor written before it: no copy-out can start
+/// early there). No limit then gets a worse plan than the runs without early copy-outs give,
+/// and since every run probes each single score (the one-hot weights of BO's initial design)
 /// under its options, BO's plan is never worse than [`super::baselines::single_score`]'s,
 /// which is the best of the same four variants (`plan_with`).
 ///
@@ -88,10 +91,14 @@ pub fn bo_plan(
         units: false,
         ..*options
     };
+    // Without a read after a write no copy-out can start early: those runs would repeat the
+    // runs without them, weight for weight (a live trace, whose kernel arguments are all
+    // written, would plan up to twice as long for nothing).
+    let early = options.early_out && has_reads_after_writes(trace);
     let others = [
         (options.units, late),
-        (options.early_out, early_without_units),
-        (options.units && options.early_out, *options),
+        (early, early_without_units),
+        (options.units && early, *options),
     ];
     let runs: Vec<AutoSwapOptions> = std::iter::once(without_units)
         .chain(others.iter().filter(|o| o.0).map(|o| o.1))
@@ -982,18 +989,17 @@ impl ExecutorInputs {
         Ok((reduced, kept, plan))
     }
 
-    /// AutoSwap's options in swap mode, before units (see [`ExecutorInputs::plan`]). No early
-    /// copy-out: the executor releases a tensor's range when its copy-out ends, so a copy
-    /// started before the last read would free the range under that read. No retry for zero
-    /// overhead in the first plan: it must come while the program runs, and where AutoSwap has
-    /// no zero-overhead plan the retries cost up to twelve times the first run (a 20-iteration
-    /// replay, `tests/replay.rs`, then ended before its plan) for a plan that stalls anyway.
-    /// The second plan (`patient`), made while the first serves, retries.
+    /// AutoSwap's options in swap mode, before units (see [`ExecutorInputs::plan`]), early
+    /// copy-outs included (the executor lets a tensor leave once both its copy and its last
+    /// read have ended). No retry for zero overhead in the first plan: it must come while the
+    /// program runs, and where AutoSwap has no zero-overhead plan the retries cost up to twelve
+    /// times the first run (a 20-iteration replay, `tests/replay.rs`, then ended before its
+    /// plan) for a plan that stalls anyway. The second plan (`patient`), made while the first
+    /// serves, retries.
     fn options_without_units(&self) -> AutoSwapOptions {
         AutoSwapOptions {
             min_bytes: self.min_swap_bytes,
             units: false,
-            early_out: false,
             retry_zero_overhead: self.patient,
             ..AutoSwapOptions::default()
         }
@@ -1175,6 +1181,46 @@ mod tests {
         for swap in &plan.plan.swaps {
             assert!(reduced.tensors[swap.tensor as usize].bytes < inputs.min_swap_bytes);
         }
+    }
+
+    /// A trace whose every access writes (a live one: kernel arguments) has no early copy-out:
+    /// BO makes no runs for them, so the plan costs what it cost without them and is the
+    /// same. The same iteration with its reads stalls at this limit, and gets those runs.
+    #[test]
+    fn bo_makes_no_early_copy_out_runs_where_no_read_follows_a_write() {
+        let mut rng = SplitMix64::new(31);
+        let with_reads = random_iteration(&mut rng, 80, 50, 1 << 20);
+        let mut all_written = with_reads.clone();
+        for op in &mut all_written.ops {
+            for t in std::mem::take(&mut op.reads) {
+                if !op.writes.contains(&t) {
+                    op.writes.push(t);
+                }
+            }
+            op.reads = op.writes.clone();
+        }
+        assert!(has_reads_after_writes(&with_reads) && !has_reads_after_writes(&all_written));
+        let copy = CopyModel::pcie3();
+        let limit =
+            (super::super::zero_stall_bound(&with_reads, copy).peak_bytes as f64 * 0.6) as u64;
+        let options = |early_out| AutoSwapOptions {
+            units: false,
+            early_out,
+            retry_zero_overhead: false,
+            ..AutoSwapOptions::default()
+        };
+        let plan = |t: &OpTrace, early_out| bo_plan(t, limit, copy, 4, &options(early_out), None);
+        let (early, late) = (
+            plan(&with_reads, true).unwrap(),
+            plan(&with_reads, false).unwrap(),
+        );
+        assert!(early.evaluations > late.evaluations, "{early:?} {late:?}");
+        let (early, late) = (
+            plan(&all_written, true).unwrap(),
+            plan(&all_written, false).unwrap(),
+        );
+        assert_eq!(early.evaluations, late.evaluations);
+        assert_eq!(early.plan, late.plan);
     }
 
     /// Issue 13: on this seeded iteration (PCIe 5, limit 95 % of the peak) no run of four

@@ -115,6 +115,9 @@ pub struct Executor {
     slot_ids: FxHashMap<u64, AllocId>,
     /// Planned swap-ins not issued yet (their range was still held).
     coming_back: Vec<AllocId>,
+    /// Tensors of this iteration whose early copy-out is queued, still on the device for their
+    /// reads before the gap, and whether a call wrote them since the copy began (it is stale).
+    early: FxHashMap<AllocId, bool>,
     away: FxHashMap<AllocId, Away>,
     /// Blocks served from mapped host memory: address → (host address, bytes).
     host_backed: std::collections::BTreeMap<u64, (u64, u64)>,
@@ -173,6 +176,7 @@ impl Executor {
             host_base: 0,
             slot_ids: FxHashMap::default(),
             coming_back: Vec::new(),
+            early: FxHashMap::default(),
             away: FxHashMap::default(),
             host_backed: Default::default(),
             host_backed_bytes: 0,
@@ -481,6 +485,8 @@ impl PoolState {
     /// `addr` is neither (the pool's own free applies).
     pub(in crate::interposer) fn free_swapped(&mut self, addr: u64, id: AllocId) -> Option<bool> {
         let exec = self.executor.as_mut()?;
+        // Freed before it left: its early copy is fenced on the range, nothing else to undo.
+        exec.early.remove(&id);
         if let Some((host, size)) = exec.host_backed.remove(&addr) {
             exec.host_backed_bytes -= size;
             self.release_host_backed(host, id);
@@ -609,6 +615,8 @@ impl PoolState {
             }
         }
         exec.following = false;
+        // Tensors with an early copy stay on the device: no plan lets them leave now.
+        exec.early.clear();
         exec.timing = None;
         if let Some(timing) = exec.second_timing.take() {
             exec.spare_timing_of(timing);
@@ -731,6 +739,7 @@ impl PoolState {
         }
         exec.note_mapped_after_plan();
         exec.stats.swaps_planned = schedule.swaps.len() as u64;
+        exec.stats.early_outs_planned = schedule.swaps.iter().filter(|s| s.early).count() as u64;
         exec.stats.predicted_iteration_ns = schedule.predicted_ns;
         exec.stats.predicted_base_iteration_ns = schedule.predicted_base_ns;
         if let Some(plan) = exec.plan_stats() {
@@ -1142,7 +1151,8 @@ impl PoolState {
     }
 
     /// The op that event `index` is under the followed plan, with its swap-ins (before it) and
-    /// whether swap-outs follow it. None when no plan is followed or the event is no op.
+    /// whether swap-outs follow it (copies, or tensors leaving after an early copy). None when
+    /// no plan is followed or the event is no op.
     fn op_of(&self, index: u64) -> Option<(usize, Vec<u32>, bool)> {
         let exec = self.executor.as_ref()?;
         if !exec.following {
@@ -1159,7 +1169,7 @@ impl PoolState {
         Some((
             op,
             schedule.ins_before[op].clone(),
-            !schedule.outs_after[op].is_empty(),
+            !schedule.outs_after[op].is_empty() || !schedule.leaves_after[op].is_empty(),
         ))
     }
 
@@ -1240,6 +1250,7 @@ impl PoolState {
         exec.iteration_number = Some(number);
         exec.iteration_host_start = Some(now);
         exec.slot_ids.clear();
+        exec.early.clear();
         self.second_plan_step(index);
     }
 
@@ -1328,14 +1339,33 @@ impl PoolState {
         }
     }
 
-    /// Swap mode, before a launch, copy or memset (event `index`) on `stream` that uses `ids`:
-    /// timing, planned swap-ins, swap-ins waiting for their range, and tensors that are away.
-    pub fn prepare(&mut self, ids: &[AllocId], stream: StreamHandle, index: u64) -> Prepared {
+    /// Swap mode, before a launch, copy or memset (event `index`) on `stream` that uses `ids`
+    /// (of which `read`, a copy's source, is only read; every other one may be written):
+    /// timing, planned swap-ins, swap-ins waiting for their range, tensors that are away, and
+    /// early copy-outs made stale by a write.
+    pub fn prepare(
+        &mut self,
+        ids: &[AllocId],
+        read: Option<AllocId>,
+        stream: StreamHandle,
+        index: u64,
+    ) -> Prepared {
         let mut prepared = Prepared::default();
         // A plan starts at its boundary even when no malloc comes there (an iteration of
         // launches alone, as under a caching allocator).
         self.install(index);
         self.roll(index);
+        // A write after an early copy began (the plan has only reads there): the copy may hold
+        // older bytes, so the tensor is copied again when it leaves.
+        if let Some(exec) = self.executor.as_mut()
+            && !exec.early.is_empty()
+        {
+            for id in ids.iter().filter(|&&id| Some(id) != read) {
+                if let Some(stale) = exec.early.get_mut(id) {
+                    *stale = true;
+                }
+            }
+        }
         if let Some(exec) = self.executor.as_mut() {
             exec.copies_timed = exec.config.copy.is_none()
                 && (exec.second_timing.as_ref()).is_some_and(|t| (t.start..t.end).contains(&index));
@@ -1429,13 +1459,19 @@ impl PoolState {
         let schedule = self.executor.as_ref().and_then(|e| e.schedule.clone());
         if let (Some(op), Some(schedule)) = (prepared.swap_outs_after, schedule) {
             for &swap in &schedule.outs_after[op] {
-                self.swap_out(&schedule, swap as usize);
+                let early = schedule.swaps[swap as usize].early;
+                self.swap_out(&schedule, swap as usize, !early);
+            }
+            for &swap in &schedule.leaves_after[op] {
+                self.leave_after_early_copy(&schedule, swap as usize);
             }
         }
     }
 
-    /// Queues the swap-out of planned swap `swap` of this iteration.
-    fn swap_out(&mut self, schedule: &Schedule, swap: usize) {
+    /// Queues the copy-out of planned swap `swap` of this iteration. With `leaves`, the tensor
+    /// leaves the device with it; otherwise (an early copy-out) it stays for its reads until
+    /// [`PoolState::leave_after_early_copy`].
+    fn swap_out(&mut self, schedule: &Schedule, swap: usize, leaves: bool) {
         let planned = &schedule.swaps[swap];
         let Some(exec) = self.executor.as_ref() else {
             return;
@@ -1479,6 +1515,17 @@ impl PoolState {
             return;
         }
         self.copy_timing_end(timed, out_stream, true, end - offset);
+        if !leaves {
+            log::debug!(
+                "early copy-out of allocation {id} ({} bytes at {addr:#x})",
+                end - offset
+            );
+            // Whatever the range holds next waits for the copy to have read it.
+            self.fence(addr, addr + (end - offset), out_stream);
+            let exec = self.executor.as_mut().expect("checked above");
+            exec.early.insert(id, false);
+            return;
+        }
         if verify {
             cuda::fill(addr, 0xFF, end - offset, out_stream);
         }
@@ -1486,11 +1533,85 @@ impl PoolState {
             "swap-out of allocation {id} ({} bytes at {addr:#x})",
             end - offset
         );
-        self.pools[pool_index].take_out(offset);
         self.fence(addr, addr + (end - offset), out_stream);
+        self.leave(planned, id, pool_index, offset, end, host);
+    }
+
+    /// The last read before the gap of early copy-out `swap` has been queued: its tensor leaves
+    /// the device. Its range is fenced on the streams that used it (the reads) as it was on
+    /// the copy when that was queued, so the next tenant and the swap-in wait for both; with
+    /// `ITERMEM_SWAP_VERIFY` the out stream waits for them too and poisons the range. If a
+    /// call wrote the tensor since the copy began, the copy is made again now instead, after
+    /// every use, as a swap-out after the last access (never a stale copy back).
+    fn leave_after_early_copy(&mut self, schedule: &Schedule, swap: usize) {
+        let planned = &schedule.swaps[swap];
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
+        let Some(id) = exec.swapped_id(planned) else {
+            return;
+        };
+        // No early copy was queued (its op came before the plan did, or it failed): the
+        // tensor stays, as after a swap-out that could not be queued.
+        let Some(stale) = exec.early.remove(&id) else {
+            return;
+        };
+        if stale {
+            exec.stats.early_outs_copied_again += 1;
+            self.swap_out(schedule, swap, true);
+            return;
+        }
+        let (out_stream, host, verify) = (
+            exec.out_stream,
+            exec.host_base + planned.host_offset,
+            exec.config.verify,
+        );
+        let Some(pool_index) = self.pools.len().checked_sub(1) else {
+            return;
+        };
+        let Some((offset, end)) = self.pools[pool_index].offset_of(id) else {
+            return;
+        };
+        let (start, stop) = (
+            self.pools[pool_index].base + offset,
+            self.pools[pool_index].base + end,
+        );
+        let users = self.used_on.get(&id).cloned().unwrap_or_default();
+        for stream in users {
+            self.fence(start, stop, stream);
+        }
+        if verify {
+            for (_, event) in self.pending_fences(start, stop) {
+                cuda::wait(out_stream, event);
+            }
+            cuda::fill(start, 0xFF, stop - start, out_stream);
+            self.fence(start, stop, out_stream);
+        }
+        log::debug!("allocation {id} leaves after its early copy-out");
+        self.leave(planned, id, pool_index, offset, end, host);
+        if let Some(exec) = self.exec() {
+            exec.stats.early_outs += 1;
+        }
+    }
+
+    /// Swapped tensor `id`, at `[offset, end)` of pool `pool_index`, is away from now on, in
+    /// its host slot `host`: its range may be lent (the fences on it order its next tenant).
+    fn leave(
+        &mut self,
+        planned: &Planned,
+        id: AllocId,
+        pool_index: usize,
+        offset: u64,
+        end: u64,
+        host: u64,
+    ) {
+        let base = self.pools[pool_index].base;
+        self.pools[pool_index].take_out(offset);
         self.track(id);
         self.waits.remove(&id);
-        let exec = self.executor.as_mut().expect("checked above");
+        let Some(exec) = self.executor.as_mut() else {
+            return;
+        };
         exec.away.insert(
             id,
             Away {

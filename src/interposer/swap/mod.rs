@@ -25,6 +25,16 @@
 //!   tensor, copies it to its slot of the pinned host pool, (with `ITERMEM_SWAP_VERIFY`) fills
 //!   the range with `0xFF`, and records a fence on the range: the next tenant of the range (a
 //!   borrower placed there by the plan) waits for it before its first use;
+//! - an *early* copy-out (`out_at < out_after`: after the tensor's last write, while its last
+//!   reads before the gap run) is copied the same way after op `out_at`, its range fenced on
+//!   the copy, but the tensor stays on the device until op `out_after` ends: there its range is
+//!   fenced on every stream that used it (the reads), and only then is it away and its range
+//!   lendable, so a borrower and the swap-in wait for both the copy and the last read (with
+//!   `ITERMEM_SWAP_VERIFY` the out stream waits for the reads before it poisons the range). A
+//!   call that may write the tensor in between (any kernel argument, a copy's destination, a
+//!   memset: only a copy's source is known to be read) makes the early copy stale: the tensor
+//!   is copied again after op `out_after`, as a swap-out after its last access
+//!   (`early_outs_copied_again`);
 //! - swap-in before op `in_issue`: only once no live block overlaps the range (the borrowers
 //!   were freed; otherwise it is retried at every later call); the host-to-device stream waits
 //!   for the fences on the range (the borrowers' last uses, the swap-out), copies the tensor
@@ -124,10 +134,18 @@ pub struct SwapStats {
     pub plans_abandoned: u64,
     pub abandoned_at_events: Vec<u64>,
     pub swaps_planned: u64,
+    /// Of those, early copy-outs: copied after the tensor's last write, while its last reads
+    /// before the gap run.
+    pub early_outs_planned: u64,
     pub swapped_out: u64,
     pub swapped_out_bytes: u64,
     pub swapped_in: u64,
     pub swapped_in_bytes: u64,
+    /// Swap-outs whose tensor left the device with its early copy, after its last read.
+    pub early_outs: u64,
+    /// Early copy-outs copied again after the tensor's last access, because a call wrote the
+    /// tensor after the early copy began (a deviation from the plan: the first copy was stale).
+    pub early_outs_copied_again: u64,
     pub on_demand_swap_ins: u64,
     /// On-demand swap-ins whose range was held by borrowers (moved aside for that call).
     pub exchanges: u64,

@@ -56,6 +56,9 @@ pub(super) struct Planned {
     /// The block and its address, for a resident tensor (it has no malloc in the iteration).
     pub(super) resident: Option<(AllocId, u64)>,
     pub(super) host_offset: u64,
+    /// An early copy-out: the copy is queued after the tensor's last write, and the tensor
+    /// stays on the device for the reads up to the op in `leaves_after` that it leaves after.
+    pub(super) early: bool,
 }
 
 /// A block of the program's the pool takes at activation (its memory becomes the pool's
@@ -80,6 +83,9 @@ pub struct Schedule {
     pub(super) op_at: Vec<u32>,
     /// Per op: swaps queued when it ends.
     pub(super) outs_after: Vec<Vec<u32>>,
+    /// Per op: early copy-outs whose tensor leaves the device when it ends (its last read
+    /// before the gap).
+    pub(super) leaves_after: Vec<Vec<u32>>,
     /// Per op: swaps queued before it is launched.
     pub(super) ins_before: Vec<Vec<u32>>,
     pub(super) swaps: Vec<Planned>,
@@ -385,6 +391,7 @@ impl Planning {
         let mut schedule = Schedule {
             op_at,
             outs_after: vec![Vec::new(); n_ops],
+            leaves_after: vec![Vec::new(); n_ops],
             ins_before: vec![Vec::new(); n_ops],
             swaps: Vec::new(),
             residents: Vec::new(),
@@ -424,6 +431,10 @@ impl Planning {
             let bytes = reduced.tensors[tensor].bytes;
             let index = schedule.swaps.len() as u32;
             schedule.outs_after[swap.out_at].push(index);
+            let early = swap.out_at < swap.out_after;
+            if early {
+                schedule.leaves_after[swap.out_after].push(index);
+            }
             if let Some(need) = swap.in_before {
                 let queued = planned.pool.swap_in_op(planned_index, swap.in_issue, need);
                 schedule.ins_before[queued].push(index);
@@ -432,6 +443,7 @@ impl Planning {
                 position,
                 resident,
                 host_offset: schedule.host_bytes,
+                early,
             });
             schedule.host_bytes += bytes.div_ceil(HOST_ALIGN) * HOST_ALIGN;
         }
