@@ -835,9 +835,7 @@ impl PoolState {
         id: AllocId,
         range: Option<(u64, u64)>,
     ) -> smallvec::SmallVec<[u64; 2]> {
-        if let Some(owned) = self.waits.remove(&id).and_then(|w| w.owned) {
-            self.retired_events.push(owned);
-        }
+        self.drop_waits(id);
         let users = self.used_on.remove(&id).unwrap_or_default();
         if let Some((start, end)) = range {
             for &stream in &users {
@@ -845,6 +843,14 @@ impl PoolState {
             }
         }
         users
+    }
+
+    /// Forgets what block `id`'s users must wait for; its own event (a swap-in's) is reused
+    /// once done, not leaked (a swap per iteration would otherwise create an event each time).
+    pub(super) fn drop_waits(&mut self, id: AllocId) {
+        if let Some(owned) = self.waits.remove(&id).and_then(|w| w.owned) {
+            self.retired_events.push(owned);
+        }
     }
 
     /// Fences `[start, end)` with an event recorded now on `stream`: its next tenant waits.

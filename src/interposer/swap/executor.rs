@@ -498,7 +498,7 @@ impl PoolState {
         let exec = self.executor.as_mut()?;
         exec.away.remove(&id)?;
         self.used_on.remove(&id);
-        self.waits.remove(&id);
+        self.drop_waits(id);
         // The swap-out's fence already covers the range for its next tenant.
         Some(true)
     }
@@ -1028,7 +1028,7 @@ impl PoolState {
         exec.coming_back.clear();
         for r in &current.residents {
             self.used_on.remove(&r.id);
-            self.waits.remove(&r.id);
+            self.drop_waits(r.id);
         }
         let first = self.pools.pop().expect("the serving pool");
         self.free_pool_memory(first.base);
@@ -1132,7 +1132,7 @@ impl PoolState {
                 }
             }
             self.track(r.id);
-            self.waits.remove(&r.id);
+            self.drop_waits(r.id);
         }
         cuda::synchronize();
         cuda::free_host(staging);
@@ -1608,7 +1608,7 @@ impl PoolState {
         let base = self.pools[pool_index].base;
         self.pools[pool_index].take_out(offset);
         self.track(id);
-        self.waits.remove(&id);
+        self.drop_waits(id);
         let Some(exec) = self.executor.as_mut() else {
             return;
         };
