@@ -98,6 +98,17 @@ struct Timing {
     copies: Vec<(bool, u64, usize, usize)>,
 }
 
+/// Where a planned swap copies its tensor out ([`PoolState::out_site`]).
+struct OutSite {
+    id: AllocId,
+    out_stream: u64,
+    host: u64,
+    verify: bool,
+    pool_index: usize,
+    offset: u64,
+    end: u64,
+}
+
 /// Everything swap mode adds to the pool.
 pub struct Executor {
     config: SwapConfig,
@@ -1473,25 +1484,19 @@ impl PoolState {
     /// [`PoolState::leave_after_early_copy`].
     fn swap_out(&mut self, schedule: &Schedule, swap: usize, leaves: bool) {
         let planned = &schedule.swaps[swap];
-        let Some(exec) = self.executor.as_ref() else {
+        let Some(site) = self.out_site(planned) else {
             return;
         };
-        let Some(id) = exec.swapped_id(planned) else {
-            return;
-        };
-        let (out_stream, host, verify) = (
-            exec.out_stream,
-            exec.host_base + planned.host_offset,
-            exec.config.verify,
-        );
-        let Some(pool_index) = self.pools.len().checked_sub(1) else {
-            return;
-        };
-        let Some((offset, end)) = self.pools[pool_index].offset_of(id) else {
-            return;
-        };
-        let base = self.pools[pool_index].base;
-        let addr = base + offset;
+        let OutSite {
+            id,
+            out_stream,
+            host,
+            verify,
+            pool_index,
+            offset,
+            end,
+        } = site;
+        let addr = self.pools[pool_index].base + offset;
         // The copy starts after every use of the tensor so far.
         let users = self.used_on.get(&id).cloned().unwrap_or_default();
         for stream in users {
@@ -1534,7 +1539,7 @@ impl PoolState {
             end - offset
         );
         self.fence(addr, addr + (end - offset), out_stream);
-        self.leave(planned, id, pool_index, offset, end, host);
+        self.leave(planned, &site);
     }
 
     /// The last read before the gap of early copy-out `swap` has been queued: its tensor leaves
@@ -1561,50 +1566,58 @@ impl PoolState {
             self.swap_out(schedule, swap, true);
             return;
         }
-        let (out_stream, host, verify) = (
-            exec.out_stream,
-            exec.host_base + planned.host_offset,
-            exec.config.verify,
-        );
-        let Some(pool_index) = self.pools.len().checked_sub(1) else {
+        let Some(site) = self.out_site(planned) else {
             return;
         };
-        let Some((offset, end)) = self.pools[pool_index].offset_of(id) else {
-            return;
-        };
-        let (start, stop) = (
-            self.pools[pool_index].base + offset,
-            self.pools[pool_index].base + end,
-        );
+        let base = self.pools[site.pool_index].base;
+        let (start, stop) = (base + site.offset, base + site.end);
         let users = self.used_on.get(&id).cloned().unwrap_or_default();
         for stream in users {
             self.fence(start, stop, stream);
         }
-        if verify {
+        if site.verify {
             for (_, event) in self.pending_fences(start, stop) {
-                cuda::wait(out_stream, event);
+                cuda::wait(site.out_stream, event);
             }
-            cuda::fill(start, 0xFF, stop - start, out_stream);
-            self.fence(start, stop, out_stream);
+            cuda::fill(start, 0xFF, stop - start, site.out_stream);
+            self.fence(start, stop, site.out_stream);
         }
         log::debug!("allocation {id} leaves after its early copy-out");
-        self.leave(planned, id, pool_index, offset, end, host);
+        self.leave(planned, &site);
         if let Some(exec) = self.exec() {
             exec.stats.early_outs += 1;
         }
     }
 
-    /// Swapped tensor `id`, at `[offset, end)` of pool `pool_index`, is away from now on, in
-    /// its host slot `host`: its range may be lent (the fences on it order its next tenant).
-    fn leave(
-        &mut self,
-        planned: &Planned,
-        id: AllocId,
-        pool_index: usize,
-        offset: u64,
-        end: u64,
-        host: u64,
-    ) {
+    /// Where planned swap `planned` of this iteration copies out: its tensor, in the serving
+    /// pool at `[offset, end)`, to its host slot; None if the tensor is not there.
+    fn out_site(&self, planned: &Planned) -> Option<OutSite> {
+        let exec = self.executor.as_ref()?;
+        let id = exec.swapped_id(planned)?;
+        let pool_index = self.pools.len().checked_sub(1)?;
+        let (offset, end) = self.pools[pool_index].offset_of(id)?;
+        Some(OutSite {
+            id,
+            out_stream: exec.out_stream,
+            host: exec.host_base + planned.host_offset,
+            verify: exec.config.verify,
+            pool_index,
+            offset,
+            end,
+        })
+    }
+
+    /// The tensor of `site` is away from now on, in its host slot: its range may be lent (the
+    /// fences on it order its next tenant).
+    fn leave(&mut self, planned: &Planned, site: &OutSite) {
+        let &OutSite {
+            id,
+            host,
+            pool_index,
+            offset,
+            end,
+            ..
+        } = site;
         let base = self.pools[pool_index].base;
         self.pools[pool_index].take_out(offset);
         self.track(id);
