@@ -34,9 +34,10 @@ use crate::trace::{AfterBatch, BeforeBatch, TraceHeader, TraceWriter};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, OnceLock};
 
 /// Events handed to the trace writer at once: one channel hand-over per batch keeps the
@@ -171,14 +172,14 @@ pub enum LaunchArgs {
     Absent,
 }
 
-/// Kernels each thread remembers (see [`Recorder::kernel`]).
+/// Kernels the recorder remembers outside its map's lock (see [`Recorder::kernel`]).
 const KERNEL_CACHE: usize = 16;
 
-type RecentKernel = Cell<Option<((bool, usize), &'static Kernel)>>;
-
-thread_local! {
-    static RECENT_KERNELS: [RecentKernel; KERNEL_CACHE] =
-        const { [const { Cell::new(None) }; KERNEL_CACHE] };
+/// A key of the kernel map and its kernel: what a slot of [`Recorder::recent_kernels`] points
+/// to. Leaked, one per key, as the kernels are.
+struct KnownKernel {
+    key: (bool, usize),
+    kernel: &'static Kernel,
 }
 
 /// Counters for the statistics (`Relaxed`: independent tallies, nothing is published).
@@ -231,7 +232,12 @@ pub struct Recorder {
     /// Kernels by host function address (key `(false, address)`) and by driver handle
     /// (`(true, handle)`). Records are leaked: there are few kernels, they live
     /// as long as the process, and a `&'static` spares every launch a reference count.
-    kernels: RwLock<FxHashMap<(bool, usize), &'static Kernel>>,
+    kernels: RwLock<FxHashMap<(bool, usize), &'static KnownKernel>>,
+    /// The entries of `kernels` launched last, by a hash of their key: a launch reads one
+    /// slot with one atomic load, so threads launching at once share no lock and write no
+    /// shared cache line but at a miss (a thread-local cache cost a thread-local lookup, a
+    /// call in a shared library, at every launch). Null, or an entry of `kernels`.
+    recent_kernels: [AtomicPtr<KnownKernel>; KERNEL_CACHE],
     /// Kernels known (ids are given under the `kernels` lock, in order).
     kernel_count: AtomicU64,
     /// The work of CUDA graphs' nodes, for recording their launches.
@@ -261,6 +267,7 @@ impl Recorder {
             next_id: AtomicU64::new(1),
             live: RwLock::new(LiveIndex::default()),
             kernels: RwLock::new(FxHashMap::default()),
+            recent_kernels: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             kernel_count: AtomicU64::new(0),
             graphs: Graphs::default(),
             devices: Devices::new(),
@@ -1036,27 +1043,24 @@ impl Recorder {
             KernelRef::Host(func) => (false, func as usize),
             KernelRef::Function(function) => (true, function),
         };
-        // Each thread remembers the kernels it launched last, so that threads launching at
-        // once do not all take the map's lock (a shared cache line) at every launch.
-        let slot = (key.1 >> 4 ^ key.1 >> 12) % KERNEL_CACHE;
-        let cached = RECENT_KERNELS
-            .try_with(|recent| recent[slot].get())
-            .ok()
-            .flatten();
-        if let Some((known, kernel)) = cached
-            && known == key
+        // Threads launching at once do not all take the map's lock (a shared cache line).
+        let slot = &self.recent_kernels[(key.1 >> 4 ^ key.1 >> 12) % KERNEL_CACHE];
+        // SAFETY: null or an entry of `kernels`, leaked (never freed nor changed), published
+        // by the `Release` store below after it was made.
+        if let Some(known) = unsafe { slot.load(Acquire).as_ref() }
+            && known.key == key
         {
-            return kernel;
+            return known.kernel;
         }
-        let kernel = self.kernel_record(key, kernel);
-        let _ = RECENT_KERNELS.try_with(|recent| recent[slot].set(Some((key, kernel))));
-        kernel
+        let known = self.kernel_record(key, kernel);
+        slot.store((known as *const KnownKernel).cast_mut(), Release);
+        known.kernel
     }
 
-    /// [`Recorder::kernel`] from the process's map.
-    fn kernel_record(&self, key: (bool, usize), kernel: KernelRef) -> &'static Kernel {
-        if let Some(kernel) = self.kernels.read().get(&key) {
-            return kernel;
+    /// [`Recorder::kernel`] from the process's map: the entry of `key`.
+    fn kernel_record(&self, key: (bool, usize), kernel: KernelRef) -> &'static KnownKernel {
+        if let Some(known) = self.kernels.read().get(&key) {
+            return known;
         }
         let KernelLayout {
             name,
@@ -1067,21 +1071,27 @@ impl Recorder {
             KernelRef::Function(function) => function_layout(function),
         };
         let mut kernels = self.kernels.write();
-        let known = kernels
-            .get(&key)
-            .or_else(|| function.and_then(|f| kernels.get(&(true, f))))
-            .copied();
-        if let Some(kernel) = known {
-            kernels.insert(key, kernel);
-            return kernel;
+        if let Some(known) = kernels.get(&key) {
+            return known; // entered by another thread meanwhile
+        }
+        let entry = |key, kernel| -> &'static KnownKernel {
+            Box::leak(Box::new(KnownKernel { key, kernel }))
+        };
+        if let Some(known) = function.and_then(|f| kernels.get(&(true, f))) {
+            let known = entry(key, known.kernel);
+            kernels.insert(key, known);
+            return known;
         }
         let kernel: &'static Kernel = Box::leak(Box::new(Kernel {
             id: self.kernel_count.fetch_add(1, Relaxed) as KernelId,
             pointer_words: params.map(|params| pointer_words(&params)),
         }));
-        kernels.insert(key, kernel);
-        if let Some(function) = function {
-            kernels.insert((true, function), kernel);
+        let known = entry(key, kernel);
+        kernels.insert(key, known);
+        if let Some(function) = function
+            && (true, function) != key
+        {
+            kernels.insert((true, function), entry((true, function), kernel));
         }
         let name = if name.is_empty() {
             format!("kernel@{key:x?}")
@@ -1093,7 +1103,7 @@ impl Recorder {
             kernel: kernel.id,
             name,
         });
-        kernel
+        known
     }
 
     // ---- sequencing ----
