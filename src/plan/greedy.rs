@@ -156,9 +156,13 @@ pub(crate) struct Prepared {
     pub(crate) unaligned_peak: u64,
     /// The pool granularity `sizes` were rounded to, which every offset must respect too.
     pub(crate) alignment: Alignment,
-    /// A coarser grid some buffers' offsets must lie on ([`Prepared::on_grid`]; only the greedy
-    /// runs respect it): 1 for every buffer, or empty when none has one.
+    /// A coarser grid some buffers' offsets must lie on ([`Prepared::on_grid`]; the greedy runs
+    /// and the exact searches' gravity respect it): 1 for every buffer, or empty when none has
+    /// one.
     grid: Vec<u64>,
+    /// The coarsest of those grids (1 without one): a placement moved by a multiple of it keeps
+    /// every buffer on its grid. Kept, not derived: the exact search asks at every part it opens.
+    grid_period: u64,
 }
 
 impl Prepared {
@@ -210,6 +214,7 @@ impl Prepared {
             unaligned_peak: 0,
             alignment,
             grid: Vec::new(),
+            grid_period: 1,
         };
         // Peaks over the segments: O(n + m), where a sweep over sorted events would sort.
         prep.lower_bound = prep.live_per_segment().into_iter().max().unwrap_or(0);
@@ -233,12 +238,15 @@ impl Prepared {
         for &i in on_grid {
             self.grid[i] = grid;
         }
+        if !on_grid.is_empty() {
+            self.grid_period = grid;
+        }
         self
     }
 
     /// The grid buffer `i`'s offset lies on (1: the alignment alone).
     #[inline]
-    pub(crate) fn grid_of(&self, i: usize) -> u64 {
+    fn grid_of(&self, i: usize) -> u64 {
         self.grid.get(i).copied().unwrap_or(1)
     }
 
@@ -254,7 +262,7 @@ impl Prepared {
     /// The coarsest grid of any buffer (1 without [`Prepared::on_grid`]): a placement moved by
     /// a multiple of it keeps every buffer on its grid.
     pub(crate) fn grid_period(&self) -> u64 {
-        self.grid.iter().copied().max().unwrap_or(1)
+        self.grid_period
     }
 
     /// Whether some buffer has absence windows (more than one resident range).

@@ -379,7 +379,8 @@ pub fn plan_on_grid(
         per_greedy_run: prep.len() as u64,
     };
     let seed = PlanOptions::default().seed;
-    let until = (clock, if improving { steps } else { 0 });
+    // Not improving, `improve` returns the incumbent at once (no steps, or it is enough).
+    let until = (clock, steps);
     let dfs = (dfs.as_ref(), false);
     let best = search::improve(
         instance,
