@@ -4,6 +4,7 @@ use super::baselines::{self, Score};
 use super::*;
 use crate::ops::random::random_iteration;
 use crate::ops::{Op, OpTrace, Tensor};
+use crate::plan::Alignment;
 use crate::rng::SplitMix64;
 use crate::test_support::real_trace;
 
@@ -76,13 +77,15 @@ fn fig7() -> OpTrace {
 }
 
 /// The lending window `[from, to)` of tensor `tensor` away by the plan's first swap.
-fn x_lent(tensor: u32, from: usize, to: usize) -> Lent {
-    Lent {
-        swap: 0,
-        tensor,
-        from,
-        to,
-    }
+fn x_lent(tensor: u32, from: usize, to: usize) -> (usize, u32, usize, usize) {
+    (0, tensor, from, to)
+}
+
+/// The windows of `lent` in ops: (swap, tensor, from, to).
+fn in_ops(lent: Vec<Lent>) -> Vec<(usize, u32, usize, usize)> {
+    (lent.into_iter())
+        .map(|l| (l.swap, l.tensor, l.from, l.to))
+        .collect()
 }
 
 fn x0_swap(issue: usize, delay: f64) -> SwapPlan {
@@ -168,7 +171,10 @@ fn fig7_planner_forward_delay() {
     // x0's range is lent from F2 (it starts at 250, when the swap-out has completed) until
     // the swap-in starts at 500: B1 ends at 550, so only F2 and B2 (ops [2, 4)) may use it —
     // exactly x2's lifetime, so the pool needs x1 + x0 = 100 bytes, the limit.
-    assert_eq!(lent_windows(&fig7(), &plan, 100, UNIT), [x_lent(0, 2, 4)]);
+    assert_eq!(
+        in_ops(lent_windows(&fig7(), &plan, 100, UNIT)),
+        [x_lent(0, 2, 4)]
+    );
 }
 
 #[test]
@@ -308,7 +314,10 @@ fn final_swap_frees_a_tensor_never_accessed_again() {
     assert!(plan.claims_zero_overhead);
     // x's range is lent from A2, the first op after its copy (100–200), until it is freed
     // after A3: y (born and freed at A2) fits in it.
-    assert_eq!(lent_windows(&t, &plan, 100, UNIT), [x_lent(0, 2, 4)]);
+    assert_eq!(
+        in_ops(lent_windows(&t, &plan, 100, UNIT)),
+        [x_lent(0, 2, 4)]
+    );
     // A final swap of a tensor that is accessed again is not valid.
     let mut u = t.clone();
     u.ops[3].reads.push(0);
@@ -344,7 +353,10 @@ fn fig7_longer_gap_zero_overhead() {
     assert!(!r.over_limit);
     // F1 starts at 100 while x0's copy runs until 102, so x0's range is not lent to F1's x1:
     // only from F2 (200) until B1, during which the swap-in (498–500) writes it.
-    assert_eq!(lent_windows(&t, &plan, 100, fast), [x_lent(0, 2, 4)]);
+    assert_eq!(
+        in_ops(lent_windows(&t, &plan, 100, fast)),
+        [x_lent(0, 2, 4)]
+    );
 }
 
 #[test]
@@ -457,7 +469,7 @@ fn wrap_gap_zero_overhead() {
     // The swap-out ends at 450, after zero_grad (op 4) has started: nothing is lent in this
     // iteration; in the next, ops 0 and 1 may use W's range (b ends at 200, the swap-in
     // starts at 250).
-    assert_eq!(lent_windows(&t, &plan, 60, UNIT), [x_lent(0, 0, 2)]);
+    assert_eq!(in_ops(lent_windows(&t, &plan, 60, UNIT)), [x_lent(0, 0, 2)]);
 }
 
 #[test]
@@ -475,7 +487,7 @@ fn wrap_spill_is_carried() {
     assert_eq!(r.peak_bytes, 60);
     // The swap-out of this iteration runs 450–500, 50 ns into the next one, where op 0 starts
     // at 50: W's range is lent from op 0 until b ends (250), before the swap-in at 300.
-    assert_eq!(lent_windows(&t, &plan, 60, UNIT), [x_lent(0, 0, 2)]);
+    assert_eq!(in_ops(lent_windows(&t, &plan, 60, UNIT)), [x_lent(0, 0, 2)]);
 }
 
 #[test]
@@ -785,12 +797,13 @@ fn property_random_plans() {
             }
             // A range is lent only while its tensor is away: after its swap-out (or, wrapping,
             // in the next iteration) and before its next access.
-            for lent in lent_windows(&t, plan, limit, copy) {
+            let lent = lent_windows(&t, plan, limit, copy);
+            for &lent in &lent {
                 let s = &plan.swaps[lent.swap];
                 assert_eq!(s.tensor, lent.tensor);
                 assert!(
-                    lent.from < lent.to && lent.to <= n_ops,
-                    "case {case} {name}"
+                    lent.from_tick < lent.to_tick && lent.from <= lent.to && lent.to <= n_ops,
+                    "case {case} {name}: {lent:?}"
                 );
                 match s.in_before {
                     Some(need) if s.wraps() => assert!(
@@ -804,6 +817,25 @@ fn property_random_plans() {
                         "case {case} {name}: {lent:?} {s:?}"
                     ),
                     None => assert!(lent.from > s.out_at.max(s.out_after), "case {case} {name}"),
+                }
+            }
+            // Tensors the pool puts in one range are never on the device at once on the
+            // simulated timeline: the executor orders them with events, so a placement that
+            // let them overlap there would stall where the simulation does not.
+            let pool = combined::combined_pool(&t, &lent, &Default::default(), Alignment::NONE)
+                .unwrap_or_else(|e| panic!("case {case} {name}: {e}"));
+            let stretches = on_device(&t, plan, limit, copy);
+            for (a, b) in shared_ranges(&t, &pool) {
+                for &(af, at) in &stretches[a] {
+                    for &(bf, bt) in &stretches[b] {
+                        assert!(
+                            af.max(bf) >= at.min(bt) - 1e-6,
+                            "case {case} {name}: tensors {a} and {b} share a range and are both \
+                             on the device over [{}, {}] ns ({plan:?}, {lent:?})",
+                            af.max(bf),
+                            at.min(bt),
+                        );
+                    }
                 }
             }
         }
@@ -1133,4 +1165,87 @@ fn an_iteration_with_nothing_to_swap_is_planned_without_a_search() {
     // With something to swap, the search runs its budget.
     let chosen = combined::bo_plan(&fig7(), 100, UNIT, 36, &opts(), None).unwrap();
     assert!(chosen.evaluations >= 36, "{}", chosen.evaluations);
+}
+
+/// Each tensor's stretches on the device on the simulated timeline of `plan`, by tensor id:
+/// from its birth (the start of the op that makes it; the iteration's start for a resident) to
+/// the end of its last op, less each swap's absence, from the later of its copy-out's end and
+/// the end of its last access before the gap, to the start of its copy-in (across the
+/// iteration's boundary for a swap that wraps).
+fn on_device(t: &OpTrace, plan: &SwapPlan, limit: u64, copy: CopyModel) -> Vec<Vec<(f64, f64)>> {
+    let r = simulate(t, plan, limit, copy, SimOptions { record: true });
+    let mut op = vec![(0.0, 0.0); t.ops.len()];
+    let mut out_end = vec![None; plan.swaps.len()];
+    let mut in_start = vec![None; plan.swaps.len()];
+    for e in &r.events {
+        match e.what {
+            What::Op(k) => op[k] = (e.start_ns, e.end_ns),
+            What::Out { swap, .. } => out_end[swap] = Some(e.end_ns),
+            What::In { swap, .. } => in_start[swap] = Some(e.start_ns),
+            What::OnDemandIn { .. } => {}
+        }
+    }
+    let cut = |stretches: Vec<(f64, f64)>, (from, to): (f64, f64)| -> Vec<(f64, f64)> {
+        let mut kept = Vec::new();
+        for (a, b) in stretches {
+            if to <= a || from >= b {
+                kept.push((a, b));
+                continue;
+            }
+            if a < from {
+                kept.push((a, from));
+            }
+            if to < b {
+                kept.push((to, b));
+            }
+        }
+        kept
+    };
+    let end = r.time_ns;
+    (t.tensors.iter())
+        .map(|x| {
+            let born = match x.born_at {
+                Some(b) if !x.resident => op[b].0,
+                _ => 0.0,
+            };
+            let dead = x.dies_after.map_or(end, |d| op[d].1);
+            let mut stretches = vec![(born, dead)];
+            for (i, s) in plan.swaps.iter().enumerate() {
+                let Some(done) = out_end[i].filter(|_| s.tensor == x.id) else {
+                    continue;
+                };
+                let left = done.max(op[s.out_at.max(s.out_after)].1);
+                let holes = match (s.in_before, in_start[i]) {
+                    (None, _) => vec![(left, dead)],
+                    (Some(_), Some(back)) if s.wraps() && left <= end => {
+                        vec![(left, end), (0.0, back)]
+                    }
+                    (Some(_), Some(back)) if s.wraps() => vec![(left - end, back)],
+                    (Some(_), Some(back)) => vec![(left, back)],
+                    (Some(_), None) => vec![],
+                };
+                for hole in holes {
+                    stretches = cut(stretches, hole);
+                }
+            }
+            stretches
+        })
+        .collect()
+}
+
+/// The pairs of tensors whose ranges in `pool` overlap.
+fn shared_ranges(t: &OpTrace, pool: &combined::CombinedPool) -> Vec<(usize, usize)> {
+    let range = |i: usize| pool.offsets[i].map(|o| (o, o + t.tensors[i].bytes));
+    let mut pairs = Vec::new();
+    for a in 0..t.tensors.len() {
+        for b in a + 1..t.tensors.len() {
+            if let (Some((a0, a1)), Some((b0, b1))) = (range(a), range(b))
+                && a0 < b1
+                && b0 < a1
+            {
+                pairs.push((a, b));
+            }
+        }
+    }
+    pairs
 }
