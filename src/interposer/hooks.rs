@@ -632,7 +632,8 @@ fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stre
     let device = current_device();
     let prepared = rec.before_use(device, &accesses.touched, None, stream);
     let result = run();
-    let index = (result == SUCCESS).then(|| rec.on_launch(device, accesses, stream));
+    // SAFETY: `accesses` were found above, in this launch call, which is still in progress.
+    let index = (result == SUCCESS).then(|| unsafe { rec.on_launch(device, accesses, stream) });
     rec.after_use(device, prepared, stream, index);
     result
 }

@@ -59,10 +59,48 @@ pub struct LaunchAccesses {
     /// Resolved at the launch, unless events are staged: then left empty here and filled in
     /// from `late` on the sequencing thread (`late.rs`).
     pub touched: Touched,
-    /// The pointer words to resolve late (empty when resolved now, or when no trace is kept).
-    late: smallvec::SmallVec<[u64; 8]>,
+    /// The pointer words to resolve late, still in the launch's arguments (None when resolved
+    /// now, or when no trace is kept).
+    late: Option<ArgWords>,
     /// Pointer words read from the arguments (for the statistics).
     words_scanned: u64,
+}
+
+/// A launch's pointer words left in its arguments, to be resolved late: they are read once,
+/// under the lock that keeps them (the device's sequencer, or the thread's staging buffer),
+/// straight into the vector that takes them to the thread that resolves them. Copied first
+/// into a small vector of their own, as they were, they cost a launch about 100 instructions
+/// more (the vector's construction and its moves with the launch's accesses).
+///
+/// Only made by [`Recorder::launch_accesses`], and read by [`Recorder::on_launch`] within the
+/// same launch call (its contract): the arguments are the caller's, unchanged while it is
+/// blocked in the call (the driver copies them at the launch and never writes them).
+#[derive(Clone, Copy)]
+pub struct ArgWords {
+    words: &'static [PointerWord],
+    args: LaunchArgs,
+}
+
+impl ArgWords {
+    /// Appends the words to `out` (of a packed buffer, those that lie inside it).
+    ///
+    /// # Safety
+    /// The launch call that made these words is still in progress (see the type's doc).
+    #[inline]
+    unsafe fn append_to(&self, out: &mut Vec<u64>) {
+        match self.args {
+            // SAFETY: the caller's `args` hold one valid pointer per parameter, still readable
+            // (this function's contract).
+            LaunchArgs::Pointers(args) => {
+                out.extend((self.words.iter()).map(|word| unsafe { pointer_arg(args, word) }))
+            }
+            // SAFETY: the caller's buffer holds `len` readable bytes, still (as above).
+            LaunchArgs::Packed { buffer, len } => out.extend(
+                (self.words.iter()).filter_map(|word| unsafe { packed_arg(buffer, len, word) }),
+            ),
+            LaunchArgs::Absent => {}
+        }
+    }
 }
 
 /// What the recorder knows about one kernel.
@@ -119,26 +157,6 @@ unsafe fn packed_arg(buffer: *const u8, len: usize, word: &PointerWord) -> Optio
     // SAFETY: the word lies inside the caller's buffer of `len` bytes.
     (word.packed + 8 <= len)
         .then(|| unsafe { buffer.add(word.packed).cast::<u64>().read_unaligned() })
-}
-
-/// `words` kept to be resolved late: the common launch (at most 8 pointer words) is copied
-/// into the inline array at once, without the small vector's push per word.
-#[inline]
-fn late_words(mut words: impl Iterator<Item = u64>) -> smallvec::SmallVec<[u64; 8]> {
-    let mut buf = [0u64; 8];
-    let mut len = 0;
-    for slot in &mut buf {
-        match words.next() {
-            Some(word) => *slot = word,
-            None => break,
-        }
-        len += 1;
-    }
-    let mut late = smallvec::SmallVec::from_buf_and_len(buf, len);
-    if len == buf.len() {
-        late.extend(words);
-    }
-    late
 }
 
 /// One 8-byte word of a kernel's arguments that may hold a pointer.
@@ -688,7 +706,7 @@ impl Recorder {
         stream: StreamHandle,
         plannable: bool,
     ) {
-        let event = EventKind::Malloc {
+        let event = move || EventKind::Malloc {
             id,
             addr,
             size,
@@ -703,11 +721,11 @@ impl Recorder {
             event_index: 0,
         };
         if !kind.is_device() {
-            self.emit_host(dev, event);
+            self.emit_host(dev, event());
             self.live.write().insert(addr, block);
             return;
         }
-        let (index, change) = self.emit(dev, event, None, size as i64, (0, &[]));
+        let (index, change) = self.emit(dev, event, None, size as i64, (0, None));
         block.event_index = index;
         self.live.write().insert(addr, block);
         if let (Some(pool), true) = (&dev.pool, plannable) {
@@ -735,12 +753,12 @@ impl Recorder {
         }
         // The free belongs to the block's device, whichever thread frees it.
         let dev = self.device(block.device);
-        let event = EventKind::Free {
+        let event = move || EventKind::Free {
             id: block.id,
             stream,
         };
         if !block.kind.is_device() {
-            self.emit_host(dev, event);
+            self.emit_host(dev, event());
             return;
         }
         if let (Some(pool), true) = (&dev.pool, self.swapping()) {
@@ -751,7 +769,7 @@ impl Recorder {
             event,
             Some(block.event_index),
             -(block.size as i64),
-            (0, &[]),
+            (0, None),
         );
         if let Some(pool) = &dev.pool {
             pool.lock().history.free(block.id, index);
@@ -798,7 +816,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, (0, &[]));
+        let (index, change) = self.emit(dev, move || event, None, 0, (0, None));
         self.period_changed(dev, change);
         index
     }
@@ -818,7 +836,7 @@ impl Recorder {
             asynchronous,
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, (0, &[]));
+        let (index, change) = self.emit(dev, move || event, None, 0, (0, None));
         self.period_changed(dev, change);
         index
     }
@@ -834,34 +852,41 @@ impl Recorder {
         let mut accesses = LaunchAccesses {
             kernel,
             touched: Touched::new(),
-            late: smallvec::SmallVec::new(),
+            late: None,
             words_scanned: 0,
         };
         let Some(words) = &kernel.pointer_words else {
             self.counters.launches_without_layout.fetch_add(1, Relaxed);
             return accesses;
         };
+        let late = ArgWords { words, args };
         match args {
             LaunchArgs::Pointers(args) if !args.is_null() => {
                 // SAFETY: the caller's `args` hold one valid pointer per parameter.
                 let values = words.iter().map(|word| unsafe { pointer_arg(args, word) });
-                self.take_words(&mut accesses, values);
+                self.take_words(&mut accesses, values, late);
             }
             LaunchArgs::Packed { buffer, len } if !buffer.is_null() => {
                 // SAFETY: the caller's buffer holds `len` readable bytes.
                 let values = words
                     .iter()
                     .filter_map(|word| unsafe { packed_arg(buffer, len, word) });
-                self.take_words(&mut accesses, values);
+                self.take_words(&mut accesses, values, late);
             }
             _ => {}
         }
         accesses
     }
 
-    /// Resolves a launch's pointer `words` now, or keeps them to be resolved late; neither
-    /// where nobody asks (record and cnmem modes without a trace).
-    fn take_words(&self, accesses: &mut LaunchAccesses, words: impl Iterator<Item = u64>) {
+    /// Resolves a launch's pointer `words` now, or keeps them (`late`: the same words, left in
+    /// the arguments) to be resolved late; neither where nobody asks (record and cnmem modes
+    /// without a trace).
+    fn take_words(
+        &self,
+        accesses: &mut LaunchAccesses,
+        words: impl Iterator<Item = u64>,
+        late: ArgWords,
+    ) {
         accesses.words_scanned = accesses.kernel.pointer_words.as_ref().map_or(0, Vec::len) as u64;
         // What the call itself needs: swap mode swaps in what a launch touches, pool mode
         // notes and fences the pool blocks it uses (none while no pool block is in use).
@@ -879,7 +904,7 @@ impl Recorder {
             // events in one order: with blocks of several devices, resolved here.
             || (self.writer_resolves.is_some() && self.devices.at_most_one_seen())
         {
-            accesses.late = late_words(words);
+            accesses.late = Some(late);
         } else {
             accesses.touched = self.scan(words);
         }
@@ -1015,7 +1040,7 @@ impl Recorder {
         });
         let mut recorded = GraphRecorded::default();
         for (kind, words) in launch.events {
-            let (index, change) = self.emit(dev, kind, None, 0, (words, &[]));
+            let (index, change) = self.emit(dev, move || kind, None, 0, (words, None));
             recorded.first.get_or_insert(index);
             recorded.changes.push(change);
         }
@@ -1023,16 +1048,30 @@ impl Recorder {
     }
 
     /// Records a launch that succeeded; returns its event index.
-    pub fn on_launch(&self, device: u32, accesses: LaunchAccesses, stream: StreamHandle) -> u64 {
-        let event = EventKind::Launch {
-            kernel: accesses.kernel.id,
+    ///
+    /// # Safety
+    /// `accesses` were found by [`Recorder::launch_accesses`] in the launch call still in
+    /// progress: the pointer words left in its arguments are read here (see [`ArgWords`]).
+    pub unsafe fn on_launch(
+        &self,
+        device: u32,
+        accesses: LaunchAccesses,
+        stream: StreamHandle,
+    ) -> u64 {
+        let LaunchAccesses {
+            kernel,
+            touched,
+            late,
+            words_scanned,
+        } = accesses;
+        let event = move || EventKind::Launch {
+            kernel: kernel.id,
             stream,
-            layout_known: accesses.kernel.pointer_words.is_some(),
-            touched: accesses.touched,
+            layout_known: kernel.pointer_words.is_some(),
+            touched,
         };
         let dev = self.device(device);
-        let words = (accesses.words_scanned, &accesses.late[..]);
-        let (index, change) = self.emit(dev, event, None, 0, words);
+        let (index, change) = self.emit(dev, event, None, 0, (words_scanned, late.as_ref()));
         self.period_changed(dev, change);
         index
     }
@@ -1112,25 +1151,31 @@ impl Recorder {
     /// time, updates live bytes, feeds the detector (with the same tokens `itermem trace info`
     /// computes offline) and the trace; returns the index. `malloc_index` is the index of the
     /// Malloc event of a Free's block; `words`: how many pointer words a launch's arguments
-    /// were scanned for, and those to resolve late (`late.rs`).
+    /// were scanned for, and those to resolve late (`late.rs`), read from the arguments of the
+    /// launch call in progress (see [`ArgWords`]: only [`Recorder::on_launch`] passes any).
     ///
     /// With staging, the event is only handed to the sequencing thread: the key returned
     /// orders it, and the detector's answer is not known yet (nothing waits for it then).
+    ///
+    /// `kind` makes the event, under the sequencer and after the clock is read: an event made
+    /// by the hook before them lived across those calls and was copied on its way to the
+    /// trace batch several times (about 30 instructions per event on the calling thread).
     #[inline(always)]
     fn emit(
         &self,
         dev: &DeviceState,
-        kind: EventKind,
+        kind: impl FnOnce() -> EventKind,
         malloc_index: Option<u64>,
         live_delta: i64,
-        (words, late): (u64, &[u64]),
+        (words, late): (u64, Option<&ArgWords>),
     ) -> (u64, Change) {
         if let Some(staging) = &self.staging {
-            let entry = Entry::new(dev.ordinal, true, kind, live_delta, words);
+            let entry = Entry::new(dev.ordinal, true, kind(), live_delta, words);
             return (self.stage(staging, dev, entry, late), Change::Unchanged);
         }
         let mut seq = dev.sequencer.lock();
         let time_ns = self.clock.elapsed_ns();
+        let kind = kind();
         let sequenced = Sequenced {
             malloc_index,
             live_delta,
@@ -1143,8 +1188,20 @@ impl Recorder {
     /// Hands `entry` of `dev` to the sequencing thread; its key. The trace is opened here, on
     /// the program's thread, where the device can be asked its name.
     #[inline(always)]
-    fn stage(&self, staging: &Staging, dev: &DeviceState, entry: Entry, late: &[u64]) -> u64 {
+    fn stage(
+        &self,
+        staging: &Staging,
+        dev: &DeviceState,
+        entry: Entry,
+        late: Option<&ArgWords>,
+    ) -> u64 {
         self.trace();
+        let late = |words: &mut Vec<u64>| {
+            if let Some(late) = late {
+                // SAFETY: the launch call that made them is in progress (`emit`'s contract).
+                unsafe { late.append_to(words) };
+            }
+        };
         staging.stage(&dev.next_key, || self.clock.elapsed_ns(), entry, late)
     }
 
@@ -1157,7 +1214,7 @@ impl Recorder {
         seq: &mut Sequencer,
         kind: EventKind,
         sequenced: Sequenced,
-        late: &[u64],
+        late: Option<&ArgWords>,
     ) -> (u64, Change) {
         seq.count(&kind, false, sequenced.words);
         let index = seq.next_index;
@@ -1209,7 +1266,7 @@ impl Recorder {
             addresses.follow(&kind, seq.next_index);
             if !entry.indexed {
                 seq.count(&kind, true, 0);
-                self.record(dev.ordinal, &mut seq, kind, time_ns, &[]);
+                self.record(dev.ordinal, &mut seq, kind, time_ns, None);
                 return;
             }
             let sequenced = Sequenced {
@@ -1218,7 +1275,7 @@ impl Recorder {
                 words: entry.words,
                 time_ns,
             };
-            self.sequence(dev, &mut seq, kind, sequenced, &[]);
+            self.sequence(dev, &mut seq, kind, sequenced, None);
         });
     }
 
@@ -1304,14 +1361,14 @@ impl Recorder {
     ) {
         if let Some(staging) = &self.staging {
             let entry = Entry::new(dev.ordinal, false, kind, 0, 0);
-            self.stage(staging, dev, entry, &[]);
+            self.stage(staging, dev, entry, None);
             return;
         }
         let mut seq = dev.sequencer.lock();
         note(&mut seq);
         seq.count(&kind, true, 0);
         let time_ns = self.clock.elapsed_ns();
-        self.record(dev.ordinal, &mut seq, kind, time_ns, &[]);
+        self.record(dev.ordinal, &mut seq, kind, time_ns, None);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
@@ -1325,14 +1382,20 @@ impl Recorder {
 
     /// Queues the event of `device` for the trace (in sequence order: the caller holds the
     /// device's sequencer) and hands a full batch to the writer thread. `late`: a launch's
-    /// pointer words, for the writer's thread to resolve (see `Recorder::writer_resolves`).
+    /// pointer words, for the writer's thread to resolve (see `Recorder::writer_resolves`),
+    /// read here from the arguments of the launch call in progress (`emit`'s contract).
+    ///
+    /// Inlined into each event's hook, the hand-over of a batch kept out of line: called, it
+    /// cost every event about 35 instructions of passing the event and saving registers, and
+    /// the event was copied once more on the way.
+    #[inline(always)]
     fn record(
         &self,
         device: u32,
         seq: &mut Sequencer,
         kind: EventKind,
         time_ns: u64,
-        late: &[u64],
+        late: Option<&ArgWords>,
     ) {
         let Some(trace) = self.trace() else {
             seq.detection.push_kept_here(device);
@@ -1341,10 +1404,15 @@ impl Recorder {
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
-        if !late.is_empty() {
-            seq.pending_words.extend_from_slice(late);
-            let end = seq.pending_words.len() as u32;
-            seq.pending_late.push((seq.pending.len() as u32, end));
+        if let Some(late) = late {
+            let start = seq.pending_words.len();
+            // SAFETY: the launch call that made them is in progress (`emit`'s contract).
+            unsafe { late.append_to(&mut seq.pending_words) };
+            let end = seq.pending_words.len();
+            if end > start {
+                seq.pending_late
+                    .push((seq.pending.len() as u32, end as u32));
+            }
         }
         seq.pending.push(Event {
             time_ns,
@@ -1355,14 +1423,21 @@ impl Recorder {
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
         {
-            // A batch the writer has written and handed back, or a new one.
-            let empty = trace
-                .spare_batch()
-                .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
-            let batch = std::mem::replace(&mut seq.pending, empty);
-            let resolves = self.writer_resolves.as_ref();
-            hand_over(trace, batch, seq, device, resolves);
+            self.hand_over_pending(trace, seq, device);
         }
+    }
+
+    /// [`Recorder::record`]'s hand-over of the batch it filled: once per batch.
+    #[cold]
+    #[inline(never)]
+    fn hand_over_pending(&self, trace: &TraceWriter, seq: &mut Sequencer, device: u32) {
+        // A batch the writer has written and handed back, or a new one.
+        let empty = trace
+            .spare_batch()
+            .unwrap_or_else(|| Vec::with_capacity(TRACE_BATCH));
+        let batch = std::mem::replace(&mut seq.pending, empty);
+        let resolves = self.writer_resolves.as_ref();
+        hand_over(trace, batch, seq, device, resolves);
     }
 
     fn trace(&self) -> Option<&TraceWriter> {
@@ -1495,11 +1570,14 @@ fn hand_over(
 fn resolving(index: &Arc<WriterIndex>, seq: &mut Sequencer) -> BeforeBatch {
     // Every batch goes through the index, launches or not: it follows the mallocs and frees.
     // Each batch takes its vectors along, and the writer's thread gives them back emptied.
-    let spare = index.spares.lock().pop();
-    let (late, words) = spare.unwrap_or_else(|| {
-        let sizes = (seq.pending_late.capacity(), seq.pending_words.capacity());
-        (Vec::with_capacity(sizes.0), Vec::with_capacity(sizes.1))
-    });
+    let (mut late, mut words) = index.spares.lock().pop().unwrap_or_default();
+    // Room for a batch of launches of up to 8 pointer words each, made here, once per batch:
+    // a vector that started smaller (a spare from a batch of mallocs and frees, or a new one
+    // sized after one) grew launch by launch on the program's thread, under the sequencer,
+    // about 10 reallocations a batch (in `hook_bench`'s launches, 45 in the first batches,
+    // 132 instructions per launch over 10,000).
+    late.reserve(TRACE_BATCH);
+    words.reserve(TRACE_BATCH * 8);
     let late = std::mem::replace(&mut seq.pending_late, late);
     let words = std::mem::replace(&mut seq.pending_words, words);
     let index = Arc::clone(index);

@@ -108,14 +108,14 @@ impl Default for Staging {
 
 impl Staging {
     /// Appends `entry` (its key taken from `next_key`, its time from `now`) and the launch
-    /// words `late` to the calling thread's buffer; returns the key.
+    /// words `late` appends to the calling thread's buffer; returns the key.
     #[inline]
     pub fn stage(
         &self,
         next_key: &AtomicU64,
         now: impl FnOnce() -> u64,
         mut entry: Entry,
-        late: &[u64],
+        late: impl FnOnce(&mut Vec<u64>),
     ) -> u64 {
         let mine = BUFFER.try_with(|buffer| {
             Arc::as_ptr(buffer.get_or_init(|| self.register())) as *const Mutex<Buffer>
@@ -136,7 +136,7 @@ impl Staging {
         entry.key = key;
         entry.time_ns = now();
         let start = held.words.len();
-        held.words.extend_from_slice(late);
+        late(&mut held.words);
         entry.late = start..held.words.len();
         held.entries.push(entry);
         let staged = held.entries.len();
@@ -351,7 +351,12 @@ mod tests {
                         let device = (n % 2) as u32;
                         let late = [thread, n];
                         let entry = free(device, thread * 1000 + n);
-                        staging.stage(&keys[device as usize], || n, entry, &late);
+                        staging.stage(
+                            &keys[device as usize],
+                            || n,
+                            entry,
+                            |words| words.extend_from_slice(&late),
+                        );
                     }
                 });
             }
@@ -417,7 +422,7 @@ mod tests {
     fn a_key_that_never_comes_is_skipped_when_everything_is_asked_for() {
         let staging = Staging::default();
         let key = AtomicU64::new(1); // key 0 was taken and never staged
-        staging.stage(&key, || 0, free(0, 9), &[]);
+        staging.stage(&key, || 0, free(0, 9), |_| {});
         let mut order = Order::default();
         let mut handed = Vec::new();
         staging.round(&mut order, &mut |entry, _| handed.push(entry.key), &[2]);
