@@ -335,36 +335,13 @@ fn placed(
         let Some(&(lower, upper)) = live.get(&id) else {
             continue;
         };
-        // Strictly inside the lifetime, where the tensor is needed at both ends; but a lend
-        // that runs to the iteration's end (a swap that wraps, or never returns) runs to the
-        // lifetime's end, and a resident's from the iteration's start: no op of the iteration
-        // uses the tensor there (at op 0 and op n − 1 every resident of an Adam step would
-        // otherwise be on the device at once).
-        let from = match lent.from_tick {
-            0 => lower,
-            from => from.max(lower + 1),
-        };
-        let to = if lent.to >= n {
-            upper
-        } else {
-            lent.to_tick.min(upper.saturating_sub(1))
-        };
+        let to_end = lent.to >= n;
+        let (from, to) = inside((lower, upper), (lent.from_tick, lent.to_tick), to_end);
         if from < to {
             absences.push(Absence { id, from, to });
             // In ops, as the executor queues by op.
-            let (lower, upper) = (
-                (lower / TICKS_PER_OP) as usize,
-                (upper / TICKS_PER_OP) as usize,
-            );
-            let from = match lent.from {
-                0 => lower,
-                from => from.max(lower + 1),
-            };
-            let to = if lent.to >= n {
-                upper
-            } else {
-                lent.to.min(upper.saturating_sub(1))
-            };
+            let ops = |tick: u64| (tick / TICKS_PER_OP) as usize;
+            let (from, to) = inside((ops(lower), ops(upper)), (lent.from, lent.to), to_end);
             used.push((lent.swap, [from, to]));
         }
     }
@@ -420,6 +397,28 @@ fn placed(
         lower_bound: report.lower_bound,
         lent: used,
     })
+}
+
+/// Lending window `[from, to)` strictly inside the lifetime `[lower, upper)`, where the tensor
+/// is needed at both ends; but a lend that runs to the iteration's end (`to_end`: a swap that
+/// wraps, or never returns) runs to the lifetime's end, and a resident's from the iteration's
+/// start: no op of the iteration uses the tensor there (at op 0 and op n − 1 every resident of
+/// an Adam step would otherwise be on the device at once).
+fn inside<T>((lower, upper): (T, T), (from, to): (T, T), to_end: bool) -> (T, T)
+where
+    T: Copy + Ord + Default + std::ops::Add<Output = T> + std::ops::Sub<Output = T> + From<u8>,
+{
+    let from = if from == T::default() {
+        lower
+    } else {
+        from.max(lower + T::from(1))
+    };
+    let to = if to_end {
+        upper
+    } else {
+        to.min(upper.max(T::from(1)) - T::from(1))
+    };
+    (from, to)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
