@@ -47,6 +47,8 @@ struct cudaShimStats {
     unsigned long long ptx_thread_instructions; /* PTX instructions interpreted, per thread */
     unsigned long long ptx_kernel_ns;          /* wall time of the interpreted kernels */
     unsigned long long zero_copy_bytes;        /* mapped host memory reached by kernels, memsets */
+    unsigned long long live_events;            /* events created and not yet destroyed */
+    unsigned long long peak_live_events;
 };
 
 /* Fills `stats` with the counters of the calling thread's current device (device 0 on a thread

@@ -1214,7 +1214,13 @@ impl Driver {
         context.wait_all();
         context.streams.clear();
         let handle = context.handle();
-        self.events.lock().retain(|_, event| event.owner != handle);
+        self.events.lock().retain(|_, event| {
+            let kept = event.owner != handle;
+            if !kept {
+                self.contexts[event.context].device.stats.event_destroyed();
+            }
+            kept
+        });
         let device = context.device;
         let owned = |addr: usize| match device.owners.lock().get(&addr) {
             Some(&owner) => owner == handle,
@@ -1349,6 +1355,7 @@ impl Driver {
             recorded: original.recorded.clone(),
         });
         let handle = Arc::as_ptr(&event) as usize;
+        self.contexts[context].device.stats.event_created();
         self.events.lock().insert(handle, event);
         Ok(handle)
     }
@@ -1374,11 +1381,9 @@ impl Driver {
     }
 
     pub fn event_destroy(&self, handle: usize) -> CuResult<()> {
-        self.events
-            .lock()
-            .remove(&handle)
-            .map(drop)
-            .ok_or(INVALID_HANDLE)
+        let event = self.events.lock().remove(&handle).ok_or(INVALID_HANDLE)?;
+        self.contexts[event.context].device.stats.event_destroyed();
+        Ok(())
     }
 
     /// `cuEventQuery` of an event of any device.
@@ -2008,6 +2013,7 @@ impl Context {
             recorded: Arc::new(Mutex::new(None)),
         });
         let handle = Arc::as_ptr(&event) as usize;
+        self.device.stats.event_created();
         self.driver().events.lock().insert(handle, event);
         Ok(handle)
     }

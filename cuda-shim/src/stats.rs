@@ -27,6 +27,8 @@ pub struct Stats {
     pub ptx_thread_instructions: AtomicU64,
     pub ptx_kernel_ns: AtomicU64,
     pub zero_copy_bytes: AtomicU64,
+    pub live_events: AtomicU64,
+    pub peak_live_events: AtomicU64,
 }
 
 /// A consistent-enough copy of the counters, laid out as `struct cudaShimStats` in cuda_shim.h.
@@ -54,6 +56,10 @@ pub struct StatsSnapshot {
     /// Bytes of mapped page-locked host memory that kernels and memsets reached (zero-copy,
     /// charged at `CUDA_SHIM_H2D_GBPS`).
     pub zero_copy_bytes: u64,
+    /// Events of the device not destroyed (a program or library that creates events faster
+    /// than it destroys them shows here).
+    pub live_events: u64,
+    pub peak_live_events: u64,
 }
 
 impl Stats {
@@ -79,6 +85,15 @@ impl Stats {
         self.current_pinned_bytes.fetch_sub(bytes, Relaxed);
     }
 
+    pub fn event_created(&self) {
+        let now = self.live_events.fetch_add(1, Relaxed) + 1;
+        self.peak_live_events.fetch_max(now, Relaxed);
+    }
+
+    pub fn event_destroyed(&self) {
+        self.live_events.fetch_sub(1, Relaxed);
+    }
+
     pub fn add(counter: &AtomicU64, amount: u64) {
         counter.fetch_add(amount, Relaxed);
     }
@@ -102,6 +117,8 @@ impl Stats {
             ptx_thread_instructions: self.ptx_thread_instructions.load(Relaxed),
             ptx_kernel_ns: self.ptx_kernel_ns.load(Relaxed),
             zero_copy_bytes: self.zero_copy_bytes.load(Relaxed),
+            live_events: self.live_events.load(Relaxed),
+            peak_live_events: self.peak_live_events.load(Relaxed),
         }
     }
 }

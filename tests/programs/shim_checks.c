@@ -448,12 +448,17 @@ static void launch_errors(void) {
  * loaded). */
 static void event_timing(void) {
     cudaEvent_t start, stop, untimed;
+    struct cudaShimStats before, now;
     float ms;
     double opened, synchronized;
     void *args[] = {NULL};
+    OK(cudaShimGetStats(&before));
     OK(cudaEventCreate(&start));
     OK(cudaEventCreate(&stop));
     OK(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
+    OK(cudaShimGetStats(&now));
+    EXPECT(now.live_events == before.live_events + 3);
+    EXPECT(now.peak_live_events >= now.live_events);
     EXPECT_CODE(cudaEventElapsedTime(&ms, start, stop), cudaErrorInvalidResourceHandle);
     launch_gate(0); /* both records complete only after the host opens the gate */
     OK(cudaEventRecord(start, 0));
@@ -472,6 +477,9 @@ static void event_timing(void) {
     EXPECT_CODE(cudaEventElapsedTime(&ms, start, untimed), cudaErrorInvalidResourceHandle);
     OK(cudaEventDestroy(untimed));
     EXPECT_CODE(cudaEventQuery(untimed), cudaErrorInvalidResourceHandle);
+    EXPECT_CODE(cudaEventDestroy(untimed), cudaErrorInvalidResourceHandle);
+    OK(cudaShimGetStats(&now));
+    EXPECT(now.live_events == before.live_events + 2); /* a second destroy counts nothing */
     printf("event_timing ok\n");
 }
 
