@@ -335,14 +335,25 @@ fn placed(
         let Some(&(lower, upper)) = live.get(&id) else {
             continue;
         };
-        let to_end = lent.to >= n;
-        let (from, to) = inside((lower, upper), (lent.from_tick, lent.to_tick), to_end);
+        // Strictly inside the lifetime, where the tensor is needed at both ends; but a lend
+        // that runs to the iteration's end (a swap that wraps, or never returns) runs to the
+        // lifetime's end, and a resident's from the iteration's start: no op of the iteration
+        // uses the tensor there (at op 0 and op n − 1 every resident of an Adam step would
+        // otherwise be on the device at once).
+        let from = match lent.from_tick {
+            0 => lower,
+            from => from.max(lower + 1),
+        };
+        let to = if lent.to >= n {
+            upper
+        } else {
+            lent.to_tick.min(upper - 1)
+        };
         if from < to {
             absences.push(Absence { id, from, to });
-            // In ops, as the executor queues by op.
-            let ops = |tick: u64| (tick / TICKS_PER_OP) as usize;
-            let (from, to) = inside((ops(lower), ops(upper)), (lent.from, lent.to), to_end);
-            used.push((lent.swap, [from, to]));
+            // In ops, as the executor queues by op: the op whose ticks each end falls in.
+            let op = |tick: u64| (tick / TICKS_PER_OP) as usize;
+            used.push((lent.swap, [op(from), op(to)]));
         }
     }
     // Aligned to every size (512 bytes at least, as before): offsets are then multiples of
@@ -397,28 +408,6 @@ fn placed(
         lower_bound: report.lower_bound,
         lent: used,
     })
-}
-
-/// Lending window `[from, to)` strictly inside the lifetime `[lower, upper)`, where the tensor
-/// is needed at both ends; but a lend that runs to the iteration's end (`to_end`: a swap that
-/// wraps, or never returns) runs to the lifetime's end, and a resident's from the iteration's
-/// start: no op of the iteration uses the tensor there (at op 0 and op n − 1 every resident of
-/// an Adam step would otherwise be on the device at once).
-fn inside<T>((lower, upper): (T, T), (from, to): (T, T), to_end: bool) -> (T, T)
-where
-    T: Copy + Ord + Default + std::ops::Add<Output = T> + std::ops::Sub<Output = T> + From<u8>,
-{
-    let from = if from == T::default() {
-        lower
-    } else {
-        from.max(lower + T::from(1))
-    };
-    let to = if to_end {
-        upper
-    } else {
-        to.min(upper.max(T::from(1)) - T::from(1))
-    };
-    (from, to)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -747,18 +736,17 @@ pub fn plan_within(
     // The last lendings placed, and their pools: the plan of last resort a little lower often
     // lends the same, and placing it again (with the search) costs most of a plan.
     let mut placed_last: Vec<(Vec<Lent>, Option<u64>, CombinedPool)> = Vec::new();
-    let mut place = |lent: Vec<Lent>, search: Option<u64>, limit: u64| {
-        if let Some((_, _, pool)) =
-            (placed_last.iter()).find(|(l, s, _)| *l == lent && *s == search)
+    let mut place = |lent: &[Lent], search: Option<u64>, limit: u64| {
+        if let Some((_, _, pool)) = (placed_last.iter()).find(|(l, s, _)| l == lent && *s == search)
         {
             return Some(pool.clone());
         }
-        match distinct_addresses(trace, &lent, granule, search) {
+        match distinct_addresses(trace, lent, granule, search) {
             Ok(pool) => {
                 if placed_last.len() == 2 {
                     placed_last.remove(0);
                 }
-                placed_last.push((lent, search, pool.clone()));
+                placed_last.push((lent.to_vec(), search, pool.clone()));
                 Some(pool)
             }
             Err(err) => {
@@ -775,8 +763,7 @@ pub fn plan_within(
                 anyhow::anyhow!("internal error: the swap plan is invalid: {err}")
             })?;
             let lent = lent_windows(trace, &plan, limit, copy);
-            let coarse = in_ops(&lent);
-            let Some(mut pool) = place(lent, search, limit) else {
+            let Some(mut pool) = place(&lent, search, limit) else {
                 return Ok(None);
             };
             // Placed so that copies in one wait of the compute stream keep their simulated
@@ -785,7 +772,7 @@ pub fn plan_within(
             // then placed by ops, and a swap-in may wait there for a swap-out the simulation
             // ran beside it.
             if pool.footprint > budget
-                && let Some(by_ops) = place(coarse, search, limit)
+                && let Some(by_ops) = place(&in_ops(&lent), search, limit)
                 && by_ops.footprint < pool.footprint
             {
                 pool = by_ops;

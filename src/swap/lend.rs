@@ -131,10 +131,9 @@ impl Ticks {
     /// From which tick a range is held again by a swap-in that starts at `t`: its instant in
     /// a wait, or the op it starts during.
     fn taken(&self, t: f64) -> u64 {
-        let k = self.ended_by(t);
         match self.wait_before(t) {
             Some(k) => self.in_wait(k, t, true),
-            None => op_tick(k),
+            None => op_tick(self.ended_by(t)),
         }
     }
 }
