@@ -717,6 +717,11 @@ fn a_program_whose_weights_and_optimizer_state_are_twice_the_device_trains_in_sw
     );
     // The statistics give the first plan's time from the op times measured under it too.
     assert!(made[0]["remeasured_base_iteration_ns"].as_f64().unwrap() > 0.0);
+    // The second plan is made with the handoff between streams timed under the first (on the
+    // shim, a stream thread's wake-up: more than nothing, far less than an iteration).
+    assert_eq!(made[0]["handoff_ns"], 0.0, "{summary:#}");
+    let handoff = made[1]["handoff_ns"].as_f64().unwrap();
+    assert!(handoff > 0.0 && handoff < 10e6, "{summary:#}");
     let under = |plan: u64| iterations.iter().filter(|i| i["plan"] == plan).count();
     assert!(under(0) >= 4 && under(1) >= 2, "{summary:#}");
     // The measured overhead of the plan in use: the median stall of the iterations it served.

@@ -77,6 +77,7 @@ fn model_of(device: u64, host: u64, large: u64, stream: u64) -> Option<CopyModel
         out_latency_ns,
         in_ns_per_byte,
         in_latency_ns,
+        handoff_ns: 0.0,
     })
 }
 

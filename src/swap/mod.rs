@@ -72,13 +72,20 @@ use crate::ops::{OpTrace, TensorId};
 use profile::Profile;
 use std::fmt;
 
-/// Copy time model: `latency + bytes × ns_per_byte`, per direction.
+/// Copy time model: `latency + bytes × ns_per_byte`, per direction, and the handoff between
+/// streams.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CopyModel {
     pub out_ns_per_byte: f64,
     pub out_latency_ns: f64,
     pub in_ns_per_byte: f64,
     pub in_latency_ns: f64,
+    /// From an event on one stream to the start of the work another stream waited for it
+    /// with (when that stream was idle): a GPU resolves it in microseconds, a loaded host's
+    /// threads (cuda-shim's streams) in up to milliseconds. Swapping crosses streams at every
+    /// copy, so the simulator charges it at each crossing that waits ([`sim`]).
+    #[serde(default)]
+    pub handoff_ns: f64,
 }
 
 impl CopyModel {
@@ -89,6 +96,7 @@ impl CopyModel {
         out_latency_ns: 47_200.0,
         in_ns_per_byte: 0.0823,
         in_latency_ns: 9_700.0,
+        handoff_ns: 0.0,
     };
 
     pub fn pcie3() -> CopyModel {
@@ -137,14 +145,19 @@ impl CopyModel {
             ..self
         }
     }
-    /// Every copy `factor` times as long (latencies included).
+    /// Every copy `factor` times as long (latencies included; the handoff is not a copy's).
     pub fn scaled_time(self, factor: f64) -> CopyModel {
         CopyModel {
             out_ns_per_byte: self.out_ns_per_byte * factor,
             out_latency_ns: self.out_latency_ns * factor,
             in_ns_per_byte: self.in_ns_per_byte * factor,
             in_latency_ns: self.in_latency_ns * factor,
+            ..self
         }
+    }
+    /// [`CopyModel::handoff_ns`] never negative or NaN.
+    pub fn handoff(&self) -> f64 {
+        profile::sane_ns(self.handoff_ns)
     }
     /// `c_out(b)` in ns (never negative or NaN).
     pub fn out_ns(&self, bytes: u64) -> f64 {

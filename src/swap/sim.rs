@@ -8,16 +8,21 @@
 //! * Op `k` starts at the first instant `≥ R_k` at which (1) every tensor it accesses is on the
 //!   device (swap-in complete) — waiting here is *backward* stall — and (2) the tensors born at
 //!   `k` fit: `load + Σ born_k ≤ limit` — waiting here is *forward* stall (the op waits for
-//!   swap-outs to complete). It then allocates its born tensors and runs for `d_k`.
+//!   swap-outs to complete). It then allocates its born tensors and runs for `d_k`, from a
+//!   handoff `h` ([`CopyModel::handoff_ns`]) later if it waited: its stream resumes after the
+//!   copy stream's event.
 //! * When op `k` ends, tensors dying after `k` are freed, then the swap-outs with `out_at = k`
-//!   are queued: each starts at `max(E_k, previous swap-out end)` and releases the tensor's
+//!   are queued: each starts at the previous swap-out's end, or `E_k + h` when the swap-out
+//!   stream was idle by then (it waits for the compute stream's event), and releases the tensor's
 //!   bytes when it completes (`+ c_out(b)`). An *early* swap-out (`out_at < out_after`) copies
 //!   while the tensor stays on the device for its remaining reads; its bytes are released when
 //!   both the copy and op `out_after` have ended (the later of the two), with no second copy.
 //! * The swap-in at the head of its queue starts at the first instant at which the stream is
 //!   free, its earliest time has come, the tensor's swap-out has completed, and
 //!   `load + b ≤ limit` (else it is *delayed*, the paper's backward case); it reacquires `b` at
-//!   its start and completes `c_in(b)` later.
+//!   that instant and completes `h + c_in(b)` later when the stream was idle (it resumes on
+//!   another stream's event or the host's queueing), `c_in(b)` when it follows the previous
+//!   swap-in.
 //! * An op that touches a tensor on the host with no swap-in queued gets an on-demand swap-in
 //!   (counted in [`SimResult::on_demand`]; a valid plan never needs one).
 //! * If nothing is in flight and something still waits for memory, the limit cannot be met:
@@ -229,6 +234,8 @@ struct Machine<'a> {
     in_queue: VecDeque<InJob>,
     in_busy: bool,
     in_start: f64,
+    /// End of the last swap-in: the swap-in stream is idle after it.
+    in_free: f64,
     in_job: Option<InJob>,
     wake_at: f64,
     swaps_done: usize,
@@ -317,6 +324,7 @@ impl<'a> Machine<'a> {
             in_queue: VecDeque::new(),
             in_busy: false,
             in_start: 0.0,
+            in_free: 0.0,
             in_job: None,
             wake_at: f64::NAN,
             swaps_done: 0,
@@ -510,8 +518,19 @@ impl<'a> Machine<'a> {
             }
             self.over = true;
         }
+        // Waiting means resuming on another stream's event.
+        let start = if self.now > self.ready_at {
+            self.now + self.copy.handoff()
+        } else {
+            self.now
+        };
         self.stall_bwd += resident_at - self.ready_at;
         self.stall_fwd += self.now - resident_at;
+        if self.now > resident_at {
+            self.stall_fwd += start - self.now;
+        } else {
+            self.stall_bwd += start - self.now;
+        }
         for &t in p.born(k) {
             let t = t as usize;
             if !self.held[t] && !self.dead[t] {
@@ -521,8 +540,8 @@ impl<'a> Machine<'a> {
         }
         self.mark();
         self.op_running = true;
-        let end = self.now + p.dur[k];
-        self.event(Stream::Compute, self.now, end, What::Op(k));
+        let end = start + p.dur[k];
+        self.event(Stream::Compute, start, end, What::Op(k));
         self.push(end, Ev::OpEnd(k));
         true
     }
@@ -573,9 +592,13 @@ impl<'a> Machine<'a> {
         self.load = self.load.saturating_add(b);
         self.mark();
         self.in_busy = true;
-        self.in_start = self.now;
+        self.in_start = if self.now > self.in_free {
+            self.now + self.copy.handoff()
+        } else {
+            self.now
+        };
         self.in_job = Some(job);
-        self.push(self.now + self.copy.in_ns(b), Ev::InEnd(t as u32));
+        self.push(self.in_start + self.copy.in_ns(b), Ev::InEnd(t as u32));
         true
     }
 
@@ -621,7 +644,11 @@ impl<'a> Machine<'a> {
                     }
                     let early = self.swaps[s].out_at < self.swaps[s].out_after;
                     let b = p.bytes[t];
-                    let start = self.now.max(self.out_free);
+                    let start = if self.out_free > self.now {
+                        self.out_free
+                    } else {
+                        self.now + self.copy.handoff()
+                    };
                     let end = start + self.copy.out_ns(b);
                     self.out_free = end;
                     self.out_end[s] = end;
@@ -663,6 +690,7 @@ impl<'a> Machine<'a> {
                 self.state[tu] = St::Device;
                 self.in_pending[tu] = false;
                 self.in_busy = false;
+                self.in_free = self.now;
                 let what = match self.in_job.take() {
                     Some(InJob::Planned { swap, .. }) => What::In { tensor: t, swap },
                     _ => What::OnDemandIn { tensor: t },

@@ -14,6 +14,7 @@ const UNIT: CopyModel = CopyModel {
     out_latency_ns: 0.0,
     in_ns_per_byte: 1.0,
     in_latency_ns: 0.0,
+    handoff_ns: 0.0,
 };
 
 /// Every tensor a candidate; copy-outs after the last access (the paper's AutoSwap, which
@@ -248,9 +249,8 @@ fn stretched_plan_spreads_the_stall_where_the_copy_streams_are_saturated() {
     };
     let copy = CopyModel {
         out_ns_per_byte: 1.2,
-        out_latency_ns: 0.0,
         in_ns_per_byte: 1.2,
-        in_latency_ns: 0.0,
+        ..UNIT
     };
     let plan = plan_with(&t, 200, Weights::default(), copy, &opts());
     let mut swaps: Vec<_> = plan
@@ -396,6 +396,42 @@ fn fig7_forward_delay() {
             .any(|e| e.stream == Stream::SwapIn && e.start_ns == 550.0 && e.end_ns == 600.0)
     );
     assert!(r.load_curve.iter().all(|&(_, l)| l <= 100));
+}
+
+/// Each stream that resumes on another's event pays the handoff: the idle swap-out stream
+/// after F1's end, F2 after the swap-out that freed its memory, the idle swap-in stream at B1's
+/// launch. B0, whose tensor is back before it is launched, does not wait and pays nothing.
+#[test]
+fn a_stream_resuming_on_another_streams_event_pays_the_handoff() {
+    // fig7_forward_delay with h = 10: out 210–360; F2 waits for memory until 360 and runs
+    // 370–470 (forward stall 160 + 10); B2 470–570; x2 dies at 570, B1 570–670; the swap-in,
+    // queued at B1's launch on an idle stream, runs 580–630; B0 670–770.
+    let slow_out = CopyModel {
+        out_ns_per_byte: 3.0,
+        handoff_ns: 10.0,
+        ..UNIT
+    };
+    let r = simulate(
+        &fig7(),
+        &x0_swap(4, 0.0),
+        100,
+        slow_out,
+        SimOptions { record: true },
+    );
+    assert_eq!(
+        (r.time_ns, r.stall_forward_ns, r.stall_backward_ns),
+        (770.0, 170.0, 0.0)
+    );
+    let at = |stream: Stream| {
+        (r.events.iter())
+            .filter(|e| e.stream == stream)
+            .map(|e| (e.start_ns, e.end_ns))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(at(Stream::SwapOut), [(210.0, 360.0)]);
+    assert_eq!(at(Stream::SwapIn), [(580.0, 630.0)]);
+    assert_eq!(at(Stream::Compute)[2], (370.0, 470.0));
+    assert_eq!(r.peak_bytes, 100);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use super::planning::{
     Blocks, Capture, GRANULE, NOT_AN_OP, OwnBlock, Planned, Resident, Schedule, granules,
     make_schedule,
 };
-use super::second_plan::{SecondReport, second_plan};
+use super::second_plan::{SecondReport, TimedCopy, second_plan};
 use super::{IterationStats, PlanStats, SwapConfig, SwapStats, median};
 use crate::event::{AllocId, StreamHandle};
 use crate::swap::CopyModel;
@@ -94,8 +94,8 @@ struct Timing {
     /// Device bytes of the program's own blocks at the iteration's start (a boundary: the
     /// blocks that stay outside the pool).
     resident_bytes: u64,
-    /// Under a first plan, its copies: (to the host, bytes, start and end timing events).
-    copies: Vec<(bool, u64, usize, usize)>,
+    /// Under a first plan, its copies.
+    copies: Vec<TimedCopy>,
 }
 
 /// Where a planned swap copies its tensor out ([`PoolState::out_site`]).
@@ -324,7 +324,7 @@ impl Executor {
             .ops
             .into_iter()
             .flat_map(|(_, start, end)| [start, end]);
-        let copies = (timing.copies.into_iter()).flat_map(|(_, _, start, end)| [start, end]);
+        let copies = (timing.copies.into_iter()).flat_map(|copy| [copy.start, copy.end]);
         self.spare_timing.extend(ops.chain(copies));
     }
 
@@ -764,6 +764,7 @@ impl PoolState {
                 pool_bytes,
                 copy_out_gb_s: copy.map_or(0.0, |c| 1.0 / c.out_ns_per_byte),
                 copy_in_gb_s: copy.map_or(0.0, |c| 1.0 / c.in_ns_per_byte),
+                handoff_ns: copy.map_or(0.0, |c| c.handoff()),
                 predicted_iteration_ns: schedule.predicted_ns,
                 predicted_base_iteration_ns: schedule.predicted_base_ns,
                 plan_ms,
@@ -1456,12 +1457,14 @@ impl PoolState {
             }
             return;
         };
+        let mut op_end = None;
         if let Some(start) = prepared.timing_start {
             let exec = self.executor.as_mut().expect("timing implies swap mode");
             match exec.timing_event() {
                 Some(end) if cuda::record(end, stream) => {
                     if let Some(timing) = exec.timed_at(index) {
                         timing.ops.push((index, start, end));
+                        op_end = Some(end);
                     }
                 }
                 _ => exec.spare_timing.push(start),
@@ -1471,18 +1474,19 @@ impl PoolState {
         if let (Some(op), Some(schedule)) = (prepared.swap_outs_after, schedule) {
             for &swap in &schedule.outs_after[op] {
                 let early = schedule.swaps[swap as usize].early;
-                self.swap_out(&schedule, swap as usize, !early);
+                self.swap_out(&schedule, swap as usize, !early, op_end);
             }
             for &swap in &schedule.leaves_after[op] {
-                self.leave_after_early_copy(&schedule, swap as usize);
+                self.leave_after_early_copy(&schedule, swap as usize, op_end);
             }
         }
     }
 
     /// Queues the copy-out of planned swap `swap` of this iteration. With `leaves`, the tensor
     /// leaves the device with it; otherwise (an early copy-out) it stays for its reads until
-    /// [`PoolState::leave_after_early_copy`].
-    fn swap_out(&mut self, schedule: &Schedule, swap: usize, leaves: bool) {
+    /// [`PoolState::leave_after_early_copy`]. `op_end`: the timing event after the op it
+    /// follows, where ops are timed (the copy's stream waits for it: a handoff).
+    fn swap_out(&mut self, schedule: &Schedule, swap: usize, leaves: bool, op_end: Option<usize>) {
         let planned = &schedule.swaps[swap];
         let Some(site) = self.out_site(planned) else {
             return;
@@ -1519,7 +1523,11 @@ impl PoolState {
         if !cuda::copy(host, addr, end - offset, out_stream) {
             return;
         }
-        self.copy_timing_end(timed, out_stream, true, end - offset);
+        // The poison is part of what a swap-out costs its stream in this mode.
+        if leaves && verify {
+            cuda::fill(addr, 0xFF, end - offset, out_stream);
+        }
+        self.copy_timing_end(timed, out_stream, end - offset, true, op_end);
         if !leaves {
             log::debug!(
                 "early copy-out of allocation {id} ({} bytes at {addr:#x})",
@@ -1530,9 +1538,6 @@ impl PoolState {
             let exec = self.executor.as_mut().expect("checked above");
             exec.early.insert(id, false);
             return;
-        }
-        if verify {
-            cuda::fill(addr, 0xFF, end - offset, out_stream);
         }
         log::debug!(
             "swap-out of allocation {id} ({} bytes at {addr:#x})",
@@ -1547,8 +1552,9 @@ impl PoolState {
     /// the copy when that was queued, so the next tenant and the swap-in wait for both; with
     /// `ITERMEM_SWAP_VERIFY` the out stream waits for them too and poisons the range. If a
     /// call wrote the tensor since the copy began, the copy is made again now instead, after
-    /// every use, as a swap-out after the last access (never a stale copy back).
-    fn leave_after_early_copy(&mut self, schedule: &Schedule, swap: usize) {
+    /// every use, as a swap-out after the last access (never a stale copy back), following
+    /// `op_end` as [`PoolState::swap_out`] does.
+    fn leave_after_early_copy(&mut self, schedule: &Schedule, swap: usize, op_end: Option<usize>) {
         let planned = &schedule.swaps[swap];
         let Some(exec) = self.executor.as_mut() else {
             return;
@@ -1563,7 +1569,7 @@ impl PoolState {
         };
         if stale {
             exec.stats.early_outs_copied_again += 1;
-            self.swap_out(schedule, swap, true);
+            self.swap_out(schedule, swap, true, op_end);
             return;
         }
         let Some(site) = self.out_site(planned) else {
@@ -1675,7 +1681,7 @@ impl PoolState {
         };
         let timed = self.copy_timing_start(in_stream);
         cuda::copy(start, away.host, end - start, in_stream);
-        self.copy_timing_end(timed, in_stream, false, end - start);
+        self.copy_timing_end(timed, in_stream, end - start, false, None);
         cuda::record(done, in_stream);
         self.add_waits(
             id,
@@ -1770,14 +1776,27 @@ impl PoolState {
     }
 
     /// After the copy [`PoolState::copy_timing_start`] began timing: its end, kept with its
-    /// direction and bytes.
-    fn copy_timing_end(&mut self, start: Option<usize>, stream: u64, out: bool, bytes: u64) {
+    /// bytes, its direction and, for a swap-out, the timing event of the op it follows if any.
+    fn copy_timing_end(
+        &mut self,
+        start: Option<usize>,
+        stream: u64,
+        bytes: u64,
+        out: bool,
+        after: Option<usize>,
+    ) {
         let (Some(start), Some(exec)) = (start, self.executor.as_mut()) else {
             return;
         };
         match exec.timing_event() {
             Some(end) if cuda::record(end, stream) => match &mut exec.second_timing {
-                Some(timing) => timing.copies.push((out, bytes, start, end)),
+                Some(timing) => timing.copies.push(TimedCopy {
+                    out,
+                    bytes,
+                    start,
+                    end,
+                    after,
+                }),
                 None => exec.spare_timing.extend([start, end]),
             },
             end => exec.spare_timing.extend(std::iter::once(start).chain(end)),

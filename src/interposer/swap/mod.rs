@@ -103,6 +103,9 @@ pub struct PlanStats {
     /// first plan's copies were timed at.
     pub copy_out_gb_s: f64,
     pub copy_in_gb_s: f64,
+    /// The handoff between streams it was planned with ([`crate::swap::CopyModel::handoff_ns`]):
+    /// a second plan's is timed under its first (0 for a first plan).
+    pub handoff_ns: f64,
     /// The simulator's iteration time for the plan, and without swapping, from its op times.
     pub predicted_iteration_ns: f64,
     pub predicted_base_iteration_ns: f64,

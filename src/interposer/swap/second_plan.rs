@@ -31,15 +31,17 @@ pub(super) struct SecondReport {
 pub(super) fn second_plan(
     made: Arc<Made>,
     timed: Vec<(u64, usize, usize)>,
-    copies: Vec<(bool, u64, usize, usize)>,
+    copies: Vec<TimedCopy>,
     always: bool,
 ) -> anyhow::Result<(SecondReport, Option<SwapReady>)> {
     let started = Instant::now();
     cuda::ensure_context();
     let planning = &made.planning;
+    // Before the op times: the handoffs are timed from the ops' end events, which those free.
+    let copy = copy_model_measured(made.inputs.copy, &copies);
     let inputs = ExecutorInputs {
         op_time_ns: planning.op_times(&timed)?,
-        copy: copy_model_measured(made.inputs.copy, &copies),
+        copy,
         patient: true,
         ..made.inputs.clone()
     };
@@ -80,23 +82,40 @@ pub(super) fn second_plan(
     Ok((report, Some(ready)))
 }
 
+/// A planned copy timed under a first plan.
+pub(super) struct TimedCopy {
+    /// To the host.
+    pub(super) out: bool,
+    pub(super) bytes: u64,
+    /// Timing events on the copy's stream, after its waits and after the copy.
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// A swap-out's: the timing event after the op it follows, which the copy's stream waited
+    /// for (an op's event, not the copy's to destroy).
+    pub(super) after: Option<usize>,
+}
+
 /// `model` with the latency and time per byte each way of the planned `copies` timed under a
-/// first plan (to the host or not, bytes, timing events, which are destroyed): the line fitted
+/// first plan (their own timing events are destroyed), and the handoff between streams
+/// ([`handoff_of`]): the line fitted
 /// through each direction's (bytes, time) points, or, where the sizes do not differ enough for
 /// a line, the median of (time − the model's latency) ÷ bytes. The link measured at activation
 /// was idle; under the plan it carries every swap while the kernels run, and each copy pays a
 /// fixed cost (a stream's wake-up, its delay) that a time per byte alone would charge to every
 /// byte of the large ones: `mlp_train --adam` at 3× (12 GB/s) was planned at 9.9 GB/s, with
 /// stalls of 58 ms an iteration predicted where 37 were measured.
-fn copy_model_measured(model: CopyModel, copies: &[(bool, u64, usize, usize)]) -> CopyModel {
+fn copy_model_measured(model: CopyModel, copies: &[TimedCopy]) -> CopyModel {
     let mut timed = [Vec::new(), Vec::new()];
-    for &(out, bytes, start, end) in copies {
-        cuda::synchronize_event(end);
-        if let Some(ns) = cuda::elapsed_ns(start, end).filter(|_| bytes > 0) {
-            timed[usize::from(out)].push((bytes as f64, ns));
+    for copy in copies {
+        cuda::synchronize_event(copy.end);
+        if let Some(ns) = cuda::elapsed_ns(copy.start, copy.end).filter(|_| copy.bytes > 0) {
+            timed[usize::from(copy.out)].push((copy.bytes as f64, ns));
         }
-        cuda::destroy_event(start);
-        cuda::destroy_event(end);
+    }
+    let handoff_ns = handoff_of(copies).unwrap_or(model.handoff_ns);
+    for copy in copies {
+        cuda::destroy_event(copy.start);
+        cuda::destroy_event(copy.end);
     }
     let [into, out] = timed;
     let (out_latency_ns, out_ns_per_byte) =
@@ -108,7 +127,39 @@ fn copy_model_measured(model: CopyModel, copies: &[(bool, u64, usize, usize)]) -
         out_latency_ns,
         in_ns_per_byte,
         in_latency_ns,
+        handoff_ns,
     }
+}
+
+/// The mean time from an op's end to the start of the swap-out that follows it, over the
+/// swap-outs whose stream was idle by then (the one before had ended): the wake-up of a
+/// stream waiting on another's event, which the simulator charges at every such crossing.
+/// The mean, since what the crossings of an iteration cost together is their sum: on
+/// cuda-shim, a median of tens of µs hides the tenth that takes a millisecond on a loaded
+/// host. None where no swap-out qualifies (`copies` all synchronised).
+fn handoff_of(copies: &[TimedCopy]) -> Option<f64> {
+    let mut previous_end = None;
+    let mut handoffs = Vec::new();
+    for copy in copies.iter().filter(|copy| copy.out) {
+        let idle = |after: usize| {
+            previous_end
+                .and_then(|end| cuda::elapsed_ns(end, after))
+                .is_some_and(|gap| gap >= 0.0)
+        };
+        if let Some(after) = copy.after.filter(|&after| idle(after))
+            && let Some(ns) = cuda::elapsed_ns(after, copy.start)
+        {
+            handoffs.push(ns.max(0.0));
+        }
+        previous_end = Some(copy.end);
+    }
+    let mean = handoffs.iter().sum::<f64>() / handoffs.len() as f64;
+    log::debug!(
+        "handoff between streams: {} swap-outs on an idle stream, mean {mean:.0} ns, median {:.0} ns",
+        handoffs.len(),
+        super::median(handoffs.iter().copied()).map_or(0.0, |m| m.0)
+    );
+    (!handoffs.is_empty()).then_some(mean)
 }
 
 /// Latency and time per byte of one direction's timed copies (bytes, ns): the least-squares
