@@ -359,23 +359,25 @@ fn fig7_longer_gap_zero_overhead() {
     );
 }
 
+/// fig7 under a limit of 100 with x0 copied out at 3 ns/B after F1 and back from B1's launch,
+/// streams handing off in `handoff_ns`.
+fn fig7_slow_out(handoff_ns: f64) -> SimResult {
+    let slow_out = CopyModel {
+        out_ns_per_byte: 3.0,
+        handoff_ns,
+        ..UNIT
+    };
+    let record = SimOptions { record: true };
+    simulate(&fig7(), &x0_swap(4, 0.0), 100, slow_out, record)
+}
+
 #[test]
 fn fig7_forward_delay() {
     // Out at 3 ns/B: x0's swap-out runs 200–350. F2, launched at 200, needs 50 B more than the
     // limit of 100 allows until x0's bytes are released at 350: forward delay 150. F2 350–450,
     // B2 450–550, B1 550–650; swap-in issued at B1's launch (550) + 0 runs 550–600 (load
     // 50 + 50 = 100 after x2 died at 550); B0 650–750. T = 750.
-    let slow_out = CopyModel {
-        out_ns_per_byte: 3.0,
-        ..UNIT
-    };
-    let r = simulate(
-        &fig7(),
-        &x0_swap(4, 0.0),
-        100,
-        slow_out,
-        SimOptions { record: true },
-    );
+    let r = fig7_slow_out(0.0);
     assert_eq!(
         (r.time_ns, r.stall_forward_ns, r.stall_backward_ns),
         (750.0, 150.0, 0.0)
@@ -406,18 +408,7 @@ fn a_stream_resuming_on_another_streams_event_pays_the_handoff() {
     // fig7_forward_delay with h = 10: out 210–360; F2 waits for memory until 360 and runs
     // 370–470 (forward stall 160 + 10); B2 470–570; x2 dies at 570, B1 570–670; the swap-in,
     // queued at B1's launch on an idle stream, runs 580–630; B0 670–770.
-    let slow_out = CopyModel {
-        out_ns_per_byte: 3.0,
-        handoff_ns: 10.0,
-        ..UNIT
-    };
-    let r = simulate(
-        &fig7(),
-        &x0_swap(4, 0.0),
-        100,
-        slow_out,
-        SimOptions { record: true },
-    );
+    let r = fig7_slow_out(10.0);
     assert_eq!(
         (r.time_ns, r.stall_forward_ns, r.stall_backward_ns),
         (770.0, 170.0, 0.0)

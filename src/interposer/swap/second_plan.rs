@@ -136,7 +136,7 @@ fn copy_model_measured(model: CopyModel, copies: &[TimedCopy]) -> CopyModel {
 /// stream waiting on another's event, which the simulator charges at every such crossing.
 /// The mean, since what the crossings of an iteration cost together is their sum: on
 /// cuda-shim, a median of tens of µs hides the tenth that takes a millisecond on a loaded
-/// host. None where no swap-out qualifies (`copies` all synchronised).
+/// host. None where no swap-out qualifies. The copies' end events must have completed.
 fn handoff_of(copies: &[TimedCopy]) -> Option<f64> {
     let mut previous_end = None;
     let mut handoffs = Vec::new();
