@@ -694,6 +694,11 @@ fn shared_addresses(trace: &OpTrace, pool: &CombinedPool) -> Vec<Shared> {
 /// Budgets [`ExecutorInputs::smallest_fitting_budget`] plans at before it gives up.
 const FIT_CHECKS: usize = 3;
 
+/// BO's evaluations for the probe at an unfit plan's peak: where no plan fits there, every
+/// attempt of [`plan_within`] runs, and the line naming the limit must come while a short
+/// program runs; where one fits, the full plan is made again there to be sure.
+const PEAK_PROBE_EVALUATIONS: usize = 4;
+
 /// Attempts at lowering the swap limit until the pool fits the budget.
 const FIT_ATTEMPTS: usize = 8;
 
@@ -946,19 +951,34 @@ impl ExecutorInputs {
         limit.saturating_sub(self.outside_pool_bytes)
     }
 
-    /// Where `unfit`, this plan of `trace`, does not fit the budget: the smallest budget
-    /// from its pool's footprint up at which [`ExecutorInputs::plan`] makes a plan that fits,
-    /// planned again to be sure (a plan made for another budget lends differently, and its
-    /// pool may need a little more: then again at that, [`FIT_CHECKS`] times at most); None if
-    /// none of those fit.
+    /// Where `unfit`, this plan of `trace`, does not fit the budget: the smallest budget at
+    /// which [`ExecutorInputs::plan`] makes a plan that fits, of those tried. First `unfit`'s
+    /// peak of live bytes, the least any pool of it can take: a plan made for that little room
+    /// lends more (at 8× the device, `mlp_train --adam`'s unfit plan needed a pool of 21.4 MB,
+    /// one made for its peak of 16.9 MB fits). Then its pool's footprint up, planned again to
+    /// be sure (a plan made for another budget lends differently, and its pool may need a
+    /// little more: then again at that, [`FIT_CHECKS`] times at most). None if none of those
+    /// fit.
     pub fn smallest_fitting_budget(&self, trace: &OpTrace, unfit: &Executable) -> Option<u64> {
-        let mut budget = unfit.pool.footprint;
-        for _ in 0..FIT_CHECKS {
+        let fits_at = |budget_bytes: u64, evaluations: usize| -> Option<Executable> {
             let inputs = ExecutorInputs {
-                budget_bytes: budget,
+                budget_bytes,
+                evaluations,
                 ..self.clone()
             };
-            let (_, _, planned) = inputs.plan(trace).ok()?;
+            inputs.plan(trace).ok().map(|(_, _, planned)| planned)
+        };
+        let fits = |budget, evaluations| fits_at(budget, evaluations).is_some_and(|p| p.fits);
+        let peak = unfit.pool.lower_bound;
+        if peak < unfit.pool.footprint
+            && fits(peak, PEAK_PROBE_EVALUATIONS)
+            && fits(peak, self.evaluations)
+        {
+            return Some(peak);
+        }
+        let mut budget = unfit.pool.footprint;
+        for _ in 0..FIT_CHECKS {
+            let planned = fits_at(budget, self.evaluations)?;
             if planned.fits {
                 return Some(budget);
             }
