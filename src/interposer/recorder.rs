@@ -418,7 +418,9 @@ impl Recorder {
     /// current after a destroy) stays live.
     pub fn after_context_gone(&self) {
         // The driver is asked without the live index's lock: other threads' hooks need it.
-        let starts: Vec<u64> = self.live.read().starts().collect();
+        let mut starts: Vec<u64> = self.live.read().starts().collect();
+        // Freed in address order: the record does not depend on the index's layout.
+        starts.sort_unstable();
         let gone: Vec<u64> = starts
             .into_iter()
             .filter(|&addr| allocation_gone(addr))
