@@ -970,9 +970,11 @@ impl ExecutorInputs {
         };
         let fits = |budget, evaluations| fits_at(budget, evaluations).is_some_and(|p| p.fits);
         let peak = unfit.pool.lower_bound;
+        // The probe is the full plan where the full plan has no more evaluations.
+        let probe = PEAK_PROBE_EVALUATIONS.min(self.evaluations);
         if peak < unfit.pool.footprint
-            && fits(peak, PEAK_PROBE_EVALUATIONS)
-            && fits(peak, self.evaluations)
+            && fits(peak, probe)
+            && (probe == self.evaluations || fits(peak, self.evaluations))
         {
             return Some(peak);
         }
