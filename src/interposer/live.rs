@@ -92,18 +92,25 @@ impl LiveIndex {
         self.keys.len() - 1
     }
 
-    /// The slot holding `start` (not 0), if any.
+    /// The probe for `start` (not 0): `Ok` with the slot holding it, or `Err` with the empty
+    /// slot where the probe ended (where it would go).
     #[inline(always)]
-    fn slot(&self, start: u64) -> Option<usize> {
+    fn probe(&self, start: u64) -> Result<usize, usize> {
         let mask = self.mask();
         let mut slot = self.home(start);
         loop {
             match self.keys[slot] {
-                key if key == start => return Some(slot),
-                0 => return None,
+                key if key == start => return Ok(slot),
+                0 => return Err(slot),
                 _ => slot = (slot + 1) & mask,
             }
         }
+    }
+
+    /// The slot holding `start` (not 0), if any.
+    #[inline(always)]
+    fn slot(&self, start: u64) -> Option<usize> {
+        self.probe(start).ok()
     }
 
     /// The block starting at `start`.
@@ -138,19 +145,11 @@ impl LiveIndex {
     /// Puts `block` in the slot of `start` or the first empty slot of its probe.
     #[inline(always)]
     fn place(&mut self, start: u64, block: Block) {
-        let mask = self.mask();
-        let mut slot = self.home(start);
-        loop {
-            match self.keys[slot] {
-                key if key == start => break,
-                0 => {
-                    self.keys[slot] = start;
-                    self.len += 1;
-                    break;
-                }
-                _ => slot = (slot + 1) & mask,
-            }
-        }
+        let slot = self.probe(start).unwrap_or_else(|empty| {
+            self.keys[empty] = start;
+            self.len += 1;
+            empty
+        });
         self.blocks[slot] = block;
     }
 

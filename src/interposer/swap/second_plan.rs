@@ -153,13 +153,13 @@ fn handoff_of(copies: &[TimedCopy]) -> Option<f64> {
         }
         previous_end = Some(copy.end);
     }
-    let mean = handoffs.iter().sum::<f64>() / handoffs.len() as f64;
+    let (median, count) = super::median(handoffs.iter().copied())?;
+    let mean = handoffs.iter().sum::<f64>() / count as f64;
     log::debug!(
-        "handoff between streams: {} swap-outs on an idle stream, mean {mean:.0} ns, median {:.0} ns",
-        handoffs.len(),
-        super::median(handoffs.iter().copied()).map_or(0.0, |m| m.0)
+        "handoff between streams: {count} swap-outs on an idle stream, mean {mean:.0} ns, \
+         median {median:.0} ns"
     );
-    (!handoffs.is_empty()).then_some(mean)
+    Some(mean)
 }
 
 /// Latency and time per byte of one direction's timed copies (bytes, ns): the least-squares
