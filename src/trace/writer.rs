@@ -17,6 +17,12 @@
 //! which a reader reports as truncation at that record) and the thread only counts: one
 //! `itermem:` line on stderr says so. Nothing here panics or blocks the program forever: the
 //! thread always keeps draining the channel.
+//!
+//! While events keep coming the thread polls the channel (every [`POLL`]) instead of sleeping
+//! in it: a receiver asleep in the channel is woken by the producer's `send`, a `futex` system
+//! call on the program's thread at every batch (about 20 ns an event in `hook_bench`'s
+//! malloc+free pairs, `docs/BENCHMARKS.md`). After [`KEEP_POLLING`] without work it sleeps in
+//! the channel again, so an idle program has no thread waking up.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -25,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::format;
 use super::{EndRecord, TraceHeader};
@@ -298,6 +304,12 @@ const BUF_TARGET: usize = 64 * 1024;
 /// Write a partly filled buffer after the channel has been idle this long, so that a crash
 /// loses little and a reader of a running trace sees recent events.
 const IDLE_WRITE: Duration = Duration::from_millis(50);
+/// How long the thread sleeps between two looks at an empty channel while events keep coming.
+/// The channel holds [`TraceWriter::with_capacity`]'s messages meanwhile (the recorder's 64
+/// batches of 256 events: a producer would need over 16 million events a second to fill it).
+const POLL: Duration = Duration::from_millis(1);
+/// How long after its last message the thread keeps polling before it sleeps in the channel.
+const KEEP_POLLING: Duration = Duration::from_millis(100);
 
 /// The writer thread's state.
 struct Sink {
@@ -325,6 +337,7 @@ impl Sink {
         // When the oldest bytes of the buffer arrived: under a steady stream of events they are
         // written after IDLE_WRITE too, so a process that dies loses only its last moments.
         let mut oldest: Option<std::time::Instant> = None;
+        let mut last_message = std::time::Instant::now();
         loop {
             if self.buf.is_empty() {
                 oldest = None;
@@ -332,18 +345,24 @@ impl Sink {
                 self.write_out();
                 oldest = None;
             }
-            let msg = if self.buf.is_empty() {
-                rx.recv().ok()
-            } else {
-                match rx.recv_timeout(IDLE_WRITE) {
+            let msg = match rx.try_recv() {
+                Ok(msg) => Some(msg),
+                Err(TryRecvError::Disconnected) => None,
+                Err(TryRecvError::Empty) if last_message.elapsed() < KEEP_POLLING => {
+                    std::thread::sleep(POLL);
+                    continue;
+                }
+                Err(TryRecvError::Empty) if self.buf.is_empty() => rx.recv().ok(),
+                Err(TryRecvError::Empty) => match rx.recv_timeout(IDLE_WRITE) {
                     Ok(msg) => Some(msg),
                     Err(RecvTimeoutError::Timeout) => {
                         self.write_out();
                         continue;
                     }
                     Err(RecvTimeoutError::Disconnected) => None,
-                }
+                },
             };
+            last_message = std::time::Instant::now();
             match msg {
                 Some(Msg::Event(event)) => self.push(&event),
                 Some(Msg::Batch(mut events, before, then)) => {
