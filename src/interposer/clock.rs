@@ -11,15 +11,21 @@
 //!   monotonic clock's;
 //! - then the rate is the ticks and nanoseconds that passed since the start, and every
 //!   [`ANCHOR_NS`] the first reader past the anchor moves it: the line goes on from where it
-//!   was (times never go back) with a slope that meets the monotonic clock again at the next
-//!   anchor, so the two never drift apart by more than a rate error over one interval
-//!   (microseconds).
+//!   was (no jump) with a slope that meets the monotonic clock again at the next anchor, so
+//!   the two never drift apart by more than a rate error over one interval (about a
+//!   microsecond here). The counter and the clock are read together for it ([`paired`]); the
+//!   new line is written beside the one in use and then switched to, so no reader waits for
+//!   the one moving it (which may be preempted there).
+//!
+//! Readings nanoseconds apart on two threads may come out in the other order (where one
+//! thread's was the monotonic clock's, just before calibration, or just across an anchor);
+//! each device's sequencer keeps its events' times in order.
 //!
 //! Elsewhere (another clocksource, or not x86-64) every read is the monotonic clock's.
 //! `Instant::elapsed` reads the same clock too, but spends a checked subtraction of two
 //! `timespec`s and a 128-bit conversion on it; here it is one multiply-add.
 
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 
 /// Monotonic nanoseconds after the start at which the counter's rate is first measured.
 const CALIBRATE_AFTER_NS: u64 = 10_000_000;
@@ -31,28 +37,58 @@ pub struct Clock {
     start_ns: u64,
     /// The counter at the start; `None` where the monotonic clock is read at every event.
     start_ticks: Option<u64>,
-    line: Line,
+    /// Two lines: readers read `lines[current]`, the one moving the anchor writes the other
+    /// and then makes it current, so no reader ever waits for a mover that was preempted.
+    lines: [Line; 2],
+    current: AtomicUsize,
+    /// Taken by the reader that moves the anchor.
+    moving: AtomicBool,
 }
 
 /// `ns = at_ns + (ticks − at_ticks) × per_tick ÷ 2³²` (`per_tick` 0: not calibrated yet),
-/// under a sequence lock: `version` is odd while an anchor is being moved.
+/// under a sequence number that is odd while the line is written.
 #[derive(Default)]
 struct Line {
     version: AtomicU64,
     at_ticks: AtomicU64,
     at_ns: AtomicU64,
     per_tick: AtomicU64,
-    /// Ticks from `at_ticks` after which the next reader moves the anchor.
+    /// Ticks from `at_ticks` after which a reader moves the anchor.
     next_after: AtomicU64,
+}
+
+/// One consistent reading of a [`Line`].
+#[derive(Clone, Copy)]
+struct Read {
+    at_ticks: u64,
+    at_ns: u64,
+    per_tick: u64,
+    next_after: u64,
+}
+
+impl Read {
+    #[inline]
+    fn at(&self, now: u64) -> u64 {
+        let since = now.saturating_sub(self.at_ticks);
+        self.at_ns + ((since as u128 * self.per_tick as u128) >> 32) as u64
+    }
 }
 
 impl Clock {
     pub fn start() -> Clock {
-        let start_ticks = counter_is_the_kernels_clock().then(ticks);
+        let (start_ns, start_ticks) = if counter_is_the_kernels_clock()
+            && let Some((start_ns, start_ticks)) = paired()
+        {
+            (start_ns, Some(start_ticks))
+        } else {
+            (monotonic_ns(), None)
+        };
         Clock {
-            start_ns: monotonic_ns(),
+            start_ns,
             start_ticks,
-            line: Line::default(),
+            lines: Default::default(),
+            current: AtomicUsize::new(0),
+            moving: AtomicBool::new(false),
         }
     }
 
@@ -63,54 +99,53 @@ impl Clock {
             return monotonic_ns().saturating_sub(self.start_ns);
         };
         loop {
-            let version = self.line.version.load(Acquire);
-            let at_ticks = self.line.at_ticks.load(Relaxed);
-            let at_ns = self.line.at_ns.load(Relaxed);
-            let per_tick = self.line.per_tick.load(Relaxed);
-            let next_after = self.line.next_after.load(Relaxed);
+            let line = &self.lines[self.current.load(Acquire) & 1];
+            let version = line.version.load(Acquire);
+            let read = Read {
+                at_ticks: line.at_ticks.load(Relaxed),
+                at_ns: line.at_ns.load(Relaxed),
+                per_tick: line.per_tick.load(Relaxed),
+                next_after: line.next_after.load(Relaxed),
+            };
             let now = ticks();
             std::sync::atomic::fence(Acquire);
-            if version & 1 == 1 || self.line.version.load(Relaxed) != version {
-                std::hint::spin_loop();
+            if version & 1 == 1 || line.version.load(Relaxed) != version {
+                // Read while rewritten: it was no longer current. Read the current one.
                 continue;
             }
-            let since = now.saturating_sub(at_ticks);
-            if per_tick == 0 || since >= next_after {
-                return self.anchor(version, start_ticks, now);
+            if read.per_tick == 0 || now.saturating_sub(read.at_ticks) >= read.next_after {
+                return self.anchor(start_ticks, read, now);
             }
-            return at_ns + ((since as u128 * per_tick as u128) >> 32) as u64;
+            return read.at(now);
         }
     }
 
-    /// The time at `now` ticks, read from the monotonic clock, and the line anchored there
-    /// (by this reader, unless another one is at it).
+    /// The time at `now` ticks, `read` being the current line: the monotonic clock's before
+    /// calibration, the current line's after. Unless another reader is at it, the line is
+    /// also anchored anew, at the monotonic clock read here and the counter read right after
+    /// (so that a preemption between `now` and here does not pair two distant readings).
     #[cold]
     #[inline(never)]
-    fn anchor(&self, version: u64, start_ticks: u64, now: u64) -> u64 {
-        let line = &self.line;
-        let mono = monotonic_ns().saturating_sub(self.start_ns);
-        let per_tick = line.per_tick.load(Relaxed);
-        if per_tick == 0 && mono < CALIBRATE_AFTER_NS {
-            return mono;
+    fn anchor(&self, start_ticks: u64, read: Read, now: u64) -> u64 {
+        let mono = || monotonic_ns().saturating_sub(self.start_ns);
+        let calibrated = read.per_tick != 0;
+        let time = if calibrated { read.at(now) } else { mono() };
+        if (!calibrated && time < CALIBRATE_AFTER_NS) || self.moving.swap(true, Acquire) {
+            return time;
         }
-        if line
-            .version
-            .compare_exchange(version, version + 1, Acquire, Relaxed)
-            .is_err()
-        {
-            // Another reader moves the anchor; read the line again.
-            return self.elapsed_ns();
-        }
-        let elapsed_ticks = now.saturating_sub(start_ticks).max(1);
+        let Some((mono, at_ticks)) = paired() else {
+            self.moving.store(false, Release);
+            return time; // preempted at every try: the line goes on until the next reader
+        };
+        let mono = mono.saturating_sub(self.start_ns);
+        let elapsed_ticks = at_ticks.saturating_sub(start_ticks).max(1);
         // Nanoseconds a tick over the whole run so far, 32.32 fixed point.
         let rate = ((mono as u128) << 32) / elapsed_ticks as u128;
-        let (at_ns, per_tick) = if per_tick == 0 {
-            (mono, rate)
+        let (at_ns, per_tick) = if !calibrated {
+            (mono.max(time), rate)
         } else {
-            // The line goes on from where it is, and aims at the monotonic clock one interval on.
-            let at_ticks = line.at_ticks.load(Relaxed);
-            let on_line = line.at_ns.load(Relaxed)
-                + ((now.saturating_sub(at_ticks) as u128 * per_tick as u128) >> 32) as u64;
+            // The line goes on from where it is, aimed at the monotonic clock one interval on.
+            let on_line = read.at(at_ticks);
             let interval_ticks = ((ANCHOR_NS as u128) << 32) / rate.max(1);
             let aim = (mono + ANCHOR_NS)
                 .saturating_sub(on_line)
@@ -119,14 +154,20 @@ impl Clock {
             (on_line, per_tick.clamp(rate / 2, rate * 2))
         };
         let per_tick = per_tick.clamp(1, u64::MAX as u128) as u64;
-        let next_after = ((ANCHOR_NS as u128) << 32) / per_tick as u128;
-        line.at_ticks.store(now, Relaxed);
+        let next_after = (((ANCHOR_NS as u128) << 32) / per_tick as u128).min(u64::MAX as u128);
+        let next = self.current.load(Relaxed) ^ 1;
+        let line = &self.lines[next];
+        let version = line.version.load(Relaxed);
+        line.version.store(version + 1, Relaxed);
+        std::sync::atomic::fence(Release);
+        line.at_ticks.store(at_ticks, Relaxed);
         line.at_ns.store(at_ns, Relaxed);
         line.per_tick.store(per_tick, Relaxed);
-        line.next_after
-            .store(next_after.min(u64::MAX as u128) as u64, Relaxed);
+        line.next_after.store(next_after as u64, Relaxed);
         line.version.store(version + 2, Release);
-        at_ns
+        self.current.store(next, Release);
+        self.moving.store(false, Release);
+        time
     }
 }
 
@@ -137,6 +178,22 @@ fn counter_is_the_kernels_clock() -> bool {
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
         )
         .is_ok_and(|source| source.trim() == "tsc")
+}
+
+/// Counter ticks above which two readings around one of the monotonic clock are too far
+/// apart to pair them (about 30 µs at 3 GHz; the read itself takes tens of nanoseconds).
+const PAIR_TICKS: u64 = 100_000;
+
+/// The monotonic clock and the counter read at the same moment (the counter halfway between a
+/// reading before and one after), or None if the thread was preempted in between at every
+/// one of a few tries: a preemption there would make the rate wrong by as much.
+fn paired() -> Option<(u64, u64)> {
+    (0..4).find_map(|_| {
+        let before = ticks();
+        let ns = monotonic_ns();
+        let after = ticks();
+        (after.wrapping_sub(before) < PAIR_TICKS).then(|| (ns, before + (after - before) / 2))
+    })
 }
 
 /// The time-stamp counter (0 where there is none: never read then).
@@ -186,11 +243,12 @@ mod tests {
         );
     }
 
-    /// Across calibration and several anchors, read from several threads at once: times a
-    /// thread reads never go back, and every one stays within 50 µs of the monotonic clock
-    /// read around it.
+    /// Across calibration and several anchors, read from several threads at once: every time
+    /// stays within 50 µs of the monotonic clock read around it, and a thread's times go back
+    /// by no more than a nanosecond or so (the trace keeps each device's times in order:
+    /// `Sequencer::last_time_ns`).
     #[test]
-    fn counter_time_stays_on_the_monotonic_clock_and_never_goes_back() {
+    fn counter_time_stays_on_the_monotonic_clock() {
         let clock = Clock::start();
         std::thread::scope(|scope| {
             for _ in 0..3 {
@@ -201,7 +259,7 @@ mod tests {
                         let before = monotonic_ns().saturating_sub(clock.start_ns);
                         let time = clock.elapsed_ns();
                         let after = monotonic_ns().saturating_sub(clock.start_ns);
-                        assert!(time >= last, "{last} then {time}");
+                        assert!(time + 1_000 >= last, "{last} then {time}");
                         assert!(
                             time + 50_000 >= before && time <= after + 50_000,
                             "{time} read between {before} and {after}"

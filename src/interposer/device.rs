@@ -43,6 +43,9 @@ pub(super) struct Sequencer {
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pub pending: Vec<Event>,
     pub pending_since_ns: u64,
+    /// The time of the device's last event: the next one's is never earlier (the clock read by
+    /// one thread after another may be, by nanoseconds: `clock.rs`).
+    pub last_time_ns: u64,
     /// Record and cnmem modes on the program's threads: the launches of `pending` whose blocks
     /// the trace writer's thread resolves (`late.rs`): each one's place in `pending` and the
     /// end of its pointer words in `pending_words`.
@@ -66,6 +69,7 @@ impl Sequencer {
             pointer_words_scanned: 0,
             pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
+            last_time_ns: 0,
             pending_late: Vec::new(),
             pending_words: Vec::new(),
             swap_live: swapping.then(FxHashMap::default),

@@ -1416,6 +1416,8 @@ impl Recorder {
             seq.detection.push_kept_here(device);
             return;
         };
+        let time_ns = time_ns.max(seq.last_time_ns);
+        seq.last_time_ns = time_ns;
         if seq.pending.is_empty() {
             seq.pending_since_ns = time_ns;
         }
