@@ -1436,7 +1436,6 @@ impl Recorder {
             device,
             kind,
         });
-        prefetch_for_write(seq.pending.as_ptr().wrapping_add(seq.pending.len()));
         // A full batch, or one old enough that a crash now would lose more than a moment.
         if seq.pending.len() >= TRACE_BATCH
             || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
@@ -1637,34 +1636,6 @@ fn resolve_launches(
         }
         addresses.follow(&event.kind, 0);
     }
-}
-
-/// Asks for the cache lines of the batch's next event now, for writing. A batch comes back
-/// from the writer's thread, whose core last held its lines: the first store of each event
-/// waited for them, about a fifth of a record-mode hook's time in itermem; asked for one event
-/// ahead, they come over while the program goes on. `PREFETCHW` (not `_mm_prefetch`, whose
-/// write hint compiles to a read prefetch unless the crate is built for `prfchw`) faults on no
-/// x86-64 CPU: one that lacks it executes it as a no-op.
-#[inline(always)]
-fn prefetch_for_write(next: *const Event) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let first = next.cast::<u8>();
-        let last = first.wrapping_add(size_of::<Event>() - 1);
-        // SAFETY: a prefetch only hints at an address, which it never dereferences: one past
-        // the batch's end, or not mapped at all, cannot fault. It writes no register or flag.
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{first}]",
-                "prefetchw [{last}]",
-                first = in(reg) first,
-                last = in(reg) last,
-                options(nostack, preserves_flags, readonly),
-            );
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = next;
 }
 
 fn device_summary(dev: &DeviceState) -> DeviceSummary {
