@@ -181,14 +181,16 @@ fn counter_is_the_kernels_clock() -> bool {
 }
 
 /// Counter ticks above which two readings around one of the monotonic clock are too far
-/// apart to pair them (about 30 µs at 3 GHz; the read itself takes tens of nanoseconds).
-const PAIR_TICKS: u64 = 100_000;
+/// apart to pair them (about 1 µs at 3 GHz; the read itself takes tens of nanoseconds). Half
+/// of it is the most a pairing can be off: over the 10 ms of calibration, a rate error of at
+/// most 5·10⁻⁵, a few microseconds over the first interval before the next anchor corrects it.
+const PAIR_TICKS: u64 = 3_000;
 
 /// The monotonic clock and the counter read at the same moment (the counter halfway between a
-/// reading before and one after), or None if the thread was preempted in between at every
-/// one of a few tries: a preemption there would make the rate wrong by as much.
+/// reading before and one after), or None if the thread was preempted or slowed in between at
+/// every one of a few tries: a delay there would make the rate wrong by as much.
 fn paired() -> Option<(u64, u64)> {
-    (0..4).find_map(|_| {
+    (0..8).find_map(|_| {
         let before = ticks();
         let ns = monotonic_ns();
         let after = ticks();
@@ -250,6 +252,9 @@ mod tests {
     #[test]
     fn counter_time_stays_on_the_monotonic_clock() {
         let clock = Clock::start();
+        // Where the kernel reads the counter, so does the clock (a pairing that always failed
+        // would fall back to `clock_gettime` unseen).
+        assert_eq!(clock.start_ticks.is_some(), counter_is_the_kernels_clock());
         std::thread::scope(|scope| {
             for _ in 0..3 {
                 scope.spawn(|| {
