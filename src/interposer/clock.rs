@@ -31,6 +31,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 const CALIBRATE_AFTER_NS: u64 = 10_000_000;
 /// Nanoseconds between two anchors of the counter's line on the monotonic clock.
 const ANCHOR_NS: u64 = 100_000_000;
+/// Counter ticks above which two readings around one of the monotonic clock are too far
+/// apart to pair them (about 1 µs at 3 GHz; the read itself takes tens of nanoseconds). Half
+/// of it is the most a pairing can be off: over the 10 ms of calibration, a rate error of at
+/// most 5·10⁻⁵, a few microseconds over the first interval before the next anchor corrects it.
+const PAIR_TICKS: u64 = 3_000;
 
 /// The start of recording, and the line that turns counter ticks into its nanoseconds.
 pub struct Clock {
@@ -122,20 +127,23 @@ impl Clock {
 
     /// The time at `now` ticks, `read` being the current line: the monotonic clock's before
     /// calibration, the current line's after. Unless another reader is at it, the line is
-    /// also anchored anew, at the monotonic clock read here and the counter read right after
-    /// (so that a preemption between `now` and here does not pair two distant readings).
+    /// also anchored anew, at a [`paired`] reading (not at `now`: the reader may have been
+    /// preempted since).
     #[cold]
     #[inline(never)]
     fn anchor(&self, start_ticks: u64, read: Read, now: u64) -> u64 {
-        let mono = || monotonic_ns().saturating_sub(self.start_ns);
         let calibrated = read.per_tick != 0;
-        let time = if calibrated { read.at(now) } else { mono() };
+        let time = if calibrated {
+            read.at(now)
+        } else {
+            monotonic_ns().saturating_sub(self.start_ns)
+        };
         if (!calibrated && time < CALIBRATE_AFTER_NS) || self.moving.swap(true, Acquire) {
             return time;
         }
         let Some((mono, at_ticks)) = paired() else {
             self.moving.store(false, Release);
-            return time; // preempted at every try: the line goes on until the next reader
+            return time; // slowed at every try: the line goes on until the next reader
         };
         let mono = mono.saturating_sub(self.start_ns);
         let elapsed_ticks = at_ticks.saturating_sub(start_ticks).max(1);
@@ -179,12 +187,6 @@ fn counter_is_the_kernels_clock() -> bool {
         )
         .is_ok_and(|source| source.trim() == "tsc")
 }
-
-/// Counter ticks above which two readings around one of the monotonic clock are too far
-/// apart to pair them (about 1 µs at 3 GHz; the read itself takes tens of nanoseconds). Half
-/// of it is the most a pairing can be off: over the 10 ms of calibration, a rate error of at
-/// most 5·10⁻⁵, a few microseconds over the first interval before the next anchor corrects it.
-const PAIR_TICKS: u64 = 3_000;
 
 /// The monotonic clock and the counter read at the same moment (the counter halfway between a
 /// reading before and one after), or None if the thread was preempted or slowed in between at

@@ -1252,8 +1252,6 @@ impl Recorder {
             return;
         };
         let mut addresses = Addresses::default();
-        // Each device's last time: the sequence keeps the times in order.
-        let mut last_time: Vec<u64> = Vec::new();
         staging.run(|entry, late| {
             let mut kind = entry.kind;
             if let EventKind::Launch { touched, .. } = &mut kind
@@ -1261,12 +1259,8 @@ impl Recorder {
             {
                 *touched = addresses.touched(late);
             }
-            let device = entry.device as usize;
-            if last_time.len() <= device {
-                last_time.resize(device + 1, 0);
-            }
-            let time_ns = entry.time_ns.max(last_time[device]);
-            last_time[device] = time_ns;
+            // (`record` keeps the device's times in order: `Sequencer::last_time_ns`.)
+            let time_ns = entry.time_ns;
             let dev = self.device(entry.device);
             let mut seq = dev.sequencer.lock();
             // (A free's token is its block's lifetime: the index of its malloc is asked first.)
