@@ -1301,11 +1301,18 @@ impl Recorder {
     }
 
     /// [`Recorder::period_changed`] with a pool.
+    ///
+    /// Locks, here and everywhere: the pool before the sequencer (a period found in swap mode
+    /// starts the capture under both), the sequencer before the capture's slot (`capture`),
+    /// and never the slot while waiting for the pool: held in the condition of an `if let`,
+    /// its guard would live through the block, and three threads (sequencer → slot, slot →
+    /// pool, pool → sequencer) could wait for each other for ever.
     fn pool_follows(dev: &DeviceState, pool: &Mutex<PoolState>, change: Change) {
-        if dev.capture_done.swap(false, Relaxed)
-            && let Some(capture) = dev.captured.lock().take()
-        {
-            pool.lock().plan_swaps(capture);
+        if dev.capture_done.swap(false, Relaxed) {
+            let captured = dev.captured.lock().take();
+            if let Some(capture) = captured {
+                pool.lock().plan_swaps(capture);
+            }
         }
         match change {
             Change::Unchanged => {}
@@ -1633,19 +1640,23 @@ fn resolve_launches(
 }
 
 fn device_summary(dev: &DeviceState) -> DeviceSummary {
-    let seq = dev.sequencer.lock();
-    let (period, periods_found) = seq.detection.found();
+    // The sequencer is let go before the pool is taken (the locks' order: `pool_follows`).
+    let (events_total, peak_live_bytes, live_bytes_at_exit, (period, periods_found)) = {
+        let seq = dev.sequencer.lock();
+        let found = seq.detection.found();
+        (seq.next_index, seq.peak_live_bytes, seq.live_bytes, found)
+    };
     let pool = dev.pool.as_ref().map(|pool| pool.lock());
     DeviceSummary {
         device: dev.ordinal,
-        events_total: seq.next_index,
+        events_total,
         period_events: period.map(|p| p.length),
         boundary_event: period.map(|p| p.boundary),
         detected_at_event: period.map(|p| p.detected_at),
         iterations: period.map_or(0, |p| p.iterations_seen),
         periods_found,
-        peak_live_bytes: seq.peak_live_bytes,
-        live_bytes_at_exit: seq.live_bytes,
+        peak_live_bytes,
+        live_bytes_at_exit,
         pool: pool.as_ref().map(|pool| pool.stats.clone()),
         cnmem: dev.cnmem.as_ref().map(|cnmem| cnmem.lock().stats.clone()),
         swap: pool.and_then(|pool| pool.executor.as_ref().map(|e| e.stats.clone())),
