@@ -303,6 +303,14 @@ fn hook_benchmark_reports_every_mode_and_the_forwarding_floor() {
             assert_eq!(figures, 1 + 2 * (columns.len() - 1), "{row}");
         }
     }
+    // How many launch batches ran without the busy stream they were meant to have, per column.
+    let gates: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("gates timed out"))
+        .collect();
+    assert_eq!(gates.len(), 1, "{text}");
+    let counts = gates[0]["gates timed out".len()..].split_whitespace();
+    assert_eq!(counts.count(), columns.len(), "{text}");
 }
 
 /// With `--callgrind`, `bench hooks` reports instructions per operation of each configuration

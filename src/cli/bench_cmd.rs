@@ -4,7 +4,9 @@
 //! `itermem bench hooks`: what the interposer's hooks add to each CUDA call. Runs
 //! `tests/programs/hook_bench` (allocate+free pairs, and launches of an 8-parameter kernel whose
 //! pointers point into some of the 10,000 allocations it keeps live, through the runtime API
-//! and through the driver API; on `--threads` host threads at once) alternately
+//! and through the driver API, onto a stream kept busy as a GPU's queue is, so that a launch
+//! is timed without the simulated platform waking its stream's thread; on `--threads` host
+//! threads at once) alternately
 //! on the simulated platform alone, under `LD_PRELOAD=libforward.so` (an interposer that only
 //! forwards: the floor any interposer pays, `tests/programs/libforward.c`) and under
 //! `LD_PRELOAD=libitermem.so` in each mode asked for
@@ -185,6 +187,8 @@ struct Sample {
     launches_per_s: f64,
     driver_pairs_per_s: f64,
     driver_launches_per_s: f64,
+    /// Launch batches whose stream `hook_bench` could not keep busy to the end (see there).
+    gate_timeouts: f64,
 }
 
 /// The operations `hook_bench` times: the row's name, its ns per operation, its operations per
@@ -276,9 +280,8 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     };
     let typical = |samples: &[Sample], pick: Pick| median(samples.iter().map(pick).collect());
     // The added cost is the median of each round's difference to the shim alone in the same
-    // round, not the difference of two medians: the shim's own launch time swings (its stream
-    // thread sleeps or not) between rounds far more than the hooks cost. Throughput is
-    // compared the same way, as each round's ratio.
+    // round, not the difference of two medians: the machine's speed swings between rounds
+    // more than the hooks cost. Throughput is compared the same way, as each round's ratio.
     let paired = |samples: &[Sample], pick: Pick, compare: fn(f64, f64) -> f64| {
         median(
             samples
@@ -304,6 +307,8 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
                     "shim_per_s": typical(&plain, per_s),
                     "interposed_per_s": typical(samples, per_s),
                     "per_s_ratio": paired(samples, per_s, ratio),
+                    "shim_gate_timeouts": typical(&plain, |s| s.gate_timeouts),
+                    "interposed_gate_timeouts": typical(samples, |s| s.gate_timeouts),
                 });
                 if let Some(counts) = &instructions {
                     entry["shim_instructions"] = counts[0][row].into();
@@ -341,6 +346,18 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
         }
         println!();
     }
+    // A gate that timed out left its stream's thread to run dry within a batch of launches:
+    // a call waited for the device while launches were queued (and waited out the gate, as
+    // it would wait for the queued work on a GPU), or a batch took the thread longer.
+    print!(
+        "{:<20} {:>12.0}",
+        "gates timed out",
+        typical(&plain, |s| s.gate_timeouts)
+    );
+    for samples in &hooked {
+        print!(" {:>20.0}", typical(samples, |s| s.gate_timeouts));
+    }
+    println!();
     header(
         "operations per second, all threads together (in brackets: the median of each run's \
          ratio to the shim alone run beside it):",
@@ -459,6 +476,7 @@ impl HookBench<'_> {
             launches_per_s: value("launches_per_s")?,
             driver_pairs_per_s: value("driver_malloc_free_pairs_per_s")?,
             driver_launches_per_s: value("driver_launches_per_s")?,
+            gate_timeouts: value("gate_timeouts")?,
         })
     }
 

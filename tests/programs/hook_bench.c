@@ -15,7 +15,18 @@
  * (mean wall-clock ns per operation as each thread saw it, averaged over the threads), then
  * malloc_free_pairs_per_s X, launches_per_s X, driver_malloc_free_pairs_per_s X and
  * driver_launches_per_s X (operations of all threads together per second of the phase's wall
- * time, launches' stream synchronisations included).
+ * time, launches' stream synchronisations included), and gate_timeouts X (below).
+ *
+ * The launches go to a busy stream, as on a GPU with work queued: each batch of BATCH launches
+ * waits behind a host function (a gate) that holds the stream until the batch is launched. A
+ * launch then only enqueues, as a launch onto a GPU's queue does, and is not timed with the
+ * simulated platform waking its stream's thread (a system call made whenever that thread has
+ * run dry and gone to sleep, which happens more often the slower the caller: it made the launch
+ * figures spread over more than the cost being measured). A host function accesses no device
+ * memory, so itermem's events are the same as without the gates. A gate opens by itself after
+ * GATE_MS: a call that waits for the device while a batch is launched (a free that
+ * synchronises) then waits that long, as it would wait for the queued work on a GPU;
+ * gate_timeouts counts such gates (and, with more threads than cores, batches that took longer).
  *
  * Each phase is a function of its own (phase_pairs, phase_driver_pairs, phase_launches,
  * phase_driver_launches) so that callgrind can report the instructions spent inside it: its
@@ -23,6 +34,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
+#include <errno.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
 #include <pthread.h>
@@ -48,6 +60,53 @@ static double now_ns(void) {
 
 /* eight(p0..p5, n, x): does nothing; only its launch is measured */
 static void k_eight(void **args) { (void)args; }
+
+/* Launches between two stream synchronisations, and how long a gate holds at most. */
+#define BATCH 1024
+#define GATE_MS 5
+
+/* A thread's gate: closed while the thread launches a batch. */
+struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t opened; /* on CLOCK_MONOTONIC */
+    int open;
+    long timeouts;
+};
+
+/* Holds its stream until gate `arg` is opened, or GATE_MS have passed. */
+static void CUDART_CB wait_for_gate(void *arg) {
+    struct gate *g = arg;
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_nsec += GATE_MS * 1000000L;
+    deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+    deadline.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open) {
+        if (pthread_cond_timedwait(&g->opened, &g->lock, &deadline) == ETIMEDOUT) {
+            g->timeouts++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Closes `g` and queues it on `s`: what the thread launches next waits behind it. */
+static void hold(struct gate *g, cudaStream_t s) {
+    pthread_mutex_lock(&g->lock);
+    g->open = 0;
+    pthread_mutex_unlock(&g->lock);
+    CHECK(cudaLaunchHostFunc(s, wait_for_gate, g));
+}
+
+/* Opens `g` and waits for everything queued on `s`. */
+static void release(struct gate *g, cudaStream_t s) {
+    pthread_mutex_lock(&g->lock);
+    g->open = 1;
+    pthread_cond_signal(&g->opened);
+    pthread_mutex_unlock(&g->lock);
+    CHECK(cudaStreamSynchronize(s));
+}
 
 static long option(int argc, char **argv, const char *name, long fallback) {
     for (int i = 1; i + 1 < argc; i++)
@@ -85,9 +144,9 @@ __attribute__((noinline)) static double phase_driver_pairs(void) {
     return (now_ns() - t0) / (double)pairs;
 }
 
-/* Only the launch calls are timed; choosing the pointers and synchronising are not. Thread
- * `id` starts at its own place in the live blocks. */
-__attribute__((noinline)) static double phase_launches(long id, cudaStream_t s) {
+/* Only the launch calls are timed; choosing the pointers, the gates and synchronising are not.
+ * Thread `id` starts at its own place in the live blocks. */
+__attribute__((noinline)) static double phase_launches(long id, cudaStream_t s, struct gate *g) {
     dim3 one = {1, 1, 1};
     void *p[6];
     long n = 42;
@@ -95,30 +154,31 @@ __attribute__((noinline)) static double phase_launches(long id, cudaStream_t s) 
     void *args[8] = {&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &n, &x};
     double total = 0;
     for (long i = 0; i < launches; i++) {
+        if (i % BATCH == 0) hold(g, s);
         for (int k = 0; k < 6; k++) p[k] = blocks[(id * 131 + i * 6 + k * 997) % live];
         double t = now_ns();
         CHECK(cudaLaunchKernel((const void *)k_eight, one, one, args, 0, s));
         total += now_ns() - t;
-        if (i % 4096 == 4095) CHECK(cudaStreamSynchronize(s));
+        if (i % BATCH == BATCH - 1 || i == launches - 1) release(g, s);
     }
-    CHECK(cudaStreamSynchronize(s));
     return total / (double)launches;
 }
 
-__attribute__((noinline)) static double phase_driver_launches(long id, cudaStream_t s) {
+__attribute__((noinline)) static double phase_driver_launches(long id, cudaStream_t s,
+                                                             struct gate *g) {
     void *p[6];
     long n = 42;
     double x = 1.5;
     void *args[8] = {&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &n, &x};
     double total = 0;
     for (long i = 0; i < launches; i++) {
+        if (i % BATCH == 0) hold(g, s);
         for (int k = 0; k < 6; k++) p[k] = blocks[(id * 131 + i * 6 + k * 997) % live];
         double t = now_ns();
         CHECK((cudaError_t)cuLaunchKernel(eight, 1, 1, 1, 1, 1, 1, 0, (CUstream)s, args, NULL));
         total += now_ns() - t;
-        if (i % 4096 == 4095) CHECK(cudaStreamSynchronize(s));
+        if (i % BATCH == BATCH - 1 || i == launches - 1) release(g, s);
     }
-    CHECK(cudaStreamSynchronize(s));
     return total / (double)launches;
 }
 
@@ -128,6 +188,7 @@ __attribute__((noinline)) static double phase_driver_launches(long id, cudaStrea
 struct worker {
     pthread_t thread;
     long id;
+    struct gate gate;
     double ns[PHASES], begin[PHASES], end[PHASES];
 };
 
@@ -141,8 +202,8 @@ static void *work(void *arg) {
         switch (phase) {
         case 0: w->ns[phase] = phase_pairs(); break;
         case 1: w->ns[phase] = phase_driver_pairs(); break;
-        case 2: w->ns[phase] = phase_launches(w->id, s); break;
-        default: w->ns[phase] = phase_driver_launches(w->id, s); break;
+        case 2: w->ns[phase] = phase_launches(w->id, s, &w->gate); break;
+        default: w->ns[phase] = phase_driver_launches(w->id, s, &w->gate); break;
         }
         w->end[phase] = now_ns();
         pthread_barrier_wait(&done);
@@ -173,8 +234,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct worker *workers = calloc((size_t)threads, sizeof *workers);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
     for (long t = 0; t < threads; t++) {
         workers[t].id = t;
+        pthread_mutex_init(&workers[t].gate.lock, NULL);
+        pthread_cond_init(&workers[t].gate.opened, &monotonic);
         if (pthread_create(&workers[t].thread, NULL, work, &workers[t]) != 0) {
             fprintf(stderr, "hook_bench: cannot start thread %ld\n", t);
             return 1;
@@ -183,6 +249,8 @@ int main(int argc, char **argv) {
     for (long t = 0; t < threads; t++) pthread_join(workers[t].thread, NULL);
 
     double ns[PHASES] = {0}, wall[PHASES];
+    long timeouts = 0;
+    for (long t = 0; t < threads; t++) timeouts += workers[t].gate.timeouts;
     for (int phase = 0; phase < PHASES; phase++) {
         double first = workers[0].begin[phase], last = workers[0].end[phase];
         for (long t = 0; t < threads; t++) {
@@ -203,6 +271,7 @@ int main(int argc, char **argv) {
     printf("launches_per_s %.0f\n", launch_ops / wall[2]);
     printf("driver_malloc_free_pairs_per_s %.0f\n", pair_ops / wall[1]);
     printf("driver_launches_per_s %.0f\n", launch_ops / wall[3]);
+    printf("gate_timeouts %ld\n", timeouts);
     for (long i = 0; i < live; i++) CHECK(cudaFree(blocks[i]));
     free(blocks);
     free(workers);
