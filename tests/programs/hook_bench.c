@@ -63,7 +63,7 @@ static void k_eight(void **args) { (void)args; }
 
 /* Launches between two stream synchronisations, and how long a gate holds at most. */
 #define BATCH 1024
-#define GATE_MS 5
+#define GATE_MS 50
 
 /* A thread's gate: closed while the thread launches a batch. */
 struct gate {
