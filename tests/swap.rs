@@ -236,12 +236,15 @@ fn the_verify_switch_poisons_every_swapped_out_range() {
         &[("ITERMEM_SWAP_VERIFY", "1"), first_only],
         "poisoned",
     );
+    // The program's own memsets, the same whatever the plan: the two runs may plan
+    // differently (a plan comes from op times measured in the run, which a loaded machine
+    // moves), and only the poisoned run's swap-outs are poisoned.
     let memset = |shim: &serde_json::Value| shim["memset_bytes"].as_u64().unwrap();
     let swapped_out = summary["swap"]["swapped_out_bytes"].as_u64().unwrap();
     assert!(swapped_out > 0);
-    assert_eq!(
-        plain_summary["swap"]["swapped_out_bytes"], swapped_out,
-        "the same plan either way"
+    assert!(
+        plain_summary["swap"]["swapped_out_bytes"].as_u64().unwrap() > 0,
+        "the unpoisoned run swapped too: {plain_summary:#}"
     );
     assert_eq!(
         memset(&shim) - memset(&plain_shim),
