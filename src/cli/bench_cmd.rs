@@ -292,6 +292,7 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
         )
     };
     let added = |with: f64, alone: f64| with - alone;
+    let gate_timeouts: Pick = |s| s.gate_timeouts;
     let ratio = |with: f64, alone: f64| with / alone;
     if args.json {
         let mut json = Vec::new();
@@ -307,8 +308,8 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
                     "shim_per_s": typical(&plain, per_s),
                     "interposed_per_s": typical(samples, per_s),
                     "per_s_ratio": paired(samples, per_s, ratio),
-                    "shim_gate_timeouts": typical(&plain, |s| s.gate_timeouts),
-                    "interposed_gate_timeouts": typical(samples, |s| s.gate_timeouts),
+                    "shim_gate_timeouts": typical(&plain, gate_timeouts),
+                    "interposed_gate_timeouts": typical(samples, gate_timeouts),
                 });
                 if let Some(counts) = &instructions {
                     entry["shim_instructions"] = counts[0][row].into();
@@ -352,10 +353,10 @@ fn hooks(args: HooksArgs) -> anyhow::Result<()> {
     print!(
         "{:<20} {:>12.0}",
         "gates timed out",
-        typical(&plain, |s| s.gate_timeouts)
+        typical(&plain, gate_timeouts)
     );
     for samples in &hooked {
-        print!(" {:>20.0}", typical(samples, |s| s.gate_timeouts));
+        print!(" {:>20.0}", typical(samples, gate_timeouts));
     }
     println!();
     header(

@@ -34,9 +34,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
-#include <errno.h>
 #include <cuda_runtime.h>
 #include <cuda_shim.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
