@@ -37,9 +37,7 @@ pub(super) struct Sequencer {
     pub detection: Detection,
     /// The device's events by kind, counted under the sequencer (an atomic per event would
     /// cost every hook a locked instruction more).
-    pub counts: EventCounts,
-    pub host: HostCounts,
-    pub pointer_words_scanned: u64,
+    pub tally: Tally,
     /// Events not yet handed to the trace writer, in sequence order, and the time of the first.
     pub pending: Vec<Event>,
     pub pending_since_ns: u64,
@@ -64,9 +62,7 @@ impl Sequencer {
             live_bytes: 0,
             peak_live_bytes: 0,
             detection: Detection::new(deferred, batch),
-            counts: EventCounts::default(),
-            host: HostCounts::default(),
-            pointer_words_scanned: 0,
+            tally: Tally::default(),
             pending: Vec::with_capacity(batch),
             pending_since_ns: 0,
             last_time_ns: 0,
@@ -76,7 +72,18 @@ impl Sequencer {
             capture: None,
         }
     }
+}
 
+/// A device's events counted by kind: a part of the [`Sequencer`] of its own, so that it can be
+/// counted from an event kept in the sequencer's own trace batch.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub counts: EventCounts,
+    pub host: HostCounts,
+    pub pointer_words_scanned: u64,
+}
+
+impl Tally {
     /// Counts an event of `kind`; `pinned`: a malloc or free of page-locked host memory;
     /// `words`: the pointer words a launch's arguments were scanned for.
     pub fn count(&mut self, kind: &EventKind, pinned: bool, words: u64) {

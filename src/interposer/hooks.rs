@@ -628,12 +628,13 @@ fn on_launch(rec: &Recorder, run: Run, kernel: KernelRef, args: LaunchArgs, stre
     // SAFETY: the caller's arguments hold the kernel's parameters as the launch call requires
     // (the launch's contract); they are read before the launch, while the caller is blocked in
     // this call.
-    let accesses = unsafe { rec.launch_accesses(kernel, args) };
+    let mut accesses = unsafe { rec.launch_accesses(kernel, args) };
     let device = current_device();
     let prepared = rec.before_use(device, &accesses.touched, None, stream);
     let result = run();
     // SAFETY: `accesses` were found above, in this launch call, which is still in progress.
-    let index = (result == SUCCESS).then(|| unsafe { rec.on_launch(device, accesses, stream) });
+    let index =
+        (result == SUCCESS).then(|| unsafe { rec.on_launch(device, &mut accesses, stream) });
     rec.after_use(device, prepared, stream, index);
     result
 }

@@ -1055,7 +1055,8 @@ impl Recorder {
         recorded
     }
 
-    /// Records a launch that succeeded; returns its event index.
+    /// Records a launch that succeeded; returns its event index. The blocks it touched are
+    /// taken out of `accesses` into the event.
     ///
     /// # Safety
     /// `accesses` were found by [`Recorder::launch_accesses`] in the launch call still in
@@ -1063,23 +1064,22 @@ impl Recorder {
     pub unsafe fn on_launch(
         &self,
         device: u32,
-        accesses: LaunchAccesses,
+        accesses: &mut LaunchAccesses,
         stream: StreamHandle,
     ) -> u64 {
-        let LaunchAccesses {
-            kernel,
-            touched,
-            late,
-            words_scanned,
-        } = accesses;
-        let event = move || EventKind::Launch {
+        let kernel = accesses.kernel;
+        let words = (accesses.words_scanned, accesses.late.as_ref());
+        // Taken where the event is made: the closure holds references only, so handing it on
+        // copies no list (`Recorder::sequence`).
+        let touched = &mut accesses.touched;
+        let event = || EventKind::Launch {
             kernel: kernel.id,
             stream,
             layout_known: kernel.pointer_words.is_some(),
-            touched,
+            touched: std::mem::take(touched),
         };
         let dev = self.device(device);
-        let (index, change) = self.emit(dev, event, None, 0, (words_scanned, late.as_ref()));
+        let (index, change) = self.emit(dev, event, None, 0, words);
         self.period_changed(dev, change);
         index
     }
@@ -1183,7 +1183,6 @@ impl Recorder {
         }
         let mut seq = dev.sequencer.lock();
         let time_ns = self.clock.elapsed_ns();
-        let kind = kind();
         let sequenced = Sequenced {
             malloc_index,
             live_delta,
@@ -1215,31 +1214,50 @@ impl Recorder {
 
     /// [`Recorder::emit`] under the device's sequencer, on the calling thread or the
     /// sequencing thread. Inlined: at every event.
+    ///
+    /// `kind` makes the event where it is kept, in the trace's batch (or here without a
+    /// trace), and everything else reads it there: handed on by value from `emit` to the batch,
+    /// it was copied six times on the stack (`docs/BENCHMARKS.md`, hot path).
     #[inline(always)]
     fn sequence(
         &self,
         dev: &DeviceState,
         seq: &mut Sequencer,
-        kind: EventKind,
+        kind: impl FnOnce() -> EventKind,
         sequenced: Sequenced,
         late: Option<&ArgWords>,
     ) -> (u64, Answer) {
-        seq.count(&kind, false, sequenced.words);
-        let index = seq.next_index;
-        let token = analysis::token(&kind, index, sequenced.malloc_index).unwrap_or_default();
-        seq.next_index += 1;
-        dev.next_index.store(seq.next_index, Relaxed);
-        seq.live_bytes = seq.live_bytes.saturating_add_signed(sequenced.live_delta);
-        seq.peak_live_bytes = seq.peak_live_bytes.max(seq.live_bytes);
-        let live_bytes = seq.live_bytes;
-        if seq.swap_live.is_some() {
-            capture(dev, seq, index, &kind);
+        let placed = self.place(dev.ordinal, seq, kind, sequenced.time_ns, late);
+        let Sequencer {
+            pending,
+            tally,
+            next_index,
+            live_bytes,
+            peak_live_bytes,
+            detection,
+            swap_live,
+            capture: captured,
+            ..
+        } = &mut *seq;
+        let kind = match &placed {
+            Placed::InBatch(at) => &pending[*at].kind,
+            Placed::Here(kind) => kind,
+        };
+        tally.count(kind, false, sequenced.words);
+        let index = *next_index;
+        let token = analysis::token(kind, index, sequenced.malloc_index).unwrap_or_default();
+        *next_index += 1;
+        dev.next_index.store(*next_index, Relaxed);
+        *live_bytes = live_bytes.saturating_add_signed(sequenced.live_delta);
+        *peak_live_bytes = (*peak_live_bytes).max(*live_bytes);
+        if swap_live.is_some() {
+            capture(dev, captured, swap_live, index, kind);
         }
-        let change = match seq.detection.push(dev.ordinal, token, live_bytes) {
+        let change = match detection.push(dev.ordinal, token, *live_bytes) {
             Change::Unchanged => None,
             change => Some(Box::new(change)),
         };
-        self.record(dev.ordinal, seq, kind, sequenced.time_ns, late);
+        self.hand_over_if_due(dev.ordinal, seq);
         (index, change)
     }
 
@@ -1270,8 +1288,8 @@ impl Recorder {
             };
             addresses.follow(&kind, seq.next_index);
             if !entry.indexed {
-                seq.count(&kind, true, 0);
-                self.record(dev.ordinal, &mut seq, kind, time_ns, None);
+                seq.tally.count(&kind, true, 0);
+                self.record(dev.ordinal, &mut seq, kind, time_ns);
                 return;
             }
             let sequenced = Sequenced {
@@ -1280,7 +1298,7 @@ impl Recorder {
                 words: entry.words,
                 time_ns,
             };
-            self.sequence(dev, &mut seq, kind, sequenced, None);
+            self.sequence(dev, &mut seq, move || kind, sequenced, None);
         });
     }
 
@@ -1382,9 +1400,9 @@ impl Recorder {
         }
         let mut seq = dev.sequencer.lock();
         note(&mut seq);
-        seq.count(&kind, true, 0);
+        seq.tally.count(&kind, true, 0);
         let time_ns = self.clock.elapsed_ns();
-        self.record(dev.ordinal, &mut seq, kind, time_ns, None);
+        self.record(dev.ordinal, &mut seq, kind, time_ns);
     }
 
     /// An event that is not part of the access stream (no index, no token), handed to the
@@ -1396,27 +1414,30 @@ impl Recorder {
         }
     }
 
-    /// Queues the event of `device` for the trace (in sequence order: the caller holds the
-    /// device's sequencer) and hands a full batch to the writer thread. `late`: a launch's
-    /// pointer words, for the writer's thread to resolve (see `Recorder::writer_resolves`),
-    /// read here from the arguments of the launch call in progress (`emit`'s contract).
-    ///
-    /// Inlined into each event's hook, the hand-over of a batch kept out of line: called, it
-    /// cost every event about 35 instructions of passing the event and saving registers, and
-    /// the event was copied once more on the way.
+    /// Queues an event that takes no index for the trace (see [`Recorder::place`]) and hands
+    /// a batch that is due to the writer.
+    fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
+        self.place(device, seq, move || kind, time_ns, None);
+        self.hand_over_if_due(device, seq);
+    }
+
+    /// Makes the event of `device` that `kind` makes in the trace's batch, in sequence order
+    /// (the caller holds the device's sequencer), or here when no trace is written; `late`: a
+    /// launch's pointer words, for the writer's thread to resolve (see
+    /// `Recorder::writer_resolves`), read here from the arguments of the launch call in
+    /// progress (`emit`'s contract).
     #[inline(always)]
-    fn record(
+    fn place(
         &self,
         device: u32,
         seq: &mut Sequencer,
-        kind: EventKind,
+        kind: impl FnOnce() -> EventKind,
         time_ns: u64,
         late: Option<&ArgWords>,
-    ) {
-        let Some(trace) = self.trace() else {
-            seq.detection.push_kept_here(device);
-            return;
-        };
+    ) -> Placed {
+        if self.trace().is_none() {
+            return Placed::Here(kind());
+        }
         let time_ns = time_ns.max(seq.last_time_ns);
         seq.last_time_ns = time_ns;
         if seq.pending.is_empty() {
@@ -1432,14 +1453,28 @@ impl Recorder {
                     .push((seq.pending.len() as u32, end as u32));
             }
         }
+        let at = seq.pending.len();
         seq.pending.push(Event {
             time_ns,
             device,
-            kind,
+            kind: kind(),
         });
-        // A full batch, or one old enough that a crash now would lose more than a moment.
+        Placed::InBatch(at)
+    }
+
+    /// Hands `device`'s batch to the writer when it is full, or old enough that a crash now
+    /// would lose more than a moment; without a trace, runs the detector's tokens kept.
+    ///
+    /// Inlined into each event's hook, the hand-over itself kept out of line: called, it
+    /// cost every event about 35 instructions of passing the event and saving registers.
+    #[inline(always)]
+    fn hand_over_if_due(&self, device: u32, seq: &mut Sequencer) {
+        let Some(trace) = self.trace() else {
+            seq.detection.push_kept_here(device);
+            return;
+        };
         if seq.pending.len() >= TRACE_BATCH
-            || time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
+            || seq.last_time_ns.saturating_sub(seq.pending_since_ns) >= TRACE_BATCH_AGE_NS
         {
             self.hand_over_pending(trace, seq, device);
         }
@@ -1515,7 +1550,7 @@ impl Recorder {
             (EventCounts::default(), HostCounts::default(), 0);
         for dev in self.devices.seen() {
             let seq = dev.sequencer.lock();
-            let (n, h) = (seq.counts, seq.host);
+            let (n, h) = (seq.tally.counts, seq.tally.host);
             events.malloc += n.malloc;
             events.free += n.free;
             events.launch += n.launch;
@@ -1523,7 +1558,7 @@ impl Recorder {
             events.memset += n.memset;
             host_events.malloc += h.malloc;
             host_events.free += h.free;
-            words += seq.pointer_words_scanned;
+            words += seq.tally.pointer_words_scanned;
         }
         let devices: Vec<DeviceSummary> = self.devices.seen().map(device_summary).collect();
         Summary {
@@ -1560,6 +1595,13 @@ struct Sequenced {
     /// Pointer words a launch's arguments were scanned for.
     words: u64,
     time_ns: u64,
+}
+
+/// Where [`Recorder::place`] made an event: at this place of the device's trace batch, or here
+/// (no trace is written).
+enum Placed {
+    InBatch(usize),
+    Here(EventKind),
 }
 
 /// Hands `batch` of `device`'s events to the trace writer, with the detector's work on the
@@ -1665,13 +1707,19 @@ fn device_summary(dev: &DeviceState) -> DeviceSummary {
 
 /// Swap mode, under the sequencer: follows the live device allocations and captures the
 /// events of the timing iteration (preceded by the allocations live at its start).
-fn capture(dev: &DeviceState, seq: &mut Sequencer, index: u64, kind: &EventKind) {
-    if let Some(capture) = &mut seq.capture {
+fn capture(
+    dev: &DeviceState,
+    captured: &mut Option<Capture>,
+    swap_live: &mut Option<FxHashMap<AllocId, u64>>,
+    index: u64,
+    kind: &EventKind,
+) {
+    if let Some(capture) = captured {
         let end = capture.start + capture.length;
         if index >= end {
             // Handed over at the next iteration's first event: the last op of the captured
             // one has had its timing recorded by then.
-            let done = seq.capture.take();
+            let done = captured.take();
             if done
                 .as_ref()
                 .is_some_and(|c| c.events.len() as u64 == c.synthetic + c.length)
@@ -1680,8 +1728,7 @@ fn capture(dev: &DeviceState, seq: &mut Sequencer, index: u64, kind: &EventKind)
                 dev.capture_done.store(true, Relaxed);
             }
         } else if index == capture.start {
-            let mut live: Vec<(AllocId, u64)> = seq
-                .swap_live
+            let mut live: Vec<(AllocId, u64)> = swap_live
                 .iter()
                 .flatten()
                 .map(|(&id, &size)| (id, size))
@@ -1708,7 +1755,7 @@ fn capture(dev: &DeviceState, seq: &mut Sequencer, index: u64, kind: &EventKind)
             capture.events.push(Event::new(0, kind.clone()));
         }
     }
-    let Some(live) = &mut seq.swap_live else {
+    let Some(live) = swap_live else {
         return;
     };
     match kind {
