@@ -40,6 +40,13 @@ impl Mode {
             _ => return None,
         })
     }
+
+    /// Whether the mode only reports what the sequence of events shows: nothing the program's
+    /// calls wait for depends on it (no plan is served from it), so its events may be
+    /// sequenced off the program's threads and its detector run late.
+    pub fn only_reports(self) -> bool {
+        matches!(self, Mode::Record | Mode::Cnmem)
+    }
 }
 
 impl fmt::Display for Mode {

@@ -10,7 +10,6 @@
 use super::cnmem::CnmemState;
 use super::driver as cuda;
 use super::pool::PoolState;
-use super::recorder::Recorder;
 use super::swap::SwapConfig;
 use super::swap::planning::Capture;
 use crate::analysis::{EventCounts, HostCounts};
@@ -186,7 +185,7 @@ pub(super) enum Detection {
     Here(Box<Detected>),
     /// Record and cnmem modes with a trace only report its answers: the tokens (with the live
     /// bytes after each event) go with each trace batch and are pushed on the trace writer's
-    /// thread, off the program's (`Recorder::record`).
+    /// thread, off the program's (`recorder::hand_over`).
     Deferred {
         detected: Arc<Mutex<Detected>>,
         tokens: Vec<(u64, u64)>,
@@ -303,7 +302,7 @@ impl DeviceState {
     fn new(ordinal: u32, config: &Config, batch: usize) -> DeviceState {
         // Record and cnmem modes only report the detector's answers (no plan is made from
         // them): with a trace, it runs on the trace writer's thread.
-        let deferred = config.trace.is_some() && Recorder::may_stage(config.mode);
+        let deferred = config.trace.is_some() && config.mode.only_reports();
         let pool = pool_state(config);
         let pool_users = pool.as_ref().map(|pool| Arc::clone(&pool.users));
         DeviceState {

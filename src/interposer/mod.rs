@@ -101,7 +101,7 @@ fn start() -> Option<Recorder> {
     }
     ending::install(&config);
     let staged =
-        Recorder::may_stage(config.mode) && config.sequencer.on_own_thread() && start_sequencing();
+        config.mode.only_reports() && config.sequencer.on_own_thread() && start_sequencing();
     Some(Recorder::new(config, staged))
 }
 

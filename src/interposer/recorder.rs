@@ -295,7 +295,7 @@ impl Recorder {
             kernel_count: AtomicU64::new(0),
             graphs: Graphs::default(),
             devices: Devices::new(),
-            staging: (staged && Self::may_stage(config.mode)).then(Staging::default),
+            staging: (staged && config.mode.only_reports()).then(Staging::default),
             writer_resolves: (!staged
                 && matches!(config.mode, Mode::Record | Mode::Cnmem | Mode::Pool)
                 && config.trace.is_some())
@@ -304,12 +304,6 @@ impl Recorder {
             counters: Counters::default(),
             config,
         }
-    }
-
-    /// Whether events of `mode` may be sequenced off the program's threads: nothing the
-    /// program's calls wait for depends on the sequence (no plan is served from it).
-    pub fn may_stage(mode: Mode) -> bool {
-        matches!(mode, Mode::Record | Mode::Cnmem)
     }
 
     /// The state of device `ordinal` (see `device::current_device`).
@@ -1480,7 +1474,7 @@ impl Recorder {
         }
     }
 
-    /// [`Recorder::record`]'s hand-over of the batch it filled: once per batch.
+    /// [`Recorder::hand_over_if_due`]'s hand-over of a batch that is due: once per batch.
     #[cold]
     #[inline(never)]
     fn hand_over_pending(&self, trace: &TraceWriter, seq: &mut Sequencer, device: u32) {
