@@ -1221,7 +1221,8 @@ impl Recorder {
         sequenced: Sequenced,
         late: Option<&ArgWords>,
     ) -> (u64, Answer) {
-        let placed = self.place(dev.ordinal, seq, kind, sequenced.time_ns, late);
+        let trace = self.trace();
+        let placed = self.place(trace, dev.ordinal, seq, kind, sequenced.time_ns, late);
         let Sequencer {
             pending,
             tally,
@@ -1251,7 +1252,7 @@ impl Recorder {
             Change::Unchanged => None,
             change => Some(Box::new(change)),
         };
-        self.hand_over_if_due(dev.ordinal, seq);
+        self.hand_over_if_due(trace, dev.ordinal, seq);
         (index, change)
     }
 
@@ -1411,25 +1412,27 @@ impl Recorder {
     /// Queues an event that takes no index for the trace (see [`Recorder::place`]) and hands
     /// a batch that is due to the writer.
     fn record(&self, device: u32, seq: &mut Sequencer, kind: EventKind, time_ns: u64) {
-        self.place(device, seq, move || kind, time_ns, None);
-        self.hand_over_if_due(device, seq);
+        let trace = self.trace();
+        self.place(trace, device, seq, move || kind, time_ns, None);
+        self.hand_over_if_due(trace, device, seq);
     }
 
-    /// Makes the event of `device` that `kind` makes in the trace's batch, in sequence order
-    /// (the caller holds the device's sequencer), or here when no trace is written; `late`: a
-    /// launch's pointer words, for the writer's thread to resolve (see
-    /// `Recorder::writer_resolves`), read here from the arguments of the launch call in
-    /// progress (`emit`'s contract).
+    /// Makes the event of `device` that `kind` makes in the batch of `trace` (the caller's
+    /// [`Recorder::trace`], looked up once an event), in sequence order (the caller holds the
+    /// device's sequencer), or here when no trace is written; `late`: a launch's pointer
+    /// words, for the writer's thread to resolve (see `Recorder::writer_resolves`), read here
+    /// from the arguments of the launch call in progress (`emit`'s contract).
     #[inline(always)]
     fn place(
         &self,
+        trace: Option<&TraceWriter>,
         device: u32,
         seq: &mut Sequencer,
         kind: impl FnOnce() -> EventKind,
         time_ns: u64,
         late: Option<&ArgWords>,
     ) -> Placed {
-        if self.trace().is_none() {
+        if trace.is_none() {
             return Placed::Here(kind());
         }
         let time_ns = time_ns.max(seq.last_time_ns);
@@ -1462,8 +1465,8 @@ impl Recorder {
     /// Inlined into each event's hook, the hand-over itself kept out of line: called, it
     /// cost every event about 35 instructions of passing the event and saving registers.
     #[inline(always)]
-    fn hand_over_if_due(&self, device: u32, seq: &mut Sequencer) {
-        let Some(trace) = self.trace() else {
+    fn hand_over_if_due(&self, trace: Option<&TraceWriter>, device: u32, seq: &mut Sequencer) {
+        let Some(trace) = trace else {
             seq.detection.push_kept_here(device);
             return;
         };
